@@ -1,0 +1,161 @@
+//! The model port: one streamed, cancellable step.
+//!
+//! A [`Model`] takes the conversation so far ([`ModelRequest`]) and streams a
+//! step back as [`ModelEvent`]s: text and reasoning deltas, complete tool
+//! calls, usage, and a final stop reason. The agent loop owns the step: it
+//! turns these into session events and decides what happens next.
+//!
+//! Providers live beside this module: [`scripted`] (offline, deterministic,
+//! driven by a rules file) today; the remote providers arrive with the
+//! providers issue.
+
+use async_trait::async_trait;
+use bdk_events::Usage;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub mod scripted;
+
+/// One message of the conversation sent to a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    /// A user prompt (or a nudge steered into a running turn).
+    User {
+        /// The text.
+        text: String,
+    },
+    /// An assistant step: its text and the tool calls it asked for.
+    Assistant {
+        /// The visible text of the step (may be empty).
+        text: String,
+        /// Tool calls requested by the step.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call.
+    Tool {
+        /// The call it answers.
+        call_id: String,
+        /// The tool name.
+        name: String,
+        /// The result as text (JSON results are serialized).
+        content: String,
+        /// True when the call failed.
+        is_error: bool,
+    },
+}
+
+/// A tool call requested by a model.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Provider-assigned (or generated) call id.
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// The arguments, as parsed JSON (providers that stream argument text
+    /// parse it; unparseable text arrives as a JSON string).
+    pub input: Value,
+}
+
+/// What a model is told about one tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// The tool name.
+    pub name: String,
+    /// What it does and when to use it.
+    pub description: String,
+    /// JSON Schema of its input.
+    pub input_schema: Value,
+}
+
+/// One step's request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelRequest {
+    /// The model name after the provider prefix (`grok-4`, `default`, ...).
+    pub model: String,
+    /// The system prompt.
+    pub system: String,
+    /// The conversation, oldest first.
+    pub messages: Vec<Message>,
+    /// The tools the model may call.
+    pub tools: Vec<ToolDefinition>,
+    /// Reasoning effort, when configured.
+    pub effort: Option<String>,
+}
+
+/// Why a step ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model finished its answer.
+    Stop,
+    /// The model asked for tool calls.
+    ToolCalls,
+    /// The output hit the token limit.
+    Length,
+    /// Anything else the provider reported.
+    Other(String),
+}
+
+impl StopReason {
+    /// The wire spelling used on `step.completed.data.finishReason`.
+    pub fn as_str(&self) -> &str {
+        match self {
+            StopReason::Stop => "stop",
+            StopReason::ToolCalls => "tool_calls",
+            StopReason::Length => "length",
+            StopReason::Other(s) => s,
+        }
+    }
+}
+
+/// One item of a streamed step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelEvent {
+    /// Visible text.
+    TextDelta(String),
+    /// Reasoning text.
+    ReasoningDelta(String),
+    /// A complete tool call.
+    ToolCall(ToolCall),
+    /// Token usage of the step (may arrive more than once; the last wins).
+    Usage(Usage),
+    /// The step ended.
+    Stop(StopReason),
+}
+
+/// Errors a model step can end in.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The model is not configured well enough to run (missing key, bad rules file).
+    #[error("model is not configured: {0}")]
+    Config(String),
+    /// The provider refused or failed the request.
+    #[error("model request failed: {0}")]
+    Provider(String),
+    /// The step was cancelled.
+    #[error("model step cancelled")]
+    Cancelled,
+    /// The step took longer than its timeout.
+    #[error("model step timed out after {0} ms")]
+    Timeout(u64),
+}
+
+/// A streamed step.
+pub type ModelStream = BoxStream<'static, Result<ModelEvent, ModelError>>;
+
+/// A language model behind a provider.
+#[async_trait]
+pub trait Model: Send + Sync + 'static {
+    /// The full model string (`provider/model`), as reported on `turn.completed`.
+    fn id(&self) -> &str;
+
+    /// Starts one step. The stream must end promptly (with
+    /// [`ModelError::Cancelled`] or simply ending) once `cancel` fires, and
+    /// dropping the stream must abort any work in flight.
+    async fn step(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelStream, ModelError>;
+}

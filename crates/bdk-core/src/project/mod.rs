@@ -1,0 +1,411 @@
+//! Project discovery: the agent folder as a typed [`Project`] plus
+//! [`Diagnostic`]s.
+//!
+//! The filesystem is the interface. [`discover`] walks `agent/` (or its alias
+//! `bot/`) and every discovery folder in it, parses each manifest, and reports
+//! every problem it finds with a severity, the file, what is wrong and how to
+//! fix it; it never stops at the first problem and never panics on bad input.
+//! `lib/` is never discovered; a stray file in a discovery folder is a
+//! diagnostic, not a silent skip.
+//!
+//! Discovery is synchronous and pure apart from reading files: it runs once at
+//! startup, before any session exists.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::tool::ToolSpec;
+
+mod discover;
+pub use discover::discover;
+
+/// How bad a diagnostic is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The project cannot be served as it is; `serve` refuses to start.
+    Error,
+    /// Served, but probably not what the author meant.
+    Warning,
+}
+
+/// One discovery problem.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
+    /// The file or folder concerned, relative to the project root (`/`-separated).
+    pub file: String,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    pub fix: String,
+}
+
+/// The result of [`discover`].
+#[derive(Debug)]
+pub struct Discovery {
+    /// The project, when discovery got far enough to build one (it may
+    /// still carry error diagnostics: check [`Discovery::has_errors`]).
+    pub project: Option<Project>,
+    /// Every problem found, in a stable order (file, then message).
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Discovery {
+    /// True when any diagnostic is an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(|d| d.severity == Severity::Error)
+    }
+}
+
+/// `[local]` of `agent.toml`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LocalConfig {
+    /// A directory to use as the parent of session workspaces.
+    pub cwd: Option<PathBuf>,
+}
+
+/// `[builtin_tools]` of `agent.toml`: which built-in tools the model gets.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BuiltinTools {
+    /// Workspace file tools (`read_file`, `write_file`, `list_files`, ...). Default on.
+    pub workspace: bool,
+    /// A shell tool in the workspace. Default off.
+    pub shell: bool,
+    /// Reminder tools. Default off (needs the scheduler).
+    pub reminders: bool,
+    /// `tag_artifact`. Default on.
+    pub artifacts: bool,
+}
+
+impl Default for BuiltinTools {
+    fn default() -> Self {
+        Self {
+            workspace: true,
+            shell: false,
+            reminders: false,
+            artifacts: true,
+        }
+    }
+}
+
+/// `agent.toml`; every key optional.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AgentConfig {
+    /// Agent name (default: the project directory name).
+    pub name: Option<String>,
+    /// What the agent does (required for subagents).
+    pub description: Option<String>,
+    /// `provider/model`; `None` means the default model.
+    pub model: Option<String>,
+    /// Reasoning effort passed to the provider.
+    pub effort: Option<String>,
+    /// Model steps per turn before the turn fails (default 25).
+    pub max_steps: Option<u32>,
+    /// Turns running at once across the agent; more get `turn.queued`.
+    pub max_running_turns: Option<u32>,
+    /// Default tool timeout in milliseconds (default 30000).
+    pub tool_timeout_ms: Option<u64>,
+    /// `[local]`.
+    pub local: LocalConfig,
+    /// `[builtin_tools]`.
+    pub builtin_tools: BuiltinTools,
+}
+
+/// How a manifest tool runs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ToolRunner {
+    /// A subprocess started in the tool's folder.
+    Command {
+        /// Program and arguments.
+        argv: Vec<String>,
+        /// Extra environment variables.
+        env: BTreeMap<String, String>,
+        /// Cap on stdout bytes (default 1 MiB).
+        max_output_bytes: usize,
+    },
+    /// An HTTP endpoint POSTed the same JSON request.
+    Url {
+        /// The endpoint.
+        url: String,
+        /// Extra request headers.
+        headers: BTreeMap<String, String>,
+    },
+    /// An agent-execution script materialized into the workspace.
+    Script {
+        /// The script file in the agent folder.
+        source: PathBuf,
+        /// Its path inside the workspace (`.bdk/tools/<file>`).
+        workspace_path: String,
+    },
+}
+
+/// A tool manifest (`tools/<name>.toml`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolManifest {
+    /// The manifest file.
+    pub path: PathBuf,
+    /// The folder the tool runs in (the manifest's folder).
+    pub dir: PathBuf,
+    /// Name, description, schemas, effect, execution, approval, timeout.
+    pub spec: ToolSpec,
+    /// How it runs.
+    pub runner: ToolRunner,
+}
+
+/// Which authoring form a skill uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SkillForm {
+    /// `skills/<name>.md`.
+    Flat,
+    /// `skills/<name>/SKILL.md` with sibling files.
+    Packaged,
+    /// `skills/<name>.toml`: `description`, `markdown` and inline `files`.
+    Generated,
+}
+
+/// A skill.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Skill {
+    /// The skill name (file stem or folder name).
+    pub name: String,
+    /// The routing description the model sees in the catalog.
+    pub description: String,
+    /// The Markdown body (frontmatter removed).
+    pub body: String,
+    /// The authoring form.
+    pub form: SkillForm,
+    /// The source file.
+    pub path: PathBuf,
+    /// Sibling files: path relative to the skill folder -> content.
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+/// A subagent (`subagents/<name>/`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Subagent {
+    /// The folder name.
+    pub name: String,
+    /// The routing description (required).
+    pub description: String,
+    /// Its config; `model` `None` inherits the parent's.
+    pub config: AgentConfig,
+    /// Its composed instructions.
+    pub instructions: String,
+    /// Its folder.
+    pub dir: PathBuf,
+}
+
+/// How an MCP connection is reached.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum McpTransport {
+    /// A child process speaking MCP on stdio.
+    Stdio {
+        /// Program.
+        command: String,
+        /// Arguments.
+        args: Vec<String>,
+        /// Extra environment.
+        env: BTreeMap<String, String>,
+        /// Working directory (relative to the manifest's folder).
+        cwd: Option<PathBuf>,
+    },
+    /// A remote streamable-HTTP server.
+    Http {
+        /// Endpoint URL.
+        url: String,
+        /// Extra headers.
+        headers: BTreeMap<String, String>,
+        /// Name of the environment variable holding a bearer token.
+        bearer_token_env: Option<String>,
+    },
+}
+
+/// An MCP connection manifest (`mcp-connections/<name>.toml`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct McpConnection {
+    /// The connection name (file stem).
+    pub name: String,
+    /// The manifest.
+    pub path: PathBuf,
+    /// Transport.
+    pub transport: McpTransport,
+    /// Expose the server's tools to the model by name.
+    pub advertise_tools: bool,
+    /// Per-call timeout.
+    pub timeout_ms: Option<u64>,
+}
+
+/// A custom channel manifest (`channels/<name>.toml`), parsed and shape-checked.
+/// The HTTP issue gives it behaviour; until then the parsed TOML is kept as JSON.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChannelManifest {
+    /// The channel id (file stem); routes live under `/v1/channels/<name>`.
+    pub name: String,
+    /// The manifest.
+    pub path: PathBuf,
+    /// The declared routes, as `METHOD path` strings, for `info`.
+    pub routes: Vec<String>,
+    /// The whole manifest as JSON.
+    pub raw: Value,
+}
+
+/// Which events a hook receives.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HookEvents {
+    /// Every event (`"*"`).
+    All,
+    /// These event types.
+    Only(Vec<String>),
+}
+
+impl HookEvents {
+    /// True when the hook wants events of this type.
+    pub fn matches(&self, kind: &str) -> bool {
+        match self {
+            HookEvents::All => true,
+            HookEvents::Only(kinds) => kinds.iter().any(|k| k == kind),
+        }
+    }
+}
+
+/// Where a hook delivers.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum HookTarget {
+    /// A command that receives the event as one JSON line on stdin.
+    Command {
+        /// Program and arguments (run in the hooks folder).
+        argv: Vec<String>,
+    },
+    /// A URL POSTed the event as JSON.
+    Url {
+        /// The endpoint.
+        url: String,
+        /// Extra headers.
+        headers: BTreeMap<String, String>,
+    },
+    /// A file the event is appended to as NDJSON (relative paths resolve
+    /// against the state root).
+    File {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+/// A hook manifest (`hooks/<name>.toml`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HookManifest {
+    /// The hook name (file stem).
+    pub name: String,
+    /// The manifest.
+    pub path: PathBuf,
+    /// The events it observes.
+    pub events: HookEvents,
+    /// Where it delivers.
+    pub target: HookTarget,
+}
+
+/// What a schedule does when it fires.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ScheduleAction {
+    /// Start a task session with this prompt (`schedules/<name>.md`).
+    Prompt {
+        /// The Markdown body.
+        prompt: String,
+    },
+    /// Hand off into a channel (`schedules/<name>.toml`).
+    Handoff {
+        /// The channel id.
+        channel: String,
+        /// The message sent through it.
+        message: String,
+        /// The continuation key, when the hand-off continues a conversation.
+        continuation_key: Option<String>,
+    },
+}
+
+/// A schedule (`schedules/<name>.md` or `.toml`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Schedule {
+    /// The schedule name (path under `schedules/` without extension).
+    pub name: String,
+    /// The file.
+    pub path: PathBuf,
+    /// 5-field UTC cron expression.
+    pub cron: String,
+    /// What it does.
+    pub action: ScheduleAction,
+}
+
+/// A file seeded into every session workspace (`sandbox/workspace/**`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SandboxFile {
+    /// Path inside the workspace (`/`-separated).
+    pub workspace_path: String,
+    /// The source file.
+    pub source: PathBuf,
+}
+
+/// A discovered agent project.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Project {
+    /// The project directory (the one holding `agent/`).
+    pub root: PathBuf,
+    /// `agent/` or `bot/`.
+    pub agent_dir: PathBuf,
+    /// The agent's name (`agent.toml` `name`, else the project directory name).
+    pub name: String,
+    /// `agent.toml`.
+    pub config: AgentConfig,
+    /// The composed system instructions.
+    pub instructions: String,
+    /// The files the instructions came from, in composition order.
+    pub instruction_files: Vec<PathBuf>,
+    /// Manifest tools, sorted by name.
+    pub tools: Vec<ToolManifest>,
+    /// Skills, sorted by name.
+    pub skills: Vec<Skill>,
+    /// Subagents, sorted by name.
+    pub subagents: Vec<Subagent>,
+    /// MCP connections, sorted by name.
+    pub mcp_connections: Vec<McpConnection>,
+    /// Custom channels, sorted by name.
+    pub channels: Vec<ChannelManifest>,
+    /// Hooks, sorted by name.
+    pub hooks: Vec<HookManifest>,
+    /// Schedules, sorted by name.
+    pub schedules: Vec<Schedule>,
+    /// Sandbox seed files, sorted by path.
+    pub sandbox_files: Vec<SandboxFile>,
+    /// Scripted-model rules files: name -> file (`default` is `agent/scripted.toml`,
+    /// others are `agent/scripted/<name>.toml`).
+    pub scripted_rules: BTreeMap<String, PathBuf>,
+    /// `evals/`, when present.
+    pub evals_dir: Option<PathBuf>,
+}
+
+impl Project {
+    /// A path relative to the project root, `/`-separated, for messages.
+    pub fn rel(&self, path: &Path) -> String {
+        rel_path(&self.root, path)
+    }
+}
+
+/// `path` relative to `root`, `/`-separated (or `path` itself when outside).
+pub fn rel_path(root: &Path, path: &Path) -> String {
+    let p = path.strip_prefix(root).unwrap_or(path);
+    p.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}

@@ -1,0 +1,21 @@
+//! The BDK event model: the envelope every session event travels in, the whole
+//! event vocabulary as typed Rust, id generators, and the NDJSON codec.
+//!
+//! This crate does no I/O of its own beyond writing to a caller's
+//! `std::io::Write`. It is the public wire format of BDK: stores persist it,
+//! streams serve it, hooks and evals consume it, and `bdk trajectory` reads
+//! saved files of it. See [`event`] for the compatibility rules.
+
+pub mod event;
+pub mod ids;
+pub mod ndjson;
+
+pub use event::{
+    ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult, ActionToolRetry,
+    ActionsCompleted, ActionsRequested, Admission, AgentBound, AbAssigned, ArtifactTagged,
+    EVENT_TYPES, Envelope, Event, FailStatus, MessageAppended, MessageCompleted, MessageReceived,
+    NudgeDelivered, ReasoningAppended, ReasoningCompleted, SessionCompleted, SessionFailed,
+    SessionMode, SessionStarted, SessionWaiting, StepCompleted, StepStarted, SubagentCalled,
+    SubagentCompleted, TurnCompleted, TurnFailed, TurnQueued, TurnStarted, Usage,
+};
+pub use ids::{DeliveryId, SessionId, TurnId};

@@ -1,0 +1,3 @@
+//! placeholder
+/// The file-system store.
+pub struct FsStore;
