@@ -7,7 +7,8 @@
 //! - [`FsStore`]: the default, embedded engine. A documented directory layout
 //!   under a state root, zero setup.
 //! - A PostgreSQL engine arrives with the scale-out issue and must pass the
-//!   same conformance suite (`conformance` feature, [`conformance`] module).
+//!   same conformance suite (the `conformance` module, behind the feature of
+//!   the same name).
 //!
 //! This crate knows the storage engines and nothing above them: it never
 //! names the agent runtime, HTTP or models.
@@ -166,7 +167,7 @@ pub struct ArtifactRecord {
     pub created_at: DateTime<Utc>,
 }
 
-/// Filter for [`Store::list_artifacts`].
+/// Filter for [`Store::artifact_list`].
 #[derive(Clone, Debug, Default)]
 pub struct ArtifactFilter {
     /// Only this session's artifacts.

@@ -1,3 +1,0 @@
-//! placeholder
-/// The file-system store.
-pub struct FsStore;

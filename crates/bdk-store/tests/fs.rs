@@ -1,0 +1,531 @@
+//! Tests of what is specific to [`FsStore`]: the on-disk layout, torn tails,
+//! corruption, sessions deleted from outside, and restarts after a kill.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::fs::{self, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bdk_events::ids::new_http_token;
+use bdk_events::{Envelope, MessageAppended, SessionId, SessionMode, SessionWaiting, ndjson};
+use bdk_store::{ArtifactRecord, FsStore, NewEvent, SessionRecord, Store, StoreError};
+use chrono::{SubsecRound, Utc};
+use futures::StreamExt;
+use serde_json::json;
+
+fn record(id: &SessionId) -> SessionRecord {
+    let now = Utc::now().trunc_subsecs(3);
+    SessionRecord {
+        id: id.clone(),
+        mode: SessionMode::Chat,
+        channel: "http".into(),
+        principal: None,
+        continuation_token: new_http_token(),
+        title: None,
+        purpose: None,
+        dry_run: false,
+        as_of: None,
+        created_at: now,
+        updated_at: now,
+        extra: serde_json::Value::Null,
+    }
+}
+
+fn delta(i: usize) -> NewEvent {
+    NewEvent::session(MessageAppended {
+        delta: format!("d{i}"),
+    })
+}
+
+fn waiting() -> NewEvent {
+    NewEvent::session(SessionWaiting {})
+}
+
+async fn new_session(store: &FsStore) -> SessionId {
+    let id = SessionId::generate();
+    store.create_session(record(&id)).await.unwrap();
+    id
+}
+
+async fn append_n(store: &FsStore, id: &SessionId, n: usize) {
+    for i in 0..n {
+        store.append(id, vec![delta(i)]).await.unwrap();
+    }
+}
+
+fn events_path(root: &Path, id: &SessionId) -> PathBuf {
+    root.join("sessions")
+        .join(id.as_str())
+        .join("events.ndjson")
+}
+
+fn append_raw(path: &Path, bytes: &[u8]) {
+    let mut file = OpenOptions::new().append(true).open(path).unwrap();
+    file.write_all(bytes).unwrap();
+}
+
+fn indices(envs: &[Envelope]) -> Vec<u64> {
+    envs.iter().map(|e| e.index).collect()
+}
+
+fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &str) {
+    match result {
+        Err(StoreError::Corrupt { .. }) => {}
+        other => panic!("{what}: expected StoreError::Corrupt, got {other:?}"),
+    }
+}
+
+fn assert_not_found<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &str) {
+    match result {
+        Err(StoreError::SessionNotFound(_)) => {}
+        other => panic!("{what}: expected StoreError::SessionNotFound, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn layout_matches_the_documented_file_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("state");
+    let store = FsStore::open(&root).unwrap();
+    for top in [
+        "sessions",
+        "traces",
+        "tool-calls",
+        "kv",
+        "files",
+        "artifacts",
+        "tmp",
+    ] {
+        assert!(root.join(top).is_dir(), "{top}/ is created on open");
+    }
+    let id = new_session(&store).await;
+    let session_dir = root.join("sessions").join(id.as_str());
+    store.append(&id, vec![delta(0), waiting()]).await.unwrap();
+
+    let record: SessionRecord =
+        serde_json::from_slice(&fs::read(session_dir.join("session.json")).unwrap()).unwrap();
+    assert_eq!(record.id, id);
+    let scan = ndjson::scan(&fs::read(session_dir.join("events.ndjson")).unwrap()).unwrap();
+    assert_eq!(indices(&scan.events), vec![0, 1]);
+    assert!(!scan.is_torn());
+    let names: Vec<String> = fs::read_dir(&session_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let mut names = names;
+    names.sort();
+    assert_eq!(
+        names,
+        ["events.ndjson", "session.json"],
+        "no temp files left"
+    );
+
+    assert_eq!(store.state_root(), root);
+    assert_eq!(store.workspace_dir(&id), session_dir.join("workspace"));
+    assert_eq!(store.traces_dir(), root.join("traces"));
+    assert_eq!(
+        store.tool_call_dir("tool_get_weather_01").unwrap(),
+        root.join("tool-calls").join("tool_get_weather_01")
+    );
+
+    store.kv_put("prefs", "theme", json!("dark")).await.unwrap();
+    store.kv_put("prefs", "../Up", json!(1)).await.unwrap();
+    assert_eq!(
+        fs::read_to_string(root.join("kv/prefs/theme.json")).unwrap(),
+        "\"dark\""
+    );
+    assert!(root.join("kv/prefs/%2E%2E%2F%55p.json").is_file());
+
+    store
+        .file_put("reports/q1.md", b"# Q1".to_vec())
+        .await
+        .unwrap();
+    assert_eq!(fs::read(root.join("files/reports/q1.md")).unwrap(), b"# Q1");
+
+    let art = ArtifactRecord {
+        id: "art_layout".into(),
+        session_id: Some(id.clone()),
+        principal: None,
+        kind: "report".into(),
+        name: "r.md".into(),
+        content_type: "text/markdown".into(),
+        size: 2,
+        metadata: serde_json::Value::Null,
+        created_at: Utc::now().trunc_subsecs(3),
+    };
+    store
+        .artifact_put(art.clone(), b"hi".to_vec())
+        .await
+        .unwrap();
+    let stored: ArtifactRecord =
+        serde_json::from_slice(&fs::read(root.join("artifacts/art_layout.json")).unwrap()).unwrap();
+    assert_eq!(stored, art);
+    assert_eq!(
+        fs::read(root.join("artifacts/art_layout.bin")).unwrap(),
+        b"hi"
+    );
+    assert_eq!(
+        fs::read_dir(root.join("tmp")).unwrap().count(),
+        0,
+        "no temp files left"
+    );
+}
+
+#[tokio::test]
+async fn torn_tails_are_cut_on_reopen() {
+    // `None` stands for a whole, valid event line whose newline never made
+    // it to disk: still torn, because its append was never acknowledged.
+    let tails: [(&str, Option<&[u8]>); 5] = [
+        ("partial line", Some(b"{\"type\":\"message.appe")),
+        ("zero fill", Some(&[0u8; 4096])),
+        ("garbage line with newline", Some(b"}}not json{{\n")),
+        ("complete event without its newline", None),
+        ("partial line then zeros", Some(b"{\"type\":\0\0\0\0")),
+    ];
+    for (name, tail) in tails {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::open(dir.path()).unwrap();
+        let id = new_session(&store).await;
+        append_n(&store, &id, 4).await;
+        store.append(&id, vec![waiting()]).await.unwrap();
+        let before = store.read(&id, 0).await.unwrap();
+        drop(store);
+
+        let path = events_path(dir.path(), &id);
+        match tail {
+            Some(bytes) => append_raw(&path, bytes),
+            None => {
+                let mut unfinished = before[4].clone();
+                unfinished.index = 5;
+                append_raw(&path, unfinished.to_line().unwrap().as_bytes());
+            }
+        }
+
+        let store = FsStore::open(dir.path()).unwrap();
+        assert_eq!(
+            store.read(&id, 0).await.unwrap(),
+            before,
+            "{name}: earlier events kept"
+        );
+        assert_eq!(store.next_index(&id).await.unwrap(), 5, "{name}");
+        let next = store.append(&id, vec![delta(5)]).await.unwrap();
+        assert_eq!(
+            indices(&next),
+            vec![5],
+            "{name}: the next append gets the next index"
+        );
+
+        let scan = ndjson::scan(&fs::read(&path).unwrap()).unwrap();
+        assert!(!scan.is_torn(), "{name}: the file scans clean afterwards");
+        assert_eq!(indices(&scan.events), (0..6).collect::<Vec<_>>(), "{name}");
+        drop(store);
+        let store = FsStore::open(dir.path()).unwrap();
+        assert_eq!(
+            store.next_index(&id).await.unwrap(),
+            6,
+            "{name}: stable after another restart"
+        );
+    }
+}
+
+#[tokio::test]
+async fn corruption_before_the_tail_is_an_error_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let id = new_session(&store).await;
+    append_n(&store, &id, 3).await;
+    drop(store);
+
+    let path = events_path(dir.path(), &id);
+    let original = fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<&str> = original.lines().collect();
+    lines.insert(1, "this line is not an event");
+    let damaged = lines.join("\n") + "\n";
+    fs::write(&path, &damaged).unwrap();
+
+    let store = FsStore::open(dir.path()).unwrap();
+    assert_corrupt(store.read(&id, 0).await, "read");
+    assert_corrupt(store.next_index(&id).await, "next_index");
+    assert_corrupt(store.append(&id, vec![delta(9)]).await, "append");
+    assert_corrupt(store.subscribe(&id, 0).await.map(|_| ()), "subscribe");
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        damaged,
+        "the file is not rewritten"
+    );
+    // The record itself is fine: the session is still listed.
+    assert!(store.get_session(&id).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn indices_other_than_zero_to_n_are_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let id = new_session(&store).await;
+    append_n(&store, &id, 3).await;
+    let events = store.read(&id, 0).await.unwrap();
+    drop(store);
+
+    // A repeated line: every line parses, but index 1 appears twice.
+    let path = events_path(dir.path(), &id);
+    let mut dup = events[1].to_line().unwrap();
+    dup.push('\n');
+    append_raw(&path, dup.as_bytes());
+    let store = FsStore::open(dir.path()).unwrap();
+    assert_corrupt(store.read(&id, 0).await, "duplicate index");
+}
+
+#[tokio::test]
+async fn a_session_deleted_from_outside_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let keep = new_session(&store).await;
+    let id = new_session(&store).await;
+    append_n(&store, &id, 3).await;
+    let mut stream = store.subscribe(&id, 0).await.unwrap();
+    let session_dir = dir.path().join("sessions").join(id.as_str());
+
+    fs::remove_dir_all(&session_dir).unwrap();
+
+    assert_eq!(store.get_session(&id).await.unwrap(), None);
+    let listed: Vec<SessionId> = store
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(listed, vec![keep.clone()]);
+    assert_not_found(store.append(&id, vec![delta(3)]).await, "append");
+    assert_not_found(store.append(&id, vec![waiting()]).await, "boundary append");
+    assert_not_found(store.read(&id, 0).await, "read");
+    assert_not_found(store.next_index(&id).await, "next_index");
+    assert_not_found(store.subscribe(&id, 0).await.map(|_| ()), "subscribe");
+    assert!(
+        !session_dir.exists(),
+        "an append must not resurrect the directory"
+    );
+
+    // The stream that was open ends once the store has noticed.
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), stream.next()).await {
+            Err(_) => panic!("the stream did not end"),
+            Ok(None) => break,
+            Ok(Some(item)) => seen.push(item.unwrap().index),
+        }
+    }
+    assert_eq!(seen, (0..seen.len() as u64).collect::<Vec<_>>());
+
+    // The other session is untouched, and the id can be created again.
+    store.append(&keep, vec![delta(0)]).await.unwrap();
+    store.create_session(record(&id)).await.unwrap();
+    assert_eq!(
+        indices(&store.append(&id, vec![delta(0)]).await.unwrap()),
+        vec![0]
+    );
+}
+
+#[tokio::test]
+async fn a_session_deleted_from_outside_while_its_log_is_open_is_not_written() {
+    // The store keeps an append handle open; deleting the directory must not
+    // let later appends succeed into the unlinked file.
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let id = new_session(&store).await;
+    append_n(&store, &id, 2).await;
+    fs::remove_dir_all(dir.path().join("sessions").join(id.as_str())).unwrap();
+    for _ in 0..3 {
+        assert_not_found(store.append(&id, vec![delta(9)]).await, "append");
+    }
+}
+
+#[tokio::test]
+async fn records_that_cannot_be_read_are_skipped_in_listings() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let good = new_session(&store).await;
+    let sessions = dir.path().join("sessions");
+
+    // Garbage in a record, a record copied under another id, and a directory
+    // without a record.
+    let garbled = SessionId::generate();
+    fs::create_dir_all(sessions.join(garbled.as_str())).unwrap();
+    fs::write(
+        sessions.join(garbled.as_str()).join("session.json"),
+        b"{not json",
+    )
+    .unwrap();
+    let copied = SessionId::generate();
+    fs::create_dir_all(sessions.join(copied.as_str())).unwrap();
+    fs::copy(
+        sessions.join(good.as_str()).join("session.json"),
+        sessions.join(copied.as_str()).join("session.json"),
+    )
+    .unwrap();
+    let bare = SessionId::generate();
+    fs::create_dir_all(sessions.join(bare.as_str()).join("workspace")).unwrap();
+    fs::write(sessions.join("stray-file"), b"x").unwrap();
+
+    let listed: Vec<SessionId> = store
+        .list_sessions()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(listed, vec![good]);
+    assert_corrupt(store.get_session(&garbled).await, "garbled record");
+    assert_corrupt(
+        store.get_session(&copied).await,
+        "record of another session",
+    );
+    assert_eq!(store.get_session(&bare).await.unwrap(), None);
+    // A directory without a record is not a session and can become one.
+    store.create_session(record(&bare)).await.unwrap();
+    assert!(store.get_session(&bare).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn rotation_rewrites_the_record_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let id = new_session(&store).await;
+    let mut token = store
+        .get_session(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .continuation_token;
+    for _ in 0..20 {
+        let next = new_http_token();
+        store.rotate_token(&id, &token, &next).await.unwrap();
+        token = next;
+    }
+    let session_dir = dir.path().join("sessions").join(id.as_str());
+    let names: Vec<String> = fs::read_dir(&session_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "only session.json and events.ndjson: {names:?}"
+    );
+    let on_disk: SessionRecord =
+        serde_json::from_slice(&fs::read(session_dir.join("session.json")).unwrap()).unwrap();
+    assert_eq!(on_disk.continuation_token, token);
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn idle_append_handles_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let mut ids = Vec::new();
+    for i in 0..300 {
+        let id = new_session(&store).await;
+        store.append(&id, vec![delta(i)]).await.unwrap();
+        ids.push(id);
+    }
+    let sessions = dir.path().join("sessions");
+    let open = fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.starts_with(&sessions))
+        .count();
+    assert!(open <= 257, "{open} log handles open for 300 sessions");
+    // Sessions whose handle was closed still append in order.
+    for id in &ids {
+        let envs = store.append(id, vec![delta(1)]).await.unwrap();
+        assert_eq!(indices(&envs), vec![1]);
+    }
+}
+
+const CHILD_ROOT: &str = "BDK_STORE_TEST_CHILD_ROOT";
+const CHILD_SESSION: &str = "BDK_STORE_TEST_CHILD_SESSION";
+
+/// The writer half of [`killed_writer_loses_nothing_it_wrote`]: appends
+/// without a boundary, a boundary batch, more appends, reports, then waits to
+/// be killed. Run alone (no environment), it writes into its own temp dir and
+/// checks what it wrote.
+#[test]
+#[ignore = "run as a child process by killed_writer_loses_nothing_it_wrote"]
+fn child_writer() {
+    let own = tempfile::tempdir().unwrap();
+    let as_child = std::env::var_os(CHILD_ROOT).is_some();
+    let root = std::env::var_os(CHILD_ROOT).map_or_else(|| own.path().to_path_buf(), PathBuf::from);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = FsStore::open(&root).unwrap();
+        let id = match std::env::var(CHILD_SESSION) {
+            Ok(id) => SessionId::parse(&id).unwrap(),
+            Err(_) => new_session(&store).await,
+        };
+        append_n(&store, &id, 100).await;
+        store
+            .append(&id, vec![delta(100), waiting()])
+            .await
+            .unwrap();
+        append_n(&store, &id, 50).await;
+        let next = store.next_index(&id).await.unwrap();
+        assert_eq!(next, 152);
+        println!("ready {next}");
+        std::io::stdout().flush().unwrap();
+    });
+    if as_child {
+        // Hold the store's process alive until the parent kills it.
+        let mut sink = String::new();
+        while std::io::stdin().read_line(&mut sink).unwrap_or(0) > 0 {}
+    }
+}
+
+#[test]
+fn killed_writer_loses_nothing_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let id = rt.block_on(async {
+        let store = FsStore::open(dir.path()).unwrap();
+        new_session(&store).await
+    });
+
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_writer",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ROOT, dir.path())
+        .env(CHILD_SESSION, id.as_str())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    // The test harness prints its own text on the same line, so look for
+    // the report anywhere in a line.
+    let ready = BufReader::new(stdout)
+        .lines()
+        .map(|l| l.unwrap())
+        .find_map(|l| l.split_once("ready ").map(|(_, n)| n.trim().to_owned()))
+        .expect("the child reports its appends");
+    assert_eq!(ready, "152");
+    // SIGKILL on Unix: no destructor, no flush, no goodbye.
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    rt.block_on(async {
+        let store = FsStore::open(dir.path()).unwrap();
+        assert_eq!(store.next_index(&id).await.unwrap(), 152);
+        let events = store.read(&id, 0).await.unwrap();
+        assert_eq!(indices(&events), (0..152).collect::<Vec<_>>());
+        assert_eq!(events[101].kind(), "session.waiting");
+        let next = store.append(&id, vec![delta(152)]).await.unwrap();
+        assert_eq!(indices(&next), vec![152]);
+    });
+}
