@@ -1,1 +1,816 @@
-//! placeholder
+//! The agent loop: one turn, step by step.
+//!
+//! A turn is an explicit state machine over three states, `Step` (stream one
+//! model step), `Act` (run the batch of tool calls the step asked for) and
+//! `Done`. Every observable fact becomes an event recorded through a
+//! [`Recorder`] before the loop moves on, so the durable stream is the turn's
+//! only source of truth: a restarted host rebuilds the conversation from it.
+//!
+//! Rules the loop keeps:
+//! - tool input is validated against the tool's schema before execution; an
+//!   unknown tool, invalid input or a failing tool becomes an `isError`
+//!   result the model sees, never a dead turn;
+//! - consecutive `effect = "read"` calls of a batch run concurrently; a write
+//!   waits for everything before it and runs alone, so writes keep the
+//!   model's order;
+//! - dry runs execute reads and stub writes; `asOf` pins `now` and refuses
+//!   time arguments later than it;
+//! - reads that fail transiently are retried (`action.tool_retry`);
+//! - the step limit and the per-turn tool-call limit end a runaway turn;
+//! - cancellation reaches the model stream and every tool call promptly.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bdk_events::{
+    ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult, ActionToolRetry,
+    ActionsCompleted, ActionsRequested, Event, MessageAppended, MessageCompleted, NudgeDelivered,
+    ReasoningAppended, ReasoningCompleted, StepCompleted, StepStarted, SubagentCalled,
+    SubagentCompleted, Usage,
+};
+use chrono::{DateTime, NaiveDate, Utc};
+use futures::StreamExt;
+use futures::future::join_all;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{
+    Message, Model, ModelError, ModelEvent, ModelRequest, ToolCall, ToolDefinition,
+};
+use crate::tool::schema::InputValidator;
+use crate::tool::{Effect, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec};
+
+/// Model steps per turn when `agent.toml` sets no `max_steps`.
+pub const DEFAULT_MAX_STEPS: u32 = 25;
+/// Tool calls per turn before the turn is ended as runaway.
+pub const MAX_TOOL_CALLS_PER_TURN: usize = 256;
+/// Tool timeout when neither the tool nor `agent.toml` sets one.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Attempts for a read that fails transiently (the first run included).
+pub const READ_ATTEMPTS: u32 = 3;
+/// The name of the built-in delegation tool.
+pub const TASK_TOOL: &str = "task";
+
+/// A recording failure: the store refused an append. The turn cannot go on
+/// without a durable record, so it ends.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to record event: {0}")]
+pub struct RecordError(pub String);
+
+/// Where the loop records its events (the host appends them to the store
+/// under the session and turn ids, then hands them to hooks).
+#[async_trait]
+pub trait Recorder: Send + Sync {
+    /// Records one event of the running turn.
+    async fn record(&self, event: Event) -> Result<(), RecordError>;
+}
+
+/// A message steered into a running turn at a tool boundary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Nudge {
+    /// The text.
+    pub message: String,
+    /// The send it came from.
+    pub delivery_id: Option<String>,
+}
+
+/// Source of messages to steer into the running turn.
+pub trait Steering: Send + Sync {
+    /// Takes every message waiting to be steered in.
+    fn take(&self) -> Vec<Nudge>;
+}
+
+/// A person's decision on a parked call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// Approved or denied.
+    pub approved: bool,
+    /// Who decided.
+    pub by: Option<String>,
+    /// Why (shown to the model on denial).
+    pub reason: Option<String>,
+}
+
+/// Parks calls of `needs_approval` tools until a decision arrives.
+#[async_trait]
+pub trait ApprovalGate: Send + Sync {
+    /// Waits for the decision on `call_id`; `None` when `cancel` fired first.
+    async fn wait(
+        &self,
+        call_id: &str,
+        name: &str,
+        input: &Value,
+        cancel: &CancellationToken,
+    ) -> Option<Decision>;
+}
+
+/// A tool with its compiled input validator.
+#[derive(Clone)]
+pub struct ToolEntry {
+    /// The tool.
+    pub tool: Arc<dyn Tool>,
+    /// Its compiled input schema; `None` when the schema could not compile
+    /// (discovery reports that; the input then goes through unvalidated).
+    pub validator: Option<Arc<InputValidator>>,
+}
+
+impl ToolEntry {
+    /// Wraps a tool, compiling its input schema.
+    pub fn new(tool: Arc<dyn Tool>) -> Self {
+        let validator = InputValidator::new(&tool.spec().input_schema)
+            .ok()
+            .map(Arc::new);
+        Self { tool, validator }
+    }
+}
+
+/// Everything the loop needs to know about one agent (the root or a subagent).
+#[derive(Clone)]
+pub struct AgentSpec {
+    /// The agent's name.
+    pub name: String,
+    /// The full system prompt: instructions and catalogs.
+    pub system: String,
+    /// The model.
+    pub model: Arc<dyn Model>,
+    /// The model name sent to the provider (after the `provider/` prefix).
+    pub model_name: String,
+    /// Reasoning effort.
+    pub effort: Option<String>,
+    /// Step limit.
+    pub max_steps: u32,
+    /// Default tool timeout.
+    pub tool_timeout: Duration,
+    /// Callable tools by name (the `task` tool excluded).
+    pub tools: Arc<BTreeMap<String, ToolEntry>>,
+    /// The `task` tool's spec and the subagents it reaches, when there are any.
+    pub task: Option<(ToolSpec, Arc<BTreeMap<String, AgentSpec>>)>,
+}
+
+impl AgentSpec {
+    /// The tool definitions the model sees.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        let mut defs: Vec<ToolDefinition> = self
+            .tools
+            .values()
+            .map(|e| {
+                let s = e.tool.spec();
+                ToolDefinition {
+                    name: s.name.clone(),
+                    description: s.description.clone(),
+                    input_schema: s.input_schema.clone(),
+                }
+            })
+            .collect();
+        if let Some((spec, _)) = &self.task {
+            defs.push(ToolDefinition {
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                input_schema: spec.input_schema.clone(),
+            });
+        }
+        defs
+    }
+}
+
+/// The session-level facts a turn runs with.
+#[derive(Clone)]
+pub struct TurnEnv {
+    /// Session facts handed to tools.
+    pub session: SessionInfo,
+    /// The workspace tools work in.
+    pub workspace_dir: std::path::PathBuf,
+    /// The agent's state root.
+    pub state_root: std::path::PathBuf,
+    /// Writes are stubbed.
+    pub dry_run: bool,
+    /// Pinned "now".
+    pub as_of: Option<DateTime<Utc>>,
+    /// Host services for built-in tools.
+    pub services: Option<Arc<dyn ToolServices>>,
+}
+
+/// How a turn ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TurnEnd {
+    /// The model finished with a reply.
+    Completed,
+    /// The turn failed (model error, limits, recording failure).
+    Failed(String),
+    /// The turn's cancel token fired.
+    Cancelled,
+}
+
+/// The result of [`run_turn`].
+#[derive(Clone, Debug)]
+pub struct TurnOutcome {
+    /// How it ended.
+    pub end: TurnEnd,
+    /// The final reply (the last step's text).
+    pub reply: String,
+    /// Usage summed over steps.
+    pub usage: Usage,
+    /// Steps run.
+    pub steps: u32,
+    /// Messages this turn added to the conversation (assistant steps, tool
+    /// results, nudges), for the caller's transcript cache.
+    pub added: Vec<Message>,
+}
+
+/// One turn's inputs.
+pub struct TurnInput<'a> {
+    /// The agent.
+    pub spec: &'a AgentSpec,
+    /// The conversation so far, ending with the turn's user message.
+    pub history: Vec<Message>,
+    /// Session facts.
+    pub env: &'a TurnEnv,
+    /// Where events go.
+    pub recorder: &'a dyn Recorder,
+    /// Messages steered in at tool boundaries.
+    pub steering: Option<&'a dyn Steering>,
+    /// Approvals.
+    pub approvals: &'a dyn ApprovalGate,
+    /// Fires to cancel the turn.
+    pub cancel: CancellationToken,
+    /// Record step-level events (false inside a subagent, whose inner
+    /// steps are summarised by `subagent.called` / `subagent.completed`).
+    pub verbose: bool,
+}
+
+enum State {
+    /// Stream one model step, then run its batch of calls, if any.
+    Step,
+    /// The turn is over.
+    Done(TurnEnd),
+}
+
+struct Run<'a> {
+    input: TurnInput<'a>,
+    messages: Vec<Message>,
+    added_from: usize,
+    usage: Usage,
+    step: u32,
+    reply: String,
+    calls: usize,
+}
+
+/// Runs one turn to its end. The caller records `turn.started` before and
+/// `turn.completed` / `turn.failed` after, from the outcome.
+pub async fn run_turn(input: TurnInput<'_>) -> TurnOutcome {
+    let added_from = input.history.len();
+    let messages = input.history.clone();
+    let mut run = Run {
+        input,
+        messages,
+        added_from,
+        usage: Usage::default(),
+        step: 0,
+        reply: String::new(),
+        calls: 0,
+    };
+    let mut state = State::Step;
+    let end = loop {
+        state = match state {
+            State::Step => run.step().await,
+            State::Done(end) => break end,
+        };
+    };
+    let added = run.messages.split_off(run.added_from);
+    TurnOutcome {
+        end,
+        reply: run.reply,
+        usage: run.usage,
+        steps: run.step,
+        added,
+    }
+}
+
+impl Run<'_> {
+    async fn emit(&self, event: impl Into<Event>) -> Result<(), RecordError> {
+        if self.input.verbose {
+            self.input.recorder.record(event.into()).await
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn step(&mut self) -> State {
+        if self.input.cancel.is_cancelled() {
+            return State::Done(TurnEnd::Cancelled);
+        }
+        if self.step >= self.input.spec.max_steps {
+            return State::Done(TurnEnd::Failed(format!(
+                "turn stopped after {} model steps without a final answer (max_steps); raise max_steps in agent.toml if the agent needs more",
+                self.input.spec.max_steps
+            )));
+        }
+        self.step += 1;
+        let step = self.step;
+        let started = Instant::now();
+        if let Err(e) = self.emit(StepStarted { step }).await {
+            return State::Done(TurnEnd::Failed(e.to_string()));
+        }
+        let request = ModelRequest {
+            model: self.input.spec.model_name.clone(),
+            system: self.input.spec.system.clone(),
+            messages: self.messages.clone(),
+            tools: self.input.spec.definitions(),
+            effort: self.input.spec.effort.clone(),
+        };
+        let cancel = self.input.cancel.clone();
+        let mut stream = match self.input.spec.model.step(request, cancel.clone()).await {
+            Ok(s) => s,
+            Err(e) => return State::Done(model_end(e)),
+        };
+        let mut text = String::new();
+        let mut reasoning = String::new();
+        let mut calls = Vec::new();
+        let mut step_usage = Usage::default();
+        let mut finish = None;
+        loop {
+            let item = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return State::Done(TurnEnd::Cancelled),
+                item = stream.next() => item,
+            };
+            let Some(item) = item else { break };
+            let recorded = match item {
+                Ok(ModelEvent::TextDelta(delta)) => {
+                    text.push_str(&delta);
+                    self.emit(MessageAppended { delta }).await
+                }
+                Ok(ModelEvent::ReasoningDelta(delta)) => {
+                    reasoning.push_str(&delta);
+                    self.emit(ReasoningAppended { delta }).await
+                }
+                Ok(ModelEvent::ToolCall(call)) => {
+                    calls.push(call);
+                    Ok(())
+                }
+                Ok(ModelEvent::Usage(u)) => {
+                    step_usage = u;
+                    Ok(())
+                }
+                Ok(ModelEvent::Stop(reason)) => {
+                    finish = Some(reason.as_str().to_owned());
+                    Ok(())
+                }
+                Err(e) => return State::Done(model_end(e)),
+            };
+            if let Err(e) = recorded {
+                return State::Done(TurnEnd::Failed(e.to_string()));
+            }
+        }
+        drop(stream);
+        self.usage.add(&step_usage);
+        if !reasoning.is_empty()
+            && let Err(e) = self.emit(ReasoningCompleted { text: reasoning }).await
+        {
+            return State::Done(TurnEnd::Failed(e.to_string()));
+        }
+        if !text.is_empty()
+            && let Err(e) = self.emit(MessageCompleted { text: text.clone() }).await
+        {
+            return State::Done(TurnEnd::Failed(e.to_string()));
+        }
+        self.messages.push(Message::Assistant {
+            text: text.clone(),
+            tool_calls: calls.clone(),
+        });
+        let completed = StepCompleted {
+            step,
+            duration_ms: 0,
+            finish_reason: finish,
+            usage: Some(step_usage),
+        };
+        if calls.is_empty() {
+            self.reply = text;
+            let completed = StepCompleted {
+                duration_ms: elapsed_ms(started),
+                ..completed
+            };
+            return match self.emit(completed).await {
+                Ok(()) => State::Done(TurnEnd::Completed),
+                Err(e) => State::Done(TurnEnd::Failed(e.to_string())),
+            };
+        }
+        self.calls += calls.len();
+        if self.calls > MAX_TOOL_CALLS_PER_TURN {
+            return State::Done(TurnEnd::Failed(format!(
+                "turn stopped after more than {MAX_TOOL_CALLS_PER_TURN} tool calls"
+            )));
+        }
+        let state = self.act(calls).await;
+        let completed = StepCompleted {
+            duration_ms: elapsed_ms(started),
+            ..completed
+        };
+        if let Err(e) = self.emit(completed).await {
+            return State::Done(TurnEnd::Failed(e.to_string()));
+        }
+        state
+    }
+
+    /// Runs one batch, then steers in waiting nudges and goes back to `Step`.
+    async fn act(&mut self, calls: Vec<ToolCall>) -> State {
+        let step = self.step;
+        let requested = ActionsRequested {
+            step,
+            actions: calls
+                .iter()
+                .map(|c| ActionRequest {
+                    call_id: c.id.clone(),
+                    name: c.name.clone(),
+                    input: c.input.clone(),
+                })
+                .collect(),
+        };
+        if let Err(e) = self.emit(requested).await {
+            return State::Done(TurnEnd::Failed(e.to_string()));
+        }
+        // Group consecutive reads; each write is its own group.
+        let mut groups: Vec<Vec<&ToolCall>> = Vec::new();
+        for call in &calls {
+            let is_read = self.effect_of(&call.name) == Effect::Read;
+            match groups.last_mut() {
+                Some(g) if is_read && g.iter().all(|c| self.effect_of(&c.name) == Effect::Read) => {
+                    g.push(call)
+                }
+                _ => groups.push(vec![call]),
+            }
+        }
+        let mut results: Vec<(String, String, ToolOutput)> = Vec::with_capacity(calls.len());
+        for group in groups {
+            let outs = join_all(group.iter().map(|c| self.execute(c))).await;
+            for (call, out) in group.iter().zip(outs) {
+                match out {
+                    Ok(out) => results.push((call.id.clone(), call.name.clone(), out)),
+                    Err(e) => return State::Done(TurnEnd::Failed(e.to_string())),
+                }
+            }
+            if self.input.cancel.is_cancelled() {
+                return State::Done(TurnEnd::Cancelled);
+            }
+        }
+        for (call_id, name, out) in results {
+            self.messages.push(Message::Tool {
+                call_id,
+                name,
+                content: out.to_text(),
+                is_error: out.is_error,
+            });
+        }
+        let completed = ActionsCompleted {
+            step,
+            call_ids: calls.iter().map(|c| c.id.clone()).collect(),
+        };
+        if let Err(e) = self.emit(completed).await {
+            return State::Done(TurnEnd::Failed(e.to_string()));
+        }
+        if let Some(steering) = self.input.steering {
+            for nudge in steering.take() {
+                let event = NudgeDelivered {
+                    message: nudge.message.clone(),
+                    delivery_id: nudge.delivery_id.clone(),
+                };
+                if let Err(e) = self.input.recorder.record(event.into()).await {
+                    return State::Done(TurnEnd::Failed(e.to_string()));
+                }
+                self.messages.push(Message::User {
+                    text: nudge.message,
+                });
+            }
+        }
+        State::Step
+    }
+
+    fn effect_of(&self, name: &str) -> Effect {
+        self.input
+            .spec
+            .tools
+            .get(name)
+            .map_or(Effect::Write, |e| e.tool.spec().effect)
+    }
+
+    /// Executes one call and records its `action.result`.
+    async fn execute(&self, call: &ToolCall) -> Result<ToolOutput, RecordError> {
+        let started = Instant::now();
+        let (out, stubbed) = self.execute_inner(call).await?;
+        let result = ActionResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            is_error: out.is_error,
+            output: out.content.clone(),
+            duration_ms: elapsed_ms(started),
+            stubbed,
+        };
+        self.emit(result).await?;
+        Ok(out)
+    }
+
+    async fn execute_inner(&self, call: &ToolCall) -> Result<(ToolOutput, bool), RecordError> {
+        let spec = self.input.spec;
+        if call.name == TASK_TOOL
+            && let Some((_, subagents)) = &spec.task
+        {
+            return Ok((self.delegate(call, subagents).await?, false));
+        }
+        let Some(entry) = spec.tools.get(&call.name) else {
+            let mut names: Vec<&str> = spec.tools.keys().map(String::as_str).collect();
+            if spec.task.is_some() {
+                names.push(TASK_TOOL);
+            }
+            return Ok((
+                ToolOutput::error(format!(
+                    "unknown tool `{}`; available tools: {}",
+                    call.name,
+                    names.join(", ")
+                )),
+                false,
+            ));
+        };
+        if let Some(validator) = &entry.validator
+            && let Err(errors) = validator.validate(&call.input)
+        {
+            return Ok((
+                ToolOutput::error(format!(
+                    "invalid input for `{}`: {}",
+                    call.name,
+                    errors.join("; ")
+                )),
+                false,
+            ));
+        }
+        if let Some(as_of) = self.input.env.as_of
+            && let Some(late) = later_than(&call.input, as_of)
+        {
+            return Ok((
+                ToolOutput::error(format!(
+                    "time argument {late} is later than the session's asOf ({})",
+                    as_of.to_rfc3339()
+                )),
+                false,
+            ));
+        }
+        let tool_spec = entry.tool.spec();
+        if self.input.env.dry_run && tool_spec.effect == Effect::Write {
+            return Ok((
+                ToolOutput::ok(json!({
+                    "dryRun": true,
+                    "message": format!("`{}` changes state, so this dry run did not execute it", call.name),
+                })),
+                true,
+            ));
+        }
+        let mut approved_by = None;
+        if tool_spec.needs_approval {
+            self.input
+                .recorder
+                .record(
+                    ActionApprovalRequested {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        input: call.input.clone(),
+                    }
+                    .into(),
+                )
+                .await?;
+            let decision = self
+                .input
+                .approvals
+                .wait(&call.id, &call.name, &call.input, &self.input.cancel)
+                .await;
+            let Some(decision) = decision else {
+                return Ok((ToolOutput::error("approval wait cancelled"), false));
+            };
+            self.input
+                .recorder
+                .record(
+                    ActionApprovalResolved {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        approved: decision.approved,
+                        by: decision.by.clone(),
+                        reason: decision.reason.clone(),
+                    }
+                    .into(),
+                )
+                .await?;
+            if !decision.approved {
+                let who = decision.by.as_deref().unwrap_or("a reviewer");
+                let why = decision
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                return Ok((
+                    ToolOutput::error(format!("call denied by {who}{why}")),
+                    false,
+                ));
+            }
+            approved_by = decision.by;
+        }
+        let attempts = if tool_spec.effect == Effect::Read {
+            READ_ATTEMPTS
+        } else {
+            1
+        };
+        let timeout = tool_spec.timeout(spec.tool_timeout);
+        let mut attempt = 1;
+        loop {
+            let ctx = self.tool_context(&call.id, approved_by.clone());
+            let out = call_with_timeout(&entry.tool, call.input.clone(), ctx, timeout).await;
+            if !out.is_error
+                || attempt >= attempts
+                || !entry.tool.is_transient(&out)
+                || self.input.cancel.is_cancelled()
+            {
+                return Ok((out, false));
+            }
+            attempt += 1;
+            self.emit(ActionToolRetry {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                attempt,
+                error: out.to_text(),
+            })
+            .await?;
+            let backoff = Duration::from_millis(100 * u64::from(attempt - 1));
+            tokio::select! {
+                _ = self.input.cancel.cancelled() => return Ok((ToolOutput::error("tool call cancelled"), false)),
+                _ = tokio::time::sleep(backoff) => {}
+            }
+        }
+    }
+
+    fn tool_context(&self, call_id: &str, approved_by: Option<String>) -> ToolContext {
+        let env = self.input.env;
+        ToolContext {
+            call_id: call_id.to_owned(),
+            session: env.session.clone(),
+            workspace_dir: env.workspace_dir.clone(),
+            state_root: env.state_root.clone(),
+            now: env.as_of.unwrap_or_else(Utc::now),
+            as_of_pinned: env.as_of.is_some(),
+            dry_run: env.dry_run,
+            approved_by,
+            cancel: self.input.cancel.child_token(),
+            services: env.services.clone(),
+        }
+    }
+
+    async fn delegate(
+        &self,
+        call: &ToolCall,
+        subagents: &BTreeMap<String, AgentSpec>,
+    ) -> Result<ToolOutput, RecordError> {
+        let name = call
+            .input
+            .get("subagent")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let prompt = call
+            .input
+            .get("prompt")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(sub) = subagents.get(name) else {
+            let names: Vec<&str> = subagents.keys().map(String::as_str).collect();
+            return Ok(ToolOutput::error(format!(
+                "unknown subagent `{name}`; available subagents: {}",
+                names.join(", ")
+            )));
+        };
+        if prompt.trim().is_empty() {
+            return Ok(ToolOutput::error("`prompt` must be a non-empty string"));
+        }
+        self.input
+            .recorder
+            .record(
+                SubagentCalled {
+                    call_id: call.id.clone(),
+                    name: name.to_owned(),
+                    prompt: prompt.to_owned(),
+                }
+                .into(),
+            )
+            .await?;
+        let outcome = Box::pin(run_turn(TurnInput {
+            spec: sub,
+            history: vec![Message::User {
+                text: prompt.to_owned(),
+            }],
+            env: self.input.env,
+            recorder: self.input.recorder,
+            steering: None,
+            approvals: self.input.approvals,
+            cancel: self.input.cancel.child_token(),
+            verbose: false,
+        }))
+        .await;
+        let (reply, is_error) = match &outcome.end {
+            TurnEnd::Completed => (outcome.reply.clone(), false),
+            TurnEnd::Failed(m) => (format!("subagent `{name}` failed: {m}"), true),
+            TurnEnd::Cancelled => (format!("subagent `{name}` was cancelled"), true),
+        };
+        self.input
+            .recorder
+            .record(
+                SubagentCompleted {
+                    call_id: call.id.clone(),
+                    name: name.to_owned(),
+                    reply: reply.clone(),
+                    is_error,
+                    usage: outcome.usage,
+                }
+                .into(),
+            )
+            .await?;
+        Ok(ToolOutput {
+            content: Value::String(reply),
+            is_error,
+        })
+    }
+}
+
+/// Calls a tool with a hard timeout, whatever the tool does about its own.
+pub async fn call_with_timeout(
+    tool: &Arc<dyn Tool>,
+    input: Value,
+    ctx: ToolContext,
+    timeout: Duration,
+) -> ToolOutput {
+    let cancel = ctx.cancel.clone();
+    // The tool gets its own deadline first; ours is a safety net a little later
+    // so a tool that reports its own timeout gets to say so.
+    let safety = timeout + Duration::from_millis(500);
+    tokio::select! {
+        out = tool.call(input, ctx) => out,
+        _ = tokio::time::sleep(safety) => {
+            cancel.cancel();
+            ToolOutput::error(format!("tool timed out after {} ms", timeout.as_millis()))
+        }
+    }
+}
+
+fn model_end(e: ModelError) -> TurnEnd {
+    match e {
+        ModelError::Cancelled => TurnEnd::Cancelled,
+        other => TurnEnd::Failed(other.to_string()),
+    }
+}
+
+fn elapsed_ms(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The first string in `input` (searched depth-first) that reads as a date or
+/// timestamp later than `as_of`.
+fn later_than(input: &Value, as_of: DateTime<Utc>) -> Option<String> {
+    match input {
+        Value::String(s) => {
+            let t = s.trim();
+            if let Ok(dt) = DateTime::parse_from_rfc3339(t) {
+                return (dt.with_timezone(&Utc) > as_of).then(|| s.clone());
+            }
+            if t.len() == 10
+                && let Ok(d) = NaiveDate::parse_from_str(t, "%Y-%m-%d")
+            {
+                return (d > as_of.date_naive()).then(|| s.clone());
+            }
+            None
+        }
+        Value::Array(items) => items.iter().find_map(|v| later_than(v, as_of)),
+        Value::Object(map) => map.values().find_map(|v| later_than(v, as_of)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_than_finds_dates_and_timestamps() {
+        let as_of = DateTime::parse_from_rfc3339("2026-01-15T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(later_than(&json!({"d": "2026-01-15"}), as_of), None);
+        assert_eq!(
+            later_than(&json!({"d": "2026-01-16"}), as_of),
+            Some("2026-01-16".into())
+        );
+        assert_eq!(
+            later_than(&json!({"x": [1, {"t": "2026-01-15T12:00:01Z"}]}), as_of),
+            Some("2026-01-15T12:00:01Z".into())
+        );
+        assert_eq!(
+            later_than(&json!({"t": "2026-01-15T11:00:00-02:00"}), as_of),
+            Some("2026-01-15T11:00:00-02:00".into())
+        );
+        assert_eq!(later_than(&json!({"city": "Paris", "n": 3}), as_of), None);
+    }
+}

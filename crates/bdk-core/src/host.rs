@@ -1,1 +1,1977 @@
-//! placeholder
+//! The session runtime ("host"): sessions, turns, admission, direct tool
+//! calls, approvals, recovery.
+//!
+//! A [`Host`] serves one agent project over one [`Store`]. Callers (the CLI,
+//! the HTTP layer, channels, the scheduler) go through it; none of them
+//! touches the store's event streams directly except to read.
+//!
+//! Per session the host keeps a slot with the running turn (if any), the
+//! follow-ups waiting to be coalesced, and a transcript cache. Admission
+//! (`send`, `stop`, session-bound write calls) is serialized per session by
+//! an async lock, so two follow-ups never race into the same turn boundary.
+//! Each turn runs in its own task, owned by the slot through its cancel
+//! token; the host's shutdown token is the parent of every turn's token.
+//!
+//! Recovery: when a host is built over a store that holds a turn which never
+//! ended (the process died), that turn is recorded `turn.failed` with status
+//! `interrupted` and the session rests again, so it can continue.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bdk_events::ids::{new_call_id, new_direct_call_id, new_http_token, new_id};
+use bdk_events::{
+    ActionRequest, ActionResult, ActionsCompleted, ActionsRequested, ArtifactTagged, DeliveryId,
+    Envelope, Event, FailStatus, MessageReceived, SessionCompleted, SessionFailed, SessionId,
+    SessionMode, SessionStarted, SessionWaiting, TurnCompleted, TurnFailed, TurnId, TurnQueued,
+    TurnStarted, Usage,
+};
+use bdk_store::{
+    ArtifactRecord, EventStream, NewEvent, SessionRecord, Store, StoreError, TokenSwap,
+};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{
+    self, AgentSpec, ApprovalGate, DEFAULT_MAX_STEPS, DEFAULT_TOOL_TIMEOUT, Decision, Nudge,
+    RecordError, Recorder, Steering, TASK_TOOL, ToolEntry, TurnEnd, TurnEnv, TurnInput,
+};
+use crate::hooks::{Hook, HookBus, ManifestHook};
+use crate::model::scripted::ScriptedModel;
+use crate::model::{Message, Model, ModelError, ModelRequest, ModelStream};
+use crate::project::Project;
+use crate::tool::{
+    Effect, Execution, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec,
+};
+use crate::tool::{builtin, subprocess};
+use crate::workspace;
+
+/// The model used when `agent.toml` names none: xAI's current Grok.
+pub const DEFAULT_MODEL: &str = "xai/grok-4.5";
+
+/// Errors of the host API. The HTTP layer maps each kind to one status code.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostError {
+    /// No such session.
+    #[error("session {0} not found")]
+    SessionNotFound(String),
+    /// The caller does not own the session.
+    #[error("session {0} belongs to another principal")]
+    Forbidden(String),
+    /// The continuation token is not the session's current one.
+    #[error("continuation token is stale; use the token returned by the last accepted send")]
+    StaleToken,
+    /// Task sessions take no follow-ups.
+    #[error("session {0} is a task session and takes no follow-ups")]
+    TaskSession(String),
+    /// A write-effect direct call while a turn runs.
+    #[error("session {0} is running a turn; write calls wait until it finishes")]
+    SessionBusy(String),
+    /// No callable server tool by that name.
+    #[error("unknown tool `{name}`; available tools: {}", available.join(", "))]
+    UnknownTool {
+        /// The requested name.
+        name: String,
+        /// The callable names.
+        available: Vec<String>,
+    },
+    /// Agent-execution tools run in the workspace, not on the host.
+    #[error(
+        "tool `{0}` runs in the agent's workspace (execution = \"agent\") and cannot be called on the host"
+    )]
+    ToolNotCallable(String),
+    /// The input failed the tool's schema.
+    #[error("invalid input for `{name}`: {}", errors.join("; "))]
+    InvalidToolInput {
+        /// The tool.
+        name: String,
+        /// What is wrong.
+        errors: Vec<String>,
+    },
+    /// The session workspace cannot be created for a write call.
+    #[error("session workspace is unavailable: {0}")]
+    WorkspaceUnavailable(String),
+    /// A request value was refused (workspace path, empty message, ...).
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// No pending approval with that call id.
+    #[error("no pending approval for call {0}")]
+    ApprovalNotFound(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl HostError {
+    /// The stable error code (`{ok:false, error:"<code>"}` on the HTTP API,
+    /// `error` in the CLI's JSON).
+    pub fn code(&self) -> &'static str {
+        match self {
+            HostError::SessionNotFound(_) => "session_not_found",
+            HostError::Forbidden(_) => "forbidden",
+            HostError::StaleToken => "stale_continuation_token",
+            HostError::TaskSession(_) => "task_session",
+            HostError::SessionBusy(_) => "session_busy",
+            HostError::UnknownTool { .. } => "unknown_tool",
+            HostError::ToolNotCallable(_) => "tool_not_callable",
+            HostError::InvalidToolInput { .. } => "invalid_tool_input",
+            HostError::WorkspaceUnavailable(_) => "workspace_unavailable",
+            HostError::InvalidRequest(_) => "invalid_request",
+            HostError::ApprovalNotFound(_) => "approval_not_found",
+            HostError::Store(StoreError::SessionNotFound(_)) => "session_not_found",
+            HostError::Store(StoreError::Invalid { .. }) => "invalid_request",
+            HostError::Store(_) => "internal",
+        }
+    }
+}
+
+/// Result alias of the host API.
+pub type HostResult<T> = Result<T, HostError>;
+
+/// Resolves `provider/model` strings to models.
+pub trait ModelResolver: Send + Sync + 'static {
+    /// The model for `model` (a full `provider/model` string).
+    fn resolve(&self, model: &str, project: &Project) -> Result<Arc<dyn Model>, ModelError>;
+}
+
+/// The providers this build knows: `scripted` (offline rules files).
+/// Remote providers arrive with the providers issue; until then a remote
+/// model string resolves to a clear configuration error at turn time.
+#[derive(Default)]
+pub struct BuiltinModels;
+
+impl ModelResolver for BuiltinModels {
+    fn resolve(&self, model: &str, project: &Project) -> Result<Arc<dyn Model>, ModelError> {
+        let (provider, name) = split_model(model);
+        match provider {
+            "scripted" => {
+                let Some(path) = project.scripted_rules.get(name) else {
+                    let file = if name == "default" {
+                        "agent/scripted.toml".to_owned()
+                    } else {
+                        format!("agent/scripted/{name}.toml")
+                    };
+                    return Err(ModelError::Config(format!(
+                        "model `{model}` needs the rules file {file}"
+                    )));
+                };
+                Ok(Arc::new(ScriptedModel::load(
+                    path,
+                    format!("scripted/{name}"),
+                )?))
+            }
+            other => Err(ModelError::Config(format!(
+                "no provider `{other}` in this build for model `{model}`: remote model providers are not available yet; set model = \"scripted\" in agent/agent.toml to run offline"
+            ))),
+        }
+    }
+}
+
+/// `("scripted", "default")` for `scripted`, `("xai", "grok-4")` for `xai/grok-4`.
+pub fn split_model(model: &str) -> (&str, &str) {
+    match model.split_once('/') {
+        Some((p, m)) => (p, m),
+        None if model == "scripted" => ("scripted", "default"),
+        None => (model, ""),
+    }
+}
+
+/// A model that cannot run: every step fails with the resolution error, so a
+/// misconfigured model is a clear `turn.failed`, never a failed startup.
+struct Unavailable {
+    id: String,
+    message: String,
+}
+
+#[async_trait]
+impl Model for Unavailable {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn step(
+        &self,
+        _request: ModelRequest,
+        _cancel: CancellationToken,
+    ) -> Result<ModelStream, ModelError> {
+        Err(ModelError::Config(self.message.clone()))
+    }
+}
+
+/// Builds a [`Host`].
+pub struct HostBuilder {
+    project: Project,
+    store: Arc<dyn Store>,
+    tools: Vec<Arc<dyn Tool>>,
+    hooks: Vec<Arc<dyn Hook>>,
+    models: Arc<dyn ModelResolver>,
+    recover: bool,
+}
+
+impl HostBuilder {
+    /// A builder for `project` over `store`.
+    pub fn new(project: Project, store: Arc<dyn Store>) -> Self {
+        Self {
+            project,
+            store,
+            tools: Vec::new(),
+            hooks: Vec::new(),
+            models: Arc::new(BuiltinModels),
+            recover: true,
+        }
+    }
+
+    /// Registers a Rust-native tool (it replaces a manifest or built-in tool of the same name).
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Registers a Rust hook.
+    pub fn hook(mut self, hook: Arc<dyn Hook>) -> Self {
+        self.hooks.push(hook);
+        self
+    }
+
+    /// Replaces the model resolver.
+    pub fn models(mut self, models: Arc<dyn ModelResolver>) -> Self {
+        self.models = models;
+        self
+    }
+
+    /// Skips the recovery pass (for read-only inspection of a state root).
+    pub fn without_recovery(mut self) -> Self {
+        self.recover = false;
+        self
+    }
+
+    /// Builds the host and recovers interrupted turns. Must run inside a Tokio runtime.
+    pub async fn build(self) -> HostResult<Host> {
+        let project = Arc::new(self.project);
+        let config = &project.config;
+        let tool_timeout = config
+            .tool_timeout_ms
+            .map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_millis);
+
+        let mut tools: BTreeMap<String, ToolEntry> = BTreeMap::new();
+        let mut agent_tools = BTreeMap::new();
+        let add = |tool: Arc<dyn Tool>, tools: &mut BTreeMap<String, ToolEntry>| {
+            let name = tool.spec().name.clone();
+            if tools.insert(name.clone(), ToolEntry::new(tool)).is_some() {
+                tracing::debug!(tool = %name, "tool replaces an earlier one of the same name");
+            }
+        };
+        let builtins = &config.builtin_tools;
+        if builtins.workspace {
+            for t in builtin::workspace_tools() {
+                add(t, &mut tools);
+            }
+        }
+        if builtins.shell {
+            add(builtin::shell_tool(), &mut tools);
+        }
+        if builtins.artifacts {
+            add(builtin::tag_artifact_tool(), &mut tools);
+        }
+        if !project.skills.is_empty() {
+            add(builtin::load_skill_tool(), &mut tools);
+        }
+        for manifest in &project.tools {
+            match subprocess::from_manifest(manifest, tool_timeout) {
+                Some(tool) => add(tool, &mut tools),
+                None => {
+                    agent_tools.insert(manifest.spec.name.clone(), manifest.spec.clone());
+                }
+            }
+        }
+        for tool in self.tools {
+            add(tool, &mut tools);
+        }
+        tools.remove(TASK_TOOL);
+        let tools = Arc::new(tools);
+
+        let root_model = config
+            .model
+            .clone()
+            .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+        let mut model_cache: HashMap<String, Arc<dyn Model>> = HashMap::new();
+        let mut model_for = |m: &str| -> Arc<dyn Model> {
+            model_cache
+                .entry(m.to_owned())
+                .or_insert_with(|| match self.models.resolve(m, &project) {
+                    Ok(model) => model,
+                    Err(e) => Arc::new(Unavailable {
+                        id: m.to_owned(),
+                        message: e.to_string(),
+                    }),
+                })
+                .clone()
+        };
+
+        let catalog = skill_catalog(&project);
+        let mut subagents = BTreeMap::new();
+        for sub in &project.subagents {
+            let model = sub
+                .config
+                .model
+                .clone()
+                .unwrap_or_else(|| root_model.clone());
+            subagents.insert(
+                sub.name.clone(),
+                AgentSpec {
+                    name: sub.name.clone(),
+                    system: format!("{}{catalog}", sub.instructions.trim_end()),
+                    model: model_for(&model),
+                    model_name: split_model(&model).1.to_owned(),
+                    effort: sub.config.effort.clone().or_else(|| config.effort.clone()),
+                    max_steps: sub.config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
+                    tool_timeout,
+                    tools: Arc::clone(&tools),
+                    task: None,
+                },
+            );
+        }
+        let task = (!subagents.is_empty()).then(|| {
+            let list: Vec<(String, String)> = project
+                .subagents
+                .iter()
+                .map(|s| (s.name.clone(), s.description.clone()))
+                .collect();
+            (builtin::task_spec(&list), Arc::new(subagents))
+        });
+        let mut system = project.instructions.trim_end().to_owned();
+        system.push_str(&catalog);
+        if !agent_tools.is_empty() {
+            system.push_str(
+                "\n\n## Workspace scripts\n\nSome tools are scripts in your workspace; `AGENTS.md` there lists them and how to run them.",
+            );
+        }
+        let root = AgentSpec {
+            name: project.name.clone(),
+            system,
+            model: model_for(&root_model),
+            model_name: split_model(&root_model).1.to_owned(),
+            effort: config.effort.clone(),
+            max_steps: config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
+            tool_timeout,
+            tools: Arc::clone(&tools),
+            task,
+        };
+
+        let mut hooks = self.hooks;
+        let state_root = self.store.state_root();
+        for manifest in &project.hooks {
+            hooks.push(Arc::new(ManifestHook::new(manifest, &state_root)));
+        }
+        let turn_slots = config
+            .max_running_turns
+            .map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
+        let skills = project
+            .skills
+            .iter()
+            .map(|s| (s.name.clone(), s.body.clone()))
+            .collect();
+        let inner = Arc::new(Inner {
+            project,
+            store: self.store,
+            root,
+            tools,
+            agent_tools,
+            hooks: HookBus::start(hooks),
+            slots: Mutex::new(HashMap::new()),
+            turn_slots,
+            queued: AtomicU64::new(0),
+            approvals: Mutex::new(HashMap::new()),
+            shutdown: CancellationToken::new(),
+            skills,
+        });
+        let host = Host { inner };
+        if self.recover {
+            host.recover().await?;
+        }
+        Ok(host)
+    }
+}
+
+fn skill_catalog(project: &Project) -> String {
+    if project.skills.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\n\n## Skills\n\nLoad a skill with the `load_skill` tool when the task matches its description:\n",
+    );
+    for skill in &project.skills {
+        s.push_str(&format!("- `{}`: {}\n", skill.name, skill.description));
+    }
+    s
+}
+
+const REASON_NONE: u8 = 0;
+const REASON_STOP: u8 = 1;
+const REASON_PREEMPT: u8 = 2;
+const REASON_SHUTDOWN: u8 = 3;
+
+struct Running {
+    turn_id: TurnId,
+    cancel: CancellationToken,
+    reason: Arc<AtomicU8>,
+    done: watch::Receiver<bool>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    running: Option<Running>,
+    pending: Vec<Nudge>,
+    transcript: Option<Vec<Message>>,
+}
+
+struct Slot {
+    admission: tokio::sync::Mutex<()>,
+    state: Mutex<SlotState>,
+}
+
+impl Slot {
+    fn state(&self) -> MutexGuard<'_, SlotState> {
+        // A poisoned lock means a panic while holding it; the state is plain
+        // data that stays consistent, so keep going rather than cascade.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct PendingApproval {
+    session_id: SessionId,
+    name: String,
+    input: Value,
+    requested_at: DateTime<Utc>,
+    tx: oneshot::Sender<Decision>,
+}
+
+struct Inner {
+    project: Arc<Project>,
+    store: Arc<dyn Store>,
+    root: AgentSpec,
+    tools: Arc<BTreeMap<String, ToolEntry>>,
+    agent_tools: BTreeMap<String, ToolSpec>,
+    hooks: HookBus,
+    slots: Mutex<HashMap<SessionId, Arc<Slot>>>,
+    turn_slots: Option<Arc<Semaphore>>,
+    queued: AtomicU64,
+    approvals: Mutex<HashMap<String, PendingApproval>>,
+    shutdown: CancellationToken,
+    skills: BTreeMap<String, String>,
+}
+
+/// The session runtime for one agent. Cheap to clone.
+#[derive(Clone)]
+pub struct Host {
+    inner: Arc<Inner>,
+}
+
+/// Options for [`Host::start_session`].
+#[derive(Clone, Debug, Default)]
+pub struct StartSession {
+    /// The first message; `None` creates an idle session.
+    pub message: Option<String>,
+    /// Chat (default) or task.
+    pub mode: SessionMode,
+    /// The creating channel (`http`, `cli`, ...). Empty means `http`.
+    pub channel: String,
+    /// The owning principal.
+    pub principal: Option<String>,
+    /// A continuation token chosen by the channel (`<channelId>:<key>`);
+    /// `None` generates an opaque `http:` token.
+    pub continuation_token: Option<String>,
+    /// Display title.
+    pub title: Option<String>,
+    /// Free-form purpose.
+    pub purpose: Option<String>,
+    /// Stub writes.
+    pub dry_run: bool,
+    /// Pin "now".
+    pub as_of: Option<DateTime<Utc>>,
+    /// Files written into the workspace before the first turn.
+    pub workspace_files: BTreeMap<String, String>,
+    /// The delivery id of the first message (generated when absent).
+    pub delivery_id: Option<String>,
+}
+
+/// What [`Host::start_session`] returns.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Started {
+    /// The new session.
+    pub session_id: SessionId,
+    /// Its continuation token.
+    pub continuation_token: String,
+    /// The first turn, when a message was given.
+    pub turn_id: Option<TurnId>,
+    /// The first message's delivery id.
+    pub delivery_id: Option<String>,
+}
+
+/// Options for [`Host::send`].
+#[derive(Clone, Debug, Default)]
+pub struct FollowUp {
+    /// The message.
+    pub message: String,
+    /// The token the caller holds; when given it must be current (else
+    /// [`HostError::StaleToken`]). It rotates on every accepted send.
+    pub continuation_token: Option<String>,
+    /// Preempt (default) or coalesce.
+    pub admission: bdk_events::Admission,
+    /// The caller's delivery id (generated when absent).
+    pub delivery_id: Option<String>,
+    /// The caller.
+    pub principal: Option<String>,
+    /// Files written into the workspace before the turn.
+    pub workspace_files: BTreeMap<String, String>,
+}
+
+/// What [`Host::send`] returns.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sent {
+    /// The session.
+    pub session_id: SessionId,
+    /// The rotated continuation token.
+    pub continuation_token: String,
+    /// The send's delivery id.
+    pub delivery_id: String,
+    /// The turn the message started; `None` when it was queued behind a
+    /// running turn (coalesce).
+    pub turn_id: Option<TurnId>,
+}
+
+/// A direct (model-less) tool call.
+#[derive(Clone, Debug, Default)]
+pub struct DirectCall {
+    /// The tool.
+    pub name: String,
+    /// Its input.
+    pub input: Value,
+    /// Bind to this session.
+    pub session_id: Option<SessionId>,
+    /// Or to the session holding this continuation token.
+    pub continuation_token: Option<String>,
+    /// The caller.
+    pub principal: Option<String>,
+}
+
+/// The outcome envelope of a direct call.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DirectOutcome {
+    /// The tool.
+    pub tool_name: String,
+    /// The call id (`tool_<name>_...`).
+    pub call_id: String,
+    /// True when the tool failed.
+    pub is_error: bool,
+    /// The tool's result.
+    pub result: Value,
+    /// Execution time.
+    pub duration_ms: u64,
+    /// True when a session-bound read fell back to a scratch workspace.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub scratch_workspace: bool,
+    /// The session the call was recorded in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<SessionId>,
+}
+
+/// A call waiting for approval.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalView {
+    /// The call id.
+    pub call_id: String,
+    /// The tool.
+    pub name: String,
+    /// The validated input.
+    pub input: Value,
+    /// When it was parked.
+    pub requested_at: DateTime<Utc>,
+}
+
+/// How a turn ended, read back from the stream.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnResult {
+    /// The turn.
+    pub turn_id: TurnId,
+    /// True for `turn.completed`.
+    pub ok: bool,
+    /// The reply (or the failure message).
+    pub reply: String,
+    /// Failure status, when it failed.
+    pub status: Option<FailStatus>,
+    /// Usage.
+    pub usage: Usage,
+}
+
+impl Host {
+    /// A builder.
+    pub fn builder(project: Project, store: Arc<dyn Store>) -> HostBuilder {
+        HostBuilder::new(project, store)
+    }
+
+    /// The project served.
+    pub fn project(&self) -> &Project {
+        &self.inner.project
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Specs of the tools callable on the host, sorted by name.
+    pub fn tools(&self) -> Vec<ToolSpec> {
+        self.inner
+            .tools
+            .values()
+            .map(|e| e.tool.spec().clone())
+            .collect()
+    }
+
+    /// Specs of agent-execution tools (workspace scripts).
+    pub fn agent_tools(&self) -> Vec<ToolSpec> {
+        self.inner.agent_tools.values().cloned().collect()
+    }
+
+    /// The root agent's system prompt.
+    pub fn system_prompt(&self) -> &str {
+        &self.inner.root.system
+    }
+
+    /// The root agent's model id.
+    pub fn model_id(&self) -> &str {
+        self.inner.root.model.id()
+    }
+
+    /// Failed hook deliveries since start.
+    pub fn hook_failures(&self) -> u64 {
+        self.inner.hooks.failures()
+    }
+
+    fn slot(&self, id: &SessionId) -> Arc<Slot> {
+        let mut slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(slots.entry(id.clone()).or_insert_with(|| {
+            Arc::new(Slot {
+                admission: tokio::sync::Mutex::new(()),
+                state: Mutex::new(SlotState::default()),
+            })
+        }))
+    }
+
+    async fn record(
+        &self,
+        id: &SessionId,
+        turn: Option<&TurnId>,
+        events: Vec<Event>,
+    ) -> HostResult<Vec<Envelope>> {
+        let batch = events
+            .into_iter()
+            .map(|event| NewEvent {
+                turn_id: turn.cloned(),
+                event,
+            })
+            .collect();
+        let recorded = self.inner.store.append(id, batch).await?;
+        self.inner.hooks.publish(&recorded);
+        Ok(recorded)
+    }
+
+    /// Reads a session, checking ownership. `principal = None` is a trusted
+    /// local caller that may see every session.
+    pub async fn session(
+        &self,
+        id: &SessionId,
+        principal: Option<&str>,
+    ) -> HostResult<SessionRecord> {
+        let record = self
+            .inner
+            .store
+            .get_session(id)
+            .await?
+            .ok_or_else(|| HostError::SessionNotFound(id.to_string()))?;
+        check_owner(&record, principal)?;
+        Ok(record)
+    }
+
+    /// Sessions visible to `principal` (all of them for `None`), oldest first.
+    pub async fn list_sessions(&self, principal: Option<&str>) -> HostResult<Vec<SessionRecord>> {
+        let all = self.inner.store.list_sessions().await?;
+        Ok(all
+            .into_iter()
+            .filter(|r| check_owner(r, principal).is_ok())
+            .collect())
+    }
+
+    /// Recorded events from `from`.
+    pub async fn events(
+        &self,
+        id: &SessionId,
+        from: u64,
+        principal: Option<&str>,
+    ) -> HostResult<Vec<Envelope>> {
+        self.session(id, principal).await?;
+        Ok(self.inner.store.read(id, from).await?)
+    }
+
+    /// Replay from `from`, then follow live.
+    pub async fn subscribe(
+        &self,
+        id: &SessionId,
+        from: u64,
+        principal: Option<&str>,
+    ) -> HostResult<EventStream> {
+        self.session(id, principal).await?;
+        Ok(self.inner.store.subscribe(id, from).await?)
+    }
+
+    /// True when a turn is running in the session.
+    pub fn is_busy(&self, id: &SessionId) -> bool {
+        self.slot(id).state().running.is_some()
+    }
+
+    /// Creates a session, prepares its workspace and, with a message, starts
+    /// its first turn (which runs in the background).
+    pub async fn start_session(&self, opts: StartSession) -> HostResult<Started> {
+        if let Some(m) = &opts.message
+            && m.trim().is_empty()
+        {
+            return Err(HostError::InvalidRequest(
+                "message must not be empty".into(),
+            ));
+        }
+        validate_workspace_files(&opts.workspace_files)?;
+        let id = SessionId::generate();
+        let now = Utc::now();
+        let channel = if opts.channel.is_empty() {
+            "http".to_owned()
+        } else {
+            opts.channel.clone()
+        };
+        let token = opts
+            .continuation_token
+            .clone()
+            .unwrap_or_else(new_http_token);
+        let record = SessionRecord {
+            id: id.clone(),
+            mode: opts.mode,
+            channel: channel.clone(),
+            principal: opts.principal.clone(),
+            continuation_token: token.clone(),
+            title: opts.title.clone(),
+            purpose: opts.purpose.clone(),
+            dry_run: opts.dry_run,
+            as_of: opts.as_of,
+            created_at: now,
+            updated_at: now,
+            extra: Value::Null,
+        };
+        self.inner.store.create_session(record.clone()).await?;
+        let workspace = self.inner.store.workspace_dir(&id);
+        if let Err(e) = workspace::materialize(&workspace, &self.inner.project).await {
+            tracing::warn!(session_id = %id, error = %e, "failed to prepare the session workspace");
+        }
+        if let Err(e) = workspace::write_files(&workspace, &opts.workspace_files).await {
+            return Err(HostError::InvalidRequest(e.to_string()));
+        }
+        self.record(
+            &id,
+            None,
+            vec![
+                SessionStarted {
+                    mode: opts.mode,
+                    channel,
+                    principal: opts.principal.clone(),
+                    title: opts.title.clone(),
+                    purpose: opts.purpose.clone(),
+                    dry_run: opts.dry_run,
+                    as_of: opts.as_of,
+                    agent: Some(self.inner.project.name.clone()),
+                }
+                .into(),
+            ],
+        )
+        .await?;
+        let Some(message) = opts.message else {
+            self.record(&id, None, vec![SessionWaiting {}.into()])
+                .await?;
+            return Ok(Started {
+                session_id: id,
+                continuation_token: token,
+                turn_id: None,
+                delivery_id: None,
+            });
+        };
+        let delivery = opts
+            .delivery_id
+            .unwrap_or_else(|| DeliveryId::generate().to_string());
+        let slot = self.slot(&id);
+        let _admission = slot.admission.lock().await;
+        slot.state().transcript = Some(Vec::new());
+        let turn_id = self
+            .begin_turn(
+                &record,
+                &slot,
+                vec![Nudge {
+                    message,
+                    delivery_id: Some(delivery.clone()),
+                }],
+            )
+            .await?;
+        Ok(Started {
+            session_id: id,
+            continuation_token: token,
+            turn_id: Some(turn_id),
+            delivery_id: Some(delivery),
+        })
+    }
+
+    /// Sends a follow-up. Idle session: starts a turn. Busy session: preempt
+    /// interrupts the running turn, waits for it to settle and starts a new
+    /// one; coalesce queues the message to be steered into the running turn
+    /// at its next tool boundary, or drained into one follow-up turn.
+    pub async fn send(&self, id: &SessionId, opts: FollowUp) -> HostResult<Sent> {
+        if opts.message.trim().is_empty() {
+            return Err(HostError::InvalidRequest(
+                "message must not be empty".into(),
+            ));
+        }
+        validate_workspace_files(&opts.workspace_files)?;
+        let record = self.session(id, opts.principal.as_deref()).await?;
+        if record.mode == SessionMode::Task {
+            return Err(HostError::TaskSession(id.to_string()));
+        }
+        if opts
+            .continuation_token
+            .as_deref()
+            .is_some_and(|t| t != record.continuation_token)
+        {
+            return Err(HostError::StaleToken);
+        }
+        // Opaque HTTP tokens rotate on every accepted send, as a
+        // compare-and-swap so that of two racing sends with one token exactly
+        // one wins. Channel tokens (`<channel>:<key>`) name a conversation and
+        // stay as they are.
+        let new_token = if record.continuation_token.starts_with("http:") {
+            let expected = opts
+                .continuation_token
+                .clone()
+                .unwrap_or_else(|| record.continuation_token.clone());
+            let new = new_http_token();
+            match self.inner.store.rotate_token(id, &expected, &new).await? {
+                TokenSwap::Rotated => new,
+                TokenSwap::Stale => return Err(HostError::StaleToken),
+            }
+        } else {
+            record.continuation_token.clone()
+        };
+        let delivery = opts
+            .delivery_id
+            .clone()
+            .unwrap_or_else(|| DeliveryId::generate().to_string());
+        let workspace = self.inner.store.workspace_dir(id);
+        workspace::write_files(&workspace, &opts.workspace_files)
+            .await
+            .map_err(|e| HostError::InvalidRequest(e.to_string()))?;
+        let nudge = Nudge {
+            message: opts.message,
+            delivery_id: Some(delivery.clone()),
+        };
+        let slot = self.slot(id);
+        let _admission = slot.admission.lock().await;
+        if opts.admission == bdk_events::Admission::Coalesce {
+            let mut state = slot.state();
+            if state.running.is_some() {
+                state.pending.push(nudge);
+                return Ok(Sent {
+                    session_id: id.clone(),
+                    continuation_token: new_token,
+                    delivery_id: delivery,
+                    turn_id: None,
+                });
+            }
+        }
+        // Preempt: interrupt whatever runs (a drained follow-up may start
+        // as the first one settles) until the session is idle.
+        loop {
+            let wait = slot.state().running.as_ref().map(|running| {
+                running.reason.store(REASON_PREEMPT, Ordering::SeqCst);
+                running.cancel.cancel();
+                running.done.clone()
+            });
+            match wait {
+                Some(done) => wait_done(done).await,
+                None => break,
+            }
+        }
+        let turn_id = self.begin_turn(&record, &slot, vec![nudge]).await?;
+        Ok(Sent {
+            session_id: id.clone(),
+            continuation_token: new_token,
+            delivery_id: delivery,
+            turn_id: Some(turn_id),
+        })
+    }
+
+    /// Interrupts the running turn (recorded `turn.failed`, status
+    /// `cancelled`) and drops queued follow-ups. Returns true when a turn was
+    /// running. Waits until the turn has settled.
+    pub async fn stop(&self, id: &SessionId, principal: Option<&str>) -> HostResult<bool> {
+        self.session(id, principal).await?;
+        let slot = self.slot(id);
+        let _admission = slot.admission.lock().await;
+        let wait = {
+            let mut state = slot.state();
+            state.pending.clear();
+            state.running.as_ref().map(|running| {
+                running.reason.store(REASON_STOP, Ordering::SeqCst);
+                running.cancel.cancel();
+                running.done.clone()
+            })
+        };
+        match wait {
+            Some(done) => {
+                wait_done(done).await;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Waits until the given turn has ended and reads how.
+    pub async fn wait_turn(&self, id: &SessionId, turn_id: &TurnId) -> HostResult<TurnResult> {
+        let mut stream = self.inner.store.subscribe(id, 0).await?;
+        while let Some(item) = stream.next().await {
+            let env = item?;
+            if env.turn_id.as_ref() != Some(turn_id) {
+                continue;
+            }
+            match env.event {
+                Event::TurnCompleted(c) => {
+                    return Ok(TurnResult {
+                        turn_id: turn_id.clone(),
+                        ok: true,
+                        reply: c.reply,
+                        status: None,
+                        usage: c.usage,
+                    });
+                }
+                Event::TurnFailed(f) => {
+                    return Ok(TurnResult {
+                        turn_id: turn_id.clone(),
+                        ok: false,
+                        reply: f.message,
+                        status: Some(f.status),
+                        usage: f.usage.unwrap_or_default(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        Err(HostError::SessionNotFound(id.to_string()))
+    }
+
+    /// Waits until the session has no running turn and nothing queued.
+    pub async fn wait_idle(&self, id: &SessionId) {
+        loop {
+            let slot = self.slot(id);
+            let done = {
+                let state = slot.state();
+                match &state.running {
+                    Some(r) => r.done.clone(),
+                    None => return,
+                }
+            };
+            wait_done(done).await;
+        }
+    }
+
+    /// Records `message.received` for `messages` and starts the turn task.
+    /// The caller holds the session's admission lock.
+    async fn begin_turn(
+        &self,
+        record: &SessionRecord,
+        slot: &Arc<Slot>,
+        messages: Vec<Nudge>,
+    ) -> HostResult<TurnId> {
+        let turn_id = TurnId::generate();
+        let cancel = self.inner.shutdown.child_token();
+        let reason = Arc::new(AtomicU8::new(REASON_NONE));
+        let (done_tx, done_rx) = watch::channel(false);
+        let received = received_event(&messages);
+        self.record(&record.id, Some(&turn_id), vec![received.into()])
+            .await?;
+        slot.state().running = Some(Running {
+            turn_id: turn_id.clone(),
+            cancel: cancel.clone(),
+            reason: Arc::clone(&reason),
+            done: done_rx,
+        });
+        let host = self.clone();
+        let record = record.clone();
+        let slot = Arc::clone(slot);
+        let first = turn_id.clone();
+        tokio::spawn(async move {
+            host.drive(record, slot, first, messages, cancel, reason, done_tx)
+                .await;
+        });
+        Ok(turn_id)
+    }
+
+    /// Runs turns back to back until nothing is queued, then rests the session.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the turn task's whole state, moved in once"
+    )]
+    async fn drive(
+        &self,
+        record: SessionRecord,
+        slot: Arc<Slot>,
+        mut turn_id: TurnId,
+        mut messages: Vec<Nudge>,
+        mut cancel: CancellationToken,
+        mut reason: Arc<AtomicU8>,
+        mut done_tx: watch::Sender<bool>,
+    ) {
+        let chat = record.mode == SessionMode::Chat;
+        loop {
+            let end = self
+                .run_one(&record, &slot, &turn_id, &messages, &cancel, &reason)
+                .await;
+            // Follow-ups queued meanwhile drain into one more turn, with no
+            // rest state in between.
+            let mut next = chat.then(|| take_pending(&slot)).flatten();
+            if next.is_none() {
+                let rest: Event = match (chat, &end) {
+                    (true, _) => SessionWaiting {}.into(),
+                    (false, Ok(reply)) => SessionCompleted {
+                        reply: Some(reply.clone()),
+                    }
+                    .into(),
+                    (false, Err(message)) => SessionFailed {
+                        message: message.clone(),
+                    }
+                    .into(),
+                };
+                if let Err(e) = self.record(&record.id, None, vec![rest]).await {
+                    tracing::error!(session_id = %record.id, error = %e, "failed to record the session's rest state");
+                }
+                // Re-check under the lock: a follow-up may have been queued
+                // while the rest state was being recorded.
+                let mut state = slot.state();
+                if chat && !state.pending.is_empty() {
+                    next = Some(std::mem::take(&mut state.pending));
+                } else {
+                    state.running = None;
+                }
+            }
+            let Some(drained) = next else {
+                let _ = done_tx.send(true);
+                return;
+            };
+            messages = drained;
+            let (t, c, r, d) = self.next_running(&slot);
+            (turn_id, cancel, reason) = (t, c, r);
+            let _ = done_tx.send(true);
+            done_tx = d;
+            let received = received_event(&messages).into();
+            if let Err(e) = self
+                .record(&record.id, Some(&turn_id), vec![received])
+                .await
+            {
+                tracing::error!(session_id = %record.id, error = %e, "failed to record a drained follow-up");
+                slot.state().running = None;
+                let _ = done_tx.send(true);
+                return;
+            }
+        }
+    }
+
+    /// Replaces the slot's running turn with a fresh one (same task).
+    fn next_running(
+        &self,
+        slot: &Slot,
+    ) -> (
+        TurnId,
+        CancellationToken,
+        Arc<AtomicU8>,
+        watch::Sender<bool>,
+    ) {
+        let turn_id = TurnId::generate();
+        let cancel = self.inner.shutdown.child_token();
+        let reason = Arc::new(AtomicU8::new(REASON_NONE));
+        let (tx, rx) = watch::channel(false);
+        slot.state().running = Some(Running {
+            turn_id: turn_id.clone(),
+            cancel: cancel.clone(),
+            reason: Arc::clone(&reason),
+            done: rx,
+        });
+        (turn_id, cancel, reason, tx)
+    }
+
+    /// Runs one turn from `turn.queued`/`turn.started` to its end event.
+    /// Returns the reply or the failure message.
+    async fn run_one(
+        &self,
+        record: &SessionRecord,
+        slot: &Arc<Slot>,
+        turn_id: &TurnId,
+        messages: &[Nudge],
+        cancel: &CancellationToken,
+        reason: &AtomicU8,
+    ) -> Result<String, String> {
+        let started = Instant::now();
+        let id = &record.id;
+        let fail = |message: String, status: FailStatus, usage: Option<Usage>| -> Event {
+            TurnFailed {
+                message,
+                status,
+                usage,
+            }
+            .into()
+        };
+        let cancelled_event = |usage: Option<Usage>| -> (Event, String) {
+            let (status, message) = match reason.load(Ordering::SeqCst) {
+                REASON_STOP => (FailStatus::Cancelled, "turn cancelled by stop"),
+                REASON_SHUTDOWN => (
+                    FailStatus::Interrupted,
+                    "turn interrupted: the host is shutting down",
+                ),
+                _ => (
+                    FailStatus::Interrupted,
+                    "turn interrupted by a newer message",
+                ),
+            };
+            (fail(message.to_owned(), status, usage), message.to_owned())
+        };
+
+        // A slot under max_running_turns, queueing visibly when none is free.
+        let _permit = match &self.inner.turn_slots {
+            None => None,
+            Some(sem) => match Arc::clone(sem).try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    let position = self.inner.queued.fetch_add(1, Ordering::SeqCst) + 1;
+                    let queued = self
+                        .record(id, Some(turn_id), vec![TurnQueued { position }.into()])
+                        .await;
+                    let permit = tokio::select! {
+                        p = Arc::clone(sem).acquire_owned() => p.ok(),
+                        _ = cancel.cancelled() => None,
+                    };
+                    self.inner.queued.fetch_sub(1, Ordering::SeqCst);
+                    if let Err(e) = queued {
+                        return Err(e.to_string());
+                    }
+                    match permit {
+                        Some(p) => Some(p),
+                        None => {
+                            let (event, message) = cancelled_event(None);
+                            let _ = self.record(id, Some(turn_id), vec![event]).await;
+                            return Err(message);
+                        }
+                    }
+                }
+            },
+        };
+
+        let model = self.inner.root.model.id().to_owned();
+        if let Err(e) = self
+            .record(
+                id,
+                Some(turn_id),
+                vec![
+                    TurnStarted {
+                        model: Some(model.clone()),
+                    }
+                    .into(),
+                ],
+            )
+            .await
+        {
+            return Err(e.to_string());
+        }
+        let transcript = match self.transcript(slot, id, turn_id).await {
+            Ok(t) => t,
+            Err(e) => {
+                let message = format!("failed to rebuild the conversation: {e}");
+                let _ = self
+                    .record(
+                        id,
+                        Some(turn_id),
+                        vec![fail(message.clone(), FailStatus::Failed, None)],
+                    )
+                    .await;
+                return Err(message);
+            }
+        };
+        // The model sees the turn's prompt exactly as `message.received`
+        // records it: coalesced sends joined into one user message.
+        let mut history = transcript;
+        let prompt = vec![Message::User {
+            text: received_event(messages).message,
+        }];
+        history.extend(prompt.iter().cloned());
+
+        let env = TurnEnv {
+            session: SessionInfo {
+                id: Some(id.clone()),
+                channel: record.channel.clone(),
+                mode: record.mode,
+                principal: record.principal.clone(),
+            },
+            workspace_dir: self.inner.store.workspace_dir(id),
+            state_root: self.inner.store.state_root(),
+            dry_run: record.dry_run,
+            as_of: record.as_of,
+            services: Some(Arc::new(Services {
+                host: self.clone(),
+                session_id: id.clone(),
+                principal: record.principal.clone(),
+            })),
+        };
+        let recorder = TurnRecorder {
+            host: self.clone(),
+            session_id: id.clone(),
+            turn_id: turn_id.clone(),
+        };
+        let steering = SlotSteering {
+            slot: Arc::clone(slot),
+        };
+        let gate = Gate {
+            host: self.clone(),
+            session_id: id.clone(),
+        };
+        let outcome = agent::run_turn(TurnInput {
+            spec: &self.inner.root,
+            history,
+            env: &env,
+            recorder: &recorder,
+            steering: (record.mode == SessionMode::Chat).then_some(&steering as &dyn Steering),
+            approvals: &gate,
+            cancel: cancel.clone(),
+            verbose: true,
+        })
+        .await;
+
+        {
+            let mut state = slot.state();
+            if let Some(t) = state.transcript.as_mut() {
+                t.extend(prompt);
+                t.extend(outcome.added.iter().cloned());
+                repair_transcript(t);
+            }
+        }
+        let usage = outcome.usage;
+        let (event, result) = match outcome.end {
+            TurnEnd::Completed => (
+                TurnCompleted {
+                    reply: outcome.reply.clone(),
+                    usage,
+                    model,
+                    duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    steps: outcome.steps,
+                }
+                .into(),
+                Ok(outcome.reply),
+            ),
+            TurnEnd::Failed(message) => (
+                fail(message.clone(), FailStatus::Failed, Some(usage)),
+                Err(message),
+            ),
+            TurnEnd::Cancelled => {
+                let (event, message) = cancelled_event(Some(usage));
+                (event, Err(message))
+            }
+        };
+        if let Err(e) = self.record(id, Some(turn_id), vec![event]).await {
+            tracing::error!(session_id = %id, turn_id = %turn_id, error = %e, "failed to record the end of a turn");
+        }
+        result
+    }
+
+    /// The conversation before the next turn: cached, or rebuilt from the
+    /// durable stream after a restart.
+    async fn transcript(
+        &self,
+        slot: &Slot,
+        id: &SessionId,
+        current: &TurnId,
+    ) -> HostResult<Vec<Message>> {
+        if let Some(t) = slot.state().transcript.clone() {
+            return Ok(t);
+        }
+        let mut events = self.inner.store.read(id, 0).await?;
+        // The running turn's own prompt is added by the caller.
+        events.retain(|e| e.turn_id.as_ref() != Some(current));
+        let mut t = transcript_from_events(&events);
+        repair_transcript(&mut t);
+        slot.state().transcript = Some(t.clone());
+        Ok(t)
+    }
+
+    /// Calls a server tool without a model turn.
+    pub async fn call_tool(&self, call: DirectCall) -> HostResult<DirectOutcome> {
+        let Some(entry) = self.inner.tools.get(&call.name).cloned() else {
+            if let Some(spec) = self.inner.agent_tools.get(&call.name)
+                && spec.execution == Execution::Agent
+            {
+                return Err(HostError::ToolNotCallable(call.name));
+            }
+            return Err(HostError::UnknownTool {
+                name: call.name,
+                available: self.inner.tools.keys().cloned().collect(),
+            });
+        };
+        if let Some(validator) = &entry.validator
+            && let Err(errors) = validator.validate(&call.input)
+        {
+            return Err(HostError::InvalidToolInput {
+                name: call.name,
+                errors,
+            });
+        }
+        let spec = entry.tool.spec().clone();
+        let call_id = new_direct_call_id(&call.name);
+        let mut record = None;
+        if let Some(id) = &call.session_id {
+            record = Some(self.session(id, call.principal.as_deref()).await?);
+        } else if let Some(token) = &call.continuation_token
+            && let Some(r) = self.inner.store.find_by_token(token).await?
+        {
+            check_owner(&r, call.principal.as_deref())?;
+            record = Some(r);
+        }
+        let Some(record) = record else {
+            return self.call_unbound(&entry, call, call_id).await;
+        };
+        let id = record.id.clone();
+        let slot = self.slot(&id);
+        // Writes take the admission lock, so no turn starts under them; reads
+        // run alongside whatever is running.
+        let _admission = match spec.effect {
+            Effect::Write => {
+                let guard = slot.admission.lock().await;
+                if slot.state().running.is_some() {
+                    return Err(HostError::SessionBusy(id.to_string()));
+                }
+                Some(guard)
+            }
+            Effect::Read => None,
+        };
+        let workspace = self.inner.store.workspace_dir(&id);
+        let mut scratch = None;
+        if let Err(e) = workspace::materialize(&workspace, &self.inner.project).await {
+            match spec.effect {
+                Effect::Write => return Err(HostError::WorkspaceUnavailable(e.to_string())),
+                Effect::Read => {
+                    let dir = self.inner.store.tool_call_dir(&call_id)?;
+                    tokio::fs::create_dir_all(&dir)
+                        .await
+                        .map_err(|e| HostError::WorkspaceUnavailable(e.to_string()))?;
+                    scratch = Some(dir);
+                }
+            }
+        }
+        let turn_id = TurnId::generate();
+        self.record(
+            &id,
+            Some(&turn_id),
+            vec![
+                ActionsRequested {
+                    step: 0,
+                    actions: vec![ActionRequest {
+                        call_id: call_id.clone(),
+                        name: call.name.clone(),
+                        input: call.input.clone(),
+                    }],
+                }
+                .into(),
+            ],
+        )
+        .await?;
+        let ctx = ToolContext {
+            call_id: call_id.clone(),
+            session: SessionInfo {
+                id: Some(id.clone()),
+                channel: record.channel.clone(),
+                mode: record.mode,
+                principal: record.principal.clone(),
+            },
+            workspace_dir: scratch.clone().unwrap_or(workspace),
+            state_root: self.inner.store.state_root(),
+            now: record.as_of.unwrap_or_else(Utc::now),
+            as_of_pinned: record.as_of.is_some(),
+            dry_run: record.dry_run,
+            approved_by: None,
+            cancel: self.inner.shutdown.child_token(),
+            services: Some(Arc::new(Services {
+                host: self.clone(),
+                session_id: id.clone(),
+                principal: record.principal.clone(),
+            })),
+        };
+        let started = Instant::now();
+        let (out, stubbed) = if record.dry_run && spec.effect == Effect::Write {
+            (
+                ToolOutput::ok(
+                    json!({"dryRun": true, "message": format!("`{}` changes state, so this dry run did not execute it", call.name)}),
+                ),
+                true,
+            )
+        } else {
+            (
+                agent::call_with_timeout(
+                    &entry.tool,
+                    call.input.clone(),
+                    ctx,
+                    spec.timeout(self.inner.root.tool_timeout),
+                )
+                .await,
+                false,
+            )
+        };
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let scratch_workspace = scratch.is_some();
+        if let Some(dir) = scratch {
+            let _ = tokio::fs::remove_dir_all(dir).await;
+        }
+        self.record(
+            &id,
+            Some(&turn_id),
+            vec![
+                ActionResult {
+                    call_id: call_id.clone(),
+                    name: call.name.clone(),
+                    is_error: out.is_error,
+                    output: out.content.clone(),
+                    duration_ms,
+                    stubbed,
+                }
+                .into(),
+                ActionsCompleted {
+                    step: 0,
+                    call_ids: vec![call_id.clone()],
+                }
+                .into(),
+            ],
+        )
+        .await?;
+        Ok(DirectOutcome {
+            tool_name: call.name,
+            call_id,
+            is_error: out.is_error,
+            result: out.content,
+            duration_ms,
+            scratch_workspace,
+            session_id: Some(id),
+        })
+    }
+
+    async fn call_unbound(
+        &self,
+        entry: &ToolEntry,
+        call: DirectCall,
+        call_id: String,
+    ) -> HostResult<DirectOutcome> {
+        let dir = self.inner.store.tool_call_dir(&call_id)?;
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| HostError::WorkspaceUnavailable(e.to_string()))?;
+        let (channel, principal) = match call
+            .continuation_token
+            .as_deref()
+            .and_then(|t| t.split_once(':'))
+        {
+            Some((channel, key)) => (
+                channel.to_owned(),
+                call.principal.clone().or_else(|| Some(key.to_owned())),
+            ),
+            None => ("direct".to_owned(), call.principal.clone()),
+        };
+        let ctx = ToolContext {
+            call_id: call_id.clone(),
+            session: SessionInfo {
+                id: None,
+                channel,
+                mode: SessionMode::Chat,
+                principal,
+            },
+            workspace_dir: dir.clone(),
+            state_root: self.inner.store.state_root(),
+            now: Utc::now(),
+            as_of_pinned: false,
+            dry_run: false,
+            approved_by: None,
+            cancel: self.inner.shutdown.child_token(),
+            services: None,
+        };
+        let timeout = entry.tool.spec().timeout(self.inner.root.tool_timeout);
+        let started = Instant::now();
+        let out = agent::call_with_timeout(&entry.tool, call.input, ctx, timeout).await;
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
+            tracing::warn!(call_id = %call_id, error = %e, "failed to remove a scratch workspace");
+        }
+        Ok(DirectOutcome {
+            tool_name: call.name,
+            call_id,
+            is_error: out.is_error,
+            result: out.content,
+            duration_ms,
+            scratch_workspace: false,
+            session_id: None,
+        })
+    }
+
+    /// Calls parked for approval in a session.
+    pub async fn approvals(
+        &self,
+        id: &SessionId,
+        principal: Option<&str>,
+    ) -> HostResult<Vec<ApprovalView>> {
+        self.session(id, principal).await?;
+        let approvals = self
+            .inner
+            .approvals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<ApprovalView> = approvals
+            .iter()
+            .filter(|(_, p)| &p.session_id == id)
+            .map(|(call_id, p)| ApprovalView {
+                call_id: call_id.clone(),
+                name: p.name.clone(),
+                input: p.input.clone(),
+                requested_at: p.requested_at,
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            a.requested_at
+                .cmp(&b.requested_at)
+                .then(a.call_id.cmp(&b.call_id))
+        });
+        Ok(out)
+    }
+
+    /// Approves or denies a parked call.
+    pub async fn resolve_approval(
+        &self,
+        id: &SessionId,
+        call_id: &str,
+        approved: bool,
+        reason: Option<String>,
+        principal: Option<&str>,
+    ) -> HostResult<()> {
+        self.session(id, principal).await?;
+        let pending = {
+            let mut approvals = self
+                .inner
+                .approvals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match approvals.get(call_id) {
+                Some(p) if &p.session_id == id => approvals.remove(call_id),
+                _ => None,
+            }
+        };
+        let Some(pending) = pending else {
+            return Err(HostError::ApprovalNotFound(call_id.to_owned()));
+        };
+        pending
+            .tx
+            .send(Decision {
+                approved,
+                by: principal
+                    .map(str::to_owned)
+                    .or_else(|| Some("local".to_owned())),
+                reason,
+            })
+            .map_err(|_| HostError::ApprovalNotFound(call_id.to_owned()))
+    }
+
+    /// Interrupts every running turn (recorded `interrupted`) and waits for
+    /// them to settle, at most `grace`.
+    pub async fn shutdown(&self, grace: Duration) {
+        let waits: Vec<watch::Receiver<bool>> = {
+            let slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots
+                .values()
+                .filter_map(|slot| {
+                    let state = slot.state();
+                    state.running.as_ref().map(|r| {
+                        r.reason.store(REASON_SHUTDOWN, Ordering::SeqCst);
+                        r.done.clone()
+                    })
+                })
+                .collect()
+        };
+        self.inner.shutdown.cancel();
+        let all = futures::future::join_all(waits.into_iter().map(wait_done));
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!("some turns did not settle within the shutdown grace period");
+        }
+    }
+
+    /// Records `turn.failed` (interrupted) for turns that never ended, so
+    /// their sessions can continue.
+    async fn recover(&self) -> HostResult<()> {
+        for record in self.inner.store.list_sessions().await? {
+            let events = match self.inner.store.read(&record.id, 0).await {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(session_id = %record.id, error = %e, "cannot read a session's events; skipping its recovery");
+                    continue;
+                }
+            };
+            let mut open: Option<TurnId> = None;
+            for env in &events {
+                match &env.event {
+                    Event::MessageReceived(_) | Event::TurnQueued(_) | Event::TurnStarted(_) => {
+                        open = env.turn_id.clone();
+                    }
+                    Event::TurnCompleted(_) | Event::TurnFailed(_) => open = None,
+                    _ => {}
+                }
+            }
+            let Some(turn_id) = open else { continue };
+            tracing::warn!(session_id = %record.id, turn_id = %turn_id, "recording a turn interrupted by a restart");
+            let rest: Event = match record.mode {
+                SessionMode::Chat => SessionWaiting {}.into(),
+                SessionMode::Task => SessionFailed {
+                    message: "task interrupted by a restart".into(),
+                }
+                .into(),
+            };
+            self.record(
+                &record.id,
+                Some(&turn_id),
+                vec![
+                    TurnFailed {
+                        message: "turn interrupted: the host stopped while it was running".into(),
+                        status: FailStatus::Interrupted,
+                        usage: None,
+                    }
+                    .into(),
+                ],
+            )
+            .await?;
+            self.record(&record.id, None, vec![rest]).await?;
+        }
+        Ok(())
+    }
+}
+
+async fn wait_done(mut done: watch::Receiver<bool>) {
+    // An error means the turn task is gone, which also means it settled.
+    let _ = done.wait_for(|d| *d).await;
+}
+
+fn take_pending(slot: &Slot) -> Option<Vec<Nudge>> {
+    let mut state = slot.state();
+    (!state.pending.is_empty()).then(|| std::mem::take(&mut state.pending))
+}
+
+fn received_event(messages: &[Nudge]) -> MessageReceived {
+    MessageReceived {
+        message: messages
+            .iter()
+            .map(|m| m.message.as_str())
+            .collect::<Vec<_>>()
+            .join("\n\n"),
+        delivery_ids: messages
+            .iter()
+            .filter_map(|m| m.delivery_id.clone())
+            .collect(),
+    }
+}
+
+fn check_owner(record: &SessionRecord, principal: Option<&str>) -> HostResult<()> {
+    match (principal, &record.principal) {
+        (None, _) | (_, None) => Ok(()),
+        (Some(p), Some(owner)) if p == owner => Ok(()),
+        _ => Err(HostError::Forbidden(record.id.to_string())),
+    }
+}
+
+fn validate_workspace_files(files: &BTreeMap<String, String>) -> HostResult<()> {
+    // Resolve against a fixed root only to check the shape; symlink checks
+    // happen again when the files are written into the real workspace.
+    let probe = PathBuf::from("/nonexistent-bdk-workspace-probe");
+    for path in files.keys() {
+        workspace::resolve(&probe, path).map_err(|e| HostError::InvalidRequest(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Rebuilds the model conversation from a session's events: prompts,
+/// nudges, assistant steps and tool results of every model turn (direct tool
+/// calls are not part of the conversation).
+pub fn transcript_from_events(events: &[Envelope]) -> Vec<Message> {
+    let mut out = Vec::new();
+    let mut model_turns: HashSet<&TurnId> = HashSet::new();
+    let mut text = String::new();
+    let mut step_flushed = true;
+    for env in events {
+        let in_model_turn = env
+            .turn_id
+            .as_ref()
+            .is_some_and(|t| model_turns.contains(t));
+        match &env.event {
+            Event::MessageReceived(m) => {
+                if let Some(t) = &env.turn_id {
+                    model_turns.insert(t);
+                }
+                out.push(Message::User {
+                    text: m.message.clone(),
+                });
+            }
+            Event::NudgeDelivered(n) => out.push(Message::User {
+                text: n.message.clone(),
+            }),
+            Event::StepStarted(_) if in_model_turn => {
+                text.clear();
+                step_flushed = false;
+            }
+            Event::MessageCompleted(m) if in_model_turn => text = m.text.clone(),
+            Event::ActionsRequested(a) if in_model_turn => {
+                out.push(Message::Assistant {
+                    text: std::mem::take(&mut text),
+                    tool_calls: a
+                        .actions
+                        .iter()
+                        .map(|r| crate::model::ToolCall {
+                            id: r.call_id.clone(),
+                            name: r.name.clone(),
+                            input: r.input.clone(),
+                        })
+                        .collect(),
+                });
+                step_flushed = true;
+            }
+            Event::ActionResult(r) if in_model_turn => out.push(Message::Tool {
+                call_id: r.call_id.clone(),
+                name: r.name.clone(),
+                content: match &r.output {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                },
+                is_error: r.is_error,
+            }),
+            Event::StepCompleted(_) | Event::TurnCompleted(_) | Event::TurnFailed(_)
+                if in_model_turn =>
+            {
+                if !step_flushed && !text.is_empty() {
+                    out.push(Message::Assistant {
+                        text: std::mem::take(&mut text),
+                        tool_calls: Vec::new(),
+                    });
+                }
+                step_flushed = true;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Gives every tool call an answer: calls cut off by an interruption get an
+/// error result, so the conversation stays valid for every provider.
+pub fn repair_transcript(messages: &mut Vec<Message>) {
+    let mut answered: HashSet<String> = HashSet::new();
+    for m in messages.iter() {
+        if let Message::Tool { call_id, .. } = m {
+            answered.insert(call_id.clone());
+        }
+    }
+    let mut i = 0;
+    while i < messages.len() {
+        if let Message::Assistant { tool_calls, .. } = &messages[i] {
+            let missing: Vec<Message> = tool_calls
+                .iter()
+                .filter(|c| !answered.contains(&c.id))
+                .map(|c| Message::Tool {
+                    call_id: c.id.clone(),
+                    name: c.name.clone(),
+                    content: "call interrupted before it returned".into(),
+                    is_error: true,
+                })
+                .collect();
+            // Answers sit right after the assistant step and its own answers.
+            let mut at = i + 1;
+            while at < messages.len() && matches!(messages[at], Message::Tool { .. }) {
+                at += 1;
+            }
+            let n = missing.len();
+            for (k, m) in missing.into_iter().enumerate() {
+                messages.insert(at + k, m);
+            }
+            i = at + n;
+        } else {
+            i += 1;
+        }
+    }
+}
+
+struct TurnRecorder {
+    host: Host,
+    session_id: SessionId,
+    turn_id: TurnId,
+}
+
+#[async_trait]
+impl Recorder for TurnRecorder {
+    async fn record(&self, event: Event) -> Result<(), RecordError> {
+        self.host
+            .record(&self.session_id, Some(&self.turn_id), vec![event])
+            .await
+            .map(|_| ())
+            .map_err(|e| RecordError(e.to_string()))
+    }
+}
+
+struct SlotSteering {
+    slot: Arc<Slot>,
+}
+
+impl Steering for SlotSteering {
+    fn take(&self) -> Vec<Nudge> {
+        std::mem::take(&mut self.slot.state().pending)
+    }
+}
+
+struct Gate {
+    host: Host,
+    session_id: SessionId,
+}
+
+#[async_trait]
+impl ApprovalGate for Gate {
+    async fn wait(
+        &self,
+        call_id: &str,
+        name: &str,
+        input: &Value,
+        cancel: &CancellationToken,
+    ) -> Option<Decision> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut approvals = self
+                .host
+                .inner
+                .approvals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            approvals.insert(
+                call_id.to_owned(),
+                PendingApproval {
+                    session_id: self.session_id.clone(),
+                    name: name.to_owned(),
+                    input: input.clone(),
+                    requested_at: Utc::now(),
+                    tx,
+                },
+            );
+        }
+        let decision = tokio::select! {
+            d = rx => d.ok(),
+            _ = cancel.cancelled() => None,
+        };
+        if decision.is_none() {
+            let mut approvals = self
+                .host
+                .inner
+                .approvals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            approvals.remove(call_id);
+        }
+        decision
+    }
+}
+
+struct Services {
+    host: Host,
+    session_id: SessionId,
+    principal: Option<String>,
+}
+
+#[async_trait]
+impl ToolServices for Services {
+    fn skill(&self, name: &str) -> Option<String> {
+        self.host.inner.skills.get(name).cloned()
+    }
+
+    async fn tag_artifact(
+        &self,
+        _ctx: &ToolContext,
+        kind: &str,
+        name: &str,
+        content: Vec<u8>,
+        content_type: &str,
+        metadata: Value,
+    ) -> Result<String, String> {
+        let id = new_id("art");
+        let record = ArtifactRecord {
+            id: id.clone(),
+            session_id: Some(self.session_id.clone()),
+            principal: self.principal.clone(),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            content_type: content_type.to_owned(),
+            size: content.len() as u64,
+            metadata: metadata.clone(),
+            created_at: Utc::now(),
+        };
+        self.host
+            .inner
+            .store
+            .artifact_put(record, content)
+            .await
+            .map_err(|e| e.to_string())?;
+        let turn = self
+            .host
+            .slot(&self.session_id)
+            .state()
+            .running
+            .as_ref()
+            .map(|r| r.turn_id.clone());
+        self.host
+            .record(
+                &self.session_id,
+                turn.as_ref(),
+                vec![
+                    ArtifactTagged {
+                        artifact_id: id.clone(),
+                        kind: kind.to_owned(),
+                        path: Some(name.to_owned()),
+                        metadata,
+                    }
+                    .into(),
+                ],
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(id)
+    }
+}
+
+/// The id a model call gets when a provider supplies none.
+pub fn fresh_call_id() -> String {
+    new_call_id()
+}

@@ -11,8 +11,10 @@ pub mod agent;
 pub mod hooks;
 pub mod host;
 pub mod model;
+pub mod net;
 pub mod project;
 pub mod tool;
+pub mod trajectory;
 pub mod workspace;
 
 pub use project::{Diagnostic, Discovery, Project, Severity, discover};

@@ -157,5 +157,9 @@ pub trait Model: Send + Sync + 'static {
     /// Starts one step. The stream must end promptly (with
     /// [`ModelError::Cancelled`] or simply ending) once `cancel` fires, and
     /// dropping the stream must abort any work in flight.
-    async fn step(&self, request: ModelRequest, cancel: CancellationToken) -> Result<ModelStream, ModelError>;
+    async fn step(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> Result<ModelStream, ModelError>;
 }

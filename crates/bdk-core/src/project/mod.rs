@@ -19,7 +19,9 @@ use serde_json::Value;
 
 use crate::tool::ToolSpec;
 
+pub mod cron;
 mod discover;
+pub mod info;
 pub use discover::discover;
 
 /// How bad a diagnostic is.
@@ -58,7 +60,9 @@ pub struct Discovery {
 impl Discovery {
     /// True when any diagnostic is an error.
     pub fn has_errors(&self) -> bool {
-        self.diagnostics.iter().any(|d| d.severity == Severity::Error)
+        self.diagnostics
+            .iter()
+            .any(|d| d.severity == Severity::Error)
     }
 }
 

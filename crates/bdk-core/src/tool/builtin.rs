@@ -1,1 +1,964 @@
-//! placeholder
+//! Built-in tools the runtime offers the model next to the project's own:
+//! workspace file tools, `shell`, `load_skill`, `tag_artifact`, and the spec
+//! of `task` (which the agent loop executes itself, since running a subagent
+//! is a turn, not a tool body).
+//!
+//! Every path a built-in receives is confined to the call's workspace through
+//! [`crate::workspace::resolve`]; paths in results are workspace-relative and
+//! `/`-separated, so the model can pass them straight back.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+
+use crate::tool::subprocess::{self, ProcessEnd, ProcessSpec};
+use crate::tool::{Effect, Execution, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::workspace::{self, WorkspaceError};
+
+/// `read_file` returns at most this many bytes of text per call.
+pub const READ_FILE_CAP_BYTES: usize = 256 * 1024;
+/// `edit_file` refuses files larger than this.
+pub const EDIT_FILE_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// `list_files` lists at most this many entries.
+pub const LIST_FILES_MAX_ENTRIES: usize = 1000;
+/// `tag_artifact` refuses workspace files larger than this.
+pub const ARTIFACT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// `shell` keeps at most this much stdout; more stops the command.
+pub const SHELL_MAX_STDOUT_BYTES: usize = 256 * 1024;
+/// `shell`'s timeout when the call names none.
+pub const SHELL_DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// The longest timeout a `shell` call may ask for.
+pub const SHELL_MAX_TIMEOUT_MS: u64 = 600_000;
+
+/// The workspace file tools: `read_file`, `write_file`, `edit_file`,
+/// `list_files`, `delete_file`.
+pub fn workspace_tools() -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ReadFile {
+            spec: read_file_spec(),
+        }),
+        Arc::new(WriteFile {
+            spec: write_file_spec(),
+        }),
+        Arc::new(EditFile {
+            spec: edit_file_spec(),
+        }),
+        Arc::new(ListFiles {
+            spec: list_files_spec(),
+        }),
+        Arc::new(DeleteFile {
+            spec: delete_file_spec(),
+        }),
+    ]
+}
+
+/// `shell`: runs a command with `sh -c` in the workspace.
+pub fn shell_tool() -> Arc<dyn Tool> {
+    let mut spec = spec(
+        "shell",
+        "Run a shell command (sh -c) with the session workspace as the working directory. \
+         Returns the exit code, stdout and the end of stderr. Use it for scripts, builds and \
+         the agent tools listed in AGENTS.md. The command is killed, with everything it \
+         started, when it exceeds its timeout.",
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "minLength": 1, "description": "The command line, run with sh -c."},
+                "timeout_ms": {
+                    "type": "integer", "minimum": 1, "maximum": SHELL_MAX_TIMEOUT_MS,
+                    "description": format!("Kill the command after this many milliseconds (default {SHELL_DEFAULT_TIMEOUT_MS}).")
+                }
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        }),
+        Effect::Write,
+    );
+    // The call applies its own (input-chosen) timeout; advertise the largest
+    // one so a runtime-level deadline never cuts a command short of it.
+    spec.timeout_ms = Some(SHELL_MAX_TIMEOUT_MS + 5_000);
+    Arc::new(Shell { spec })
+}
+
+/// `load_skill`: returns a skill's full text by name.
+pub fn load_skill_tool() -> Arc<dyn Tool> {
+    Arc::new(LoadSkill {
+        spec: spec(
+            "load_skill",
+            "Load a skill by name and return its full instructions. Load a skill from the \
+             catalog in your instructions before doing the work it describes.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "minLength": 1, "description": "The skill name, as listed in the catalog."}
+                },
+                "required": ["name"],
+                "additionalProperties": false
+            }),
+            Effect::Read,
+        ),
+    })
+}
+
+/// `tag_artifact`: records a workspace file or inline text as an artifact of
+/// the session.
+pub fn tag_artifact_tool() -> Arc<dyn Tool> {
+    Arc::new(TagArtifact {
+        spec: spec(
+            "tag_artifact",
+            "Tag a result worth keeping (a report, a patch, a generated file) as an artifact \
+             of this session so people and other systems can find it. Give exactly one of \
+             `path` (a file in the workspace, at most 10 MiB) or `content` (inline text).",
+            json!({
+                "type": "object",
+                "properties": {
+                    "kind": {"type": "string", "minLength": 1, "description": "What the artifact is, e.g. report, patch, summary."},
+                    "path": {"type": "string", "description": "A workspace file to tag."},
+                    "content": {"type": "string", "description": "Inline text to tag."},
+                    "name": {"type": "string", "minLength": 1, "description": "A display name (default: the file name, or the kind)."},
+                    "contentType": {"type": "string", "minLength": 1, "description": "The media type (default: guessed from the file name, text/plain for content)."},
+                    "metadata": {"type": "object", "description": "Extra JSON facts about the artifact."}
+                },
+                "required": ["kind"],
+                "additionalProperties": false
+            }),
+            Effect::Write,
+        ),
+    })
+}
+
+/// The spec of `task`, which delegates to a subagent. The agent loop
+/// recognizes the name and runs the subagent itself; `subagents` is
+/// `(name, description)` pairs.
+pub fn task_spec(subagents: &[(String, String)]) -> ToolSpec {
+    let mut description = String::from(
+        "Delegate a self-contained task to a subagent and get its final reply. The subagent \
+         does not see this conversation: put everything it needs in the prompt. Subagents:",
+    );
+    for (name, about) in subagents {
+        description.push_str(&format!("\n- {name}: {about}"));
+    }
+    let names: Vec<&str> = subagents.iter().map(|(name, _)| name.as_str()).collect();
+    spec(
+        "task",
+        &description,
+        json!({
+            "type": "object",
+            "properties": {
+                "subagent": {"type": "string", "enum": names, "description": "Which subagent to run."},
+                "prompt": {"type": "string", "minLength": 1, "description": "The complete task for the subagent."}
+            },
+            "required": ["subagent", "prompt"],
+            "additionalProperties": false
+        }),
+        Effect::Write,
+    )
+}
+
+fn spec(name: &str, description: &str, input_schema: Value, effect: Effect) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        input_schema,
+        output_schema: None,
+        effect,
+        execution: Execution::Server,
+        needs_approval: false,
+        timeout_ms: None,
+    }
+}
+
+/// Decodes a tool's input. The runtime validates input against the schema
+/// first, but a tool is also callable directly, so it checks again.
+fn parse_input<T: DeserializeOwned>(input: Value) -> Result<T, ToolOutput> {
+    serde_json::from_value(input).map_err(|e| ToolOutput::error(format!("invalid input: {e}")))
+}
+
+/// Resolves a model-supplied path, turning a refusal into the tool's error.
+fn confine(ctx: &ToolContext, rel: &str) -> Result<PathBuf, ToolOutput> {
+    workspace::resolve(&ctx.workspace_dir, rel).map_err(|e| ToolOutput::error(e.to_string()))
+}
+
+/// A file-system error phrased with the workspace-relative path, so the
+/// model sees paths it can use and not the host's layout.
+fn fs_error(action: &str, rel: &str, e: &io::Error) -> ToolOutput {
+    match e.kind() {
+        io::ErrorKind::NotFound => ToolOutput::error(format!("no such file: {rel}")),
+        io::ErrorKind::IsADirectory => ToolOutput::error(format!("{rel} is a directory")),
+        _ => ToolOutput::error(format!("failed to {action} {rel}: {e}")),
+    }
+}
+
+/// Fails unless `path` is an existing regular file (or a link to one).
+async fn require_file(path: &Path, rel: &str) -> Result<std::fs::Metadata, ToolOutput> {
+    let meta = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| fs_error("read", rel, &e))?;
+    if meta.is_dir() {
+        return Err(ToolOutput::error(format!("{rel} is a directory")));
+    }
+    Ok(meta)
+}
+
+/// Turns a `Result` whose both arms are outputs into the output.
+fn settle(result: Result<ToolOutput, ToolOutput>) -> ToolOutput {
+    result.unwrap_or_else(|e| e)
+}
+
+// ---------------------------------------------------------------- read_file
+
+fn read_file_spec() -> ToolSpec {
+    spec(
+        "read_file",
+        "Read a UTF-8 text file from the workspace. Optionally start at line `offset` \
+         (counting from 1) and return at most `limit` lines. Long output is cut at 256 KiB \
+         with a note saying where to continue.",
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative file path."},
+                "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1 = the first line)."},
+                "limit": {"type": "integer", "minimum": 1, "description": "How many lines to return."}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }),
+        Effect::Read,
+    )
+}
+
+struct ReadFile {
+    spec: ToolSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadFileInput {
+    path: String,
+    offset: Option<u64>,
+    limit: Option<u64>,
+}
+
+#[async_trait]
+impl Tool for ReadFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        settle(read_file(input, &ctx).await)
+    }
+}
+
+async fn read_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+    let input: ReadFileInput = parse_input(input)?;
+    let first = input.offset.unwrap_or(1);
+    if first == 0 {
+        return Err(ToolOutput::error("offset counts lines from 1"));
+    }
+    let limit = input.limit.unwrap_or(u64::MAX);
+    if limit == 0 {
+        return Err(ToolOutput::error("limit must be at least 1"));
+    }
+    let path = confine(ctx, &input.path)?;
+    require_file(&path, &input.path).await?;
+    let mut file = tokio::fs::File::open(&path)
+        .await
+        .map_err(|e| fs_error("read", &input.path, &e))?;
+
+    // Stream the file in chunks, counting lines, so neither a huge file nor a
+    // huge single line is held in memory beyond the output cap.
+    let end = first.saturating_add(limit);
+    let mut line: u64 = 1;
+    let mut out: Vec<u8> = Vec::new();
+    let mut line_start = 0usize;
+    let mut note: Option<String> = None;
+    let mut buf = vec![0u8; 64 * 1024];
+    'read: loop {
+        let n = file
+            .read(&mut buf)
+            .await
+            .map_err(|e| fs_error("read", &input.path, &e))?;
+        if n == 0 {
+            break;
+        }
+        let mut chunk = &buf[..n];
+        while !chunk.is_empty() {
+            if line >= end {
+                break 'read;
+            }
+            let (piece, rest, complete) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(i) => (&chunk[..=i], &chunk[i + 1..], true),
+                None => (chunk, &[][..], false),
+            };
+            if line >= first {
+                if out.len() + piece.len() > READ_FILE_CAP_BYTES {
+                    if line_start > 0 {
+                        // Whole lines only: drop the partial line and say
+                        // where to pick up.
+                        out.truncate(line_start);
+                        note = Some(format!(
+                            "[output cut at {READ_FILE_CAP_BYTES} bytes; continue with offset={line}]"
+                        ));
+                    } else {
+                        let room = READ_FILE_CAP_BYTES - out.len();
+                        out.extend_from_slice(&piece[..room]);
+                        note = Some(format!(
+                            "[line {line} is longer than {READ_FILE_CAP_BYTES} bytes and was cut; continue with offset={}]",
+                            line + 1
+                        ));
+                    }
+                    break 'read;
+                }
+                out.extend_from_slice(piece);
+            }
+            if complete {
+                line += 1;
+                line_start = out.len();
+            }
+            chunk = rest;
+        }
+    }
+
+    let mut text = match String::from_utf8(out) {
+        Ok(text) => text,
+        // A cut inside a multi-byte character leaves an incomplete sequence
+        // at the very end; anything else is not text.
+        Err(e) if note.is_some() && e.utf8_error().error_len().is_none() => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes)
+                .map_err(|_| ToolOutput::error(format!("{} is not UTF-8 text", input.path)))?
+        }
+        Err(_) => {
+            return Err(ToolOutput::error(format!(
+                "{} is not UTF-8 text",
+                input.path
+            )));
+        }
+    };
+    if text.is_empty() && first > 1 && note.is_none() {
+        return Ok(ToolOutput::ok(format!(
+            "[the file has fewer than {first} lines]"
+        )));
+    }
+    if let Some(note) = note {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&note);
+    }
+    Ok(ToolOutput::ok(text))
+}
+
+// --------------------------------------------------------------- write_file
+
+fn write_file_spec() -> ToolSpec {
+    spec(
+        "write_file",
+        "Create or overwrite a file in the workspace with the given text, creating parent \
+         directories as needed.",
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative file path."},
+                "content": {"type": "string", "description": "The complete new content."}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        }),
+        Effect::Write,
+    )
+}
+
+struct WriteFile {
+    spec: ToolSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteFileInput {
+    path: String,
+    content: String,
+}
+
+#[async_trait]
+impl Tool for WriteFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        settle(write_file(input, &ctx).await)
+    }
+}
+
+async fn write_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+    let input: WriteFileInput = parse_input(input)?;
+    let path = confine(ctx, &input.path)?;
+    write_text(&path, &input.path, &input.content).await?;
+    Ok(ToolOutput::ok(
+        json!({"path": input.path, "bytes": input.content.len()}),
+    ))
+}
+
+async fn write_text(path: &Path, rel: &str, content: &str) -> Result<(), ToolOutput> {
+    workspace::write_with_parents(path, content.as_bytes())
+        .await
+        .map_err(|e| match e {
+            WorkspaceError::Io { action, source, .. } => fs_error(action, rel, &source),
+            other => ToolOutput::error(other.to_string()),
+        })
+}
+
+// ---------------------------------------------------------------- edit_file
+
+fn edit_file_spec() -> ToolSpec {
+    spec(
+        "edit_file",
+        "Replace one exact piece of text in a workspace file. `old_text` must occur exactly \
+         once: include enough surrounding lines to make it unique.",
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative file path."},
+                "old_text": {"type": "string", "minLength": 1, "description": "The exact text to replace (must occur once)."},
+                "new_text": {"type": "string", "description": "The replacement text."}
+            },
+            "required": ["path", "old_text", "new_text"],
+            "additionalProperties": false
+        }),
+        Effect::Write,
+    )
+}
+
+struct EditFile {
+    spec: ToolSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditFileInput {
+    path: String,
+    old_text: String,
+    new_text: String,
+}
+
+#[async_trait]
+impl Tool for EditFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        settle(edit_file(input, &ctx).await)
+    }
+}
+
+async fn edit_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+    let input: EditFileInput = parse_input(input)?;
+    if input.old_text.is_empty() {
+        return Err(ToolOutput::error("old_text must not be empty"));
+    }
+    let path = confine(ctx, &input.path)?;
+    let meta = require_file(&path, &input.path).await?;
+    if meta.len() > EDIT_FILE_MAX_BYTES {
+        return Err(ToolOutput::error(format!(
+            "{} is larger than {EDIT_FILE_MAX_BYTES} bytes; rewrite it with write_file or the shell",
+            input.path
+        )));
+    }
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| fs_error("read", &input.path, &e))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| ToolOutput::error(format!("{} is not UTF-8 text", input.path)))?;
+    let count = text.matches(input.old_text.as_str()).count();
+    match count {
+        1 => {}
+        0 => {
+            return Err(ToolOutput::error(format!(
+                "old_text does not occur in {}; read the file and copy the text exactly",
+                input.path
+            )));
+        }
+        n => {
+            return Err(ToolOutput::error(format!(
+                "old_text occurs {n} times in {}; include more surrounding text so it occurs exactly once",
+                input.path
+            )));
+        }
+    }
+    let edited = text.replacen(input.old_text.as_str(), &input.new_text, 1);
+    write_text(&path, &input.path, &edited).await?;
+    Ok(ToolOutput::ok(
+        json!({"path": input.path, "bytes": edited.len()}),
+    ))
+}
+
+// --------------------------------------------------------------- list_files
+
+fn list_files_spec() -> ToolSpec {
+    spec(
+        "list_files",
+        "List the files and directories under a workspace directory (default: the whole \
+         workspace), recursively and sorted, one workspace-relative path per line; \
+         directories end with '/'. Stops after 1000 entries.",
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative directory (default \".\")."}
+            },
+            "additionalProperties": false
+        }),
+        Effect::Read,
+    )
+}
+
+struct ListFiles {
+    spec: ToolSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListFilesInput {
+    path: Option<String>,
+}
+
+#[async_trait]
+impl Tool for ListFiles {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        settle(list_files(input, &ctx).await)
+    }
+}
+
+/// One directory entry, with the key that orders a listing.
+struct Entry {
+    /// The file name, plus `/` for directories: sorting siblings by this key
+    /// and walking depth-first yields exactly the sorted list of full paths,
+    /// so the walk can stop at the cap without reading the rest of the tree.
+    key: String,
+    path: PathBuf,
+    is_dir: bool,
+}
+
+async fn list_files(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+    let input: ListFilesInput = parse_input(input)?;
+    let rel = input.path.unwrap_or_else(|| ".".to_owned());
+    let dir = confine(ctx, &rel)?;
+    let meta = tokio::fs::metadata(&dir)
+        .await
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => ToolOutput::error(format!("no such directory: {rel}")),
+            _ => fs_error("list", &rel, &e),
+        })?;
+    if !meta.is_dir() {
+        return Err(ToolOutput::error(format!("{rel} is not a directory")));
+    }
+    let prefix = crate::project::rel_path(&ctx.workspace_dir, &dir);
+
+    let mut lines: Vec<String> = Vec::new();
+    let mut truncated = false;
+    let mut stack = vec![
+        read_sorted(&dir, prefix.is_empty())
+            .await
+            .map_err(|e| fs_error("list", &rel, &e))?
+            .into_iter(),
+    ];
+    let mut prefixes = vec![prefix];
+    while let (Some(entries), Some(prefix)) = (stack.last_mut(), prefixes.last()) {
+        let Some(entry) = entries.next() else {
+            stack.pop();
+            prefixes.pop();
+            continue;
+        };
+        if lines.len() == LIST_FILES_MAX_ENTRIES {
+            truncated = true;
+            break;
+        }
+        let shown = if prefix.is_empty() {
+            entry.key.clone()
+        } else {
+            format!("{prefix}/{}", entry.key)
+        };
+        if entry.is_dir {
+            // An unreadable subdirectory is still listed; its contents are
+            // simply not shown.
+            if let Ok(children) = read_sorted(&entry.path, false).await {
+                stack.push(children.into_iter());
+                prefixes.push(shown.trim_end_matches('/').to_owned());
+            }
+        }
+        lines.push(shown);
+    }
+
+    let mut text = if lines.is_empty() {
+        "(no files)".to_owned()
+    } else {
+        lines.join("\n")
+    };
+    if truncated {
+        text.push_str(&format!(
+            "\n[listing stopped at {LIST_FILES_MAX_ENTRIES} entries; list a subdirectory to see more]"
+        ));
+    }
+    Ok(ToolOutput::ok(text))
+}
+
+/// A directory's entries sorted by [`Entry::key`]; `.bdk` is left out at the
+/// workspace root (it holds the runtime's own seed files). Symlinks are listed
+/// but never followed.
+async fn read_sorted(dir: &Path, at_root: bool) -> io::Result<Vec<Entry>> {
+    let mut reader = tokio::fs::read_dir(dir).await?;
+    let mut entries = Vec::new();
+    while let Some(item) = reader.next_entry().await? {
+        let name = item.file_name().to_string_lossy().into_owned();
+        if at_root && name == ".bdk" {
+            continue;
+        }
+        let is_dir = item.file_type().await?.is_dir();
+        let key = if is_dir { format!("{name}/") } else { name };
+        entries.push(Entry {
+            key,
+            path: item.path(),
+            is_dir,
+        });
+    }
+    entries.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(entries)
+}
+
+// -------------------------------------------------------------- delete_file
+
+fn delete_file_spec() -> ToolSpec {
+    spec(
+        "delete_file",
+        "Delete a file from the workspace (files only, not directories).",
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative file path."}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }),
+        Effect::Write,
+    )
+}
+
+struct DeleteFile {
+    spec: ToolSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteFileInput {
+    path: String,
+}
+
+#[async_trait]
+impl Tool for DeleteFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        settle(delete_file(input, &ctx).await)
+    }
+}
+
+async fn delete_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+    let input: DeleteFileInput = parse_input(input)?;
+    let path = confine(ctx, &input.path)?;
+    let meta = tokio::fs::symlink_metadata(&path)
+        .await
+        .map_err(|e| fs_error("delete", &input.path, &e))?;
+    if meta.is_dir() {
+        return Err(ToolOutput::error(format!(
+            "{} is a directory; delete_file removes files only",
+            input.path
+        )));
+    }
+    tokio::fs::remove_file(&path)
+        .await
+        .map_err(|e| fs_error("delete", &input.path, &e))?;
+    Ok(ToolOutput::ok(json!({"path": input.path, "deleted": true})))
+}
+
+// -------------------------------------------------------------------- shell
+
+struct Shell {
+    spec: ToolSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShellInput {
+    command: String,
+    timeout_ms: Option<u64>,
+}
+
+#[async_trait]
+impl Tool for Shell {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        settle(shell(input, &ctx).await)
+    }
+}
+
+async fn shell(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+    let input: ShellInput = parse_input(input)?;
+    if input.command.trim().is_empty() {
+        return Err(ToolOutput::error("command must not be empty"));
+    }
+    let timeout_ms = input
+        .timeout_ms
+        .unwrap_or(SHELL_DEFAULT_TIMEOUT_MS)
+        .clamp(1, SHELL_MAX_TIMEOUT_MS);
+    tokio::fs::create_dir_all(&ctx.workspace_dir)
+        .await
+        .map_err(|e| ToolOutput::error(format!("failed to create the workspace: {e}")))?;
+    let spec = ProcessSpec {
+        program: PathBuf::from("sh"),
+        args: vec!["-c".to_owned(), input.command],
+        cwd: ctx.workspace_dir.clone(),
+        env: subprocess::context_env(ctx),
+        env_remove: subprocess::unbound_env(ctx),
+        stdin: None,
+        max_stdout: SHELL_MAX_STDOUT_BYTES,
+        timeout: Duration::from_millis(timeout_ms),
+    };
+    match subprocess::run_process(spec, &ctx.cancel).await {
+        ProcessEnd::Exited {
+            status,
+            stdout,
+            stderr,
+        } => {
+            // Like a shell's `$?`: a death by signal N reads as 128 + N.
+            use std::os::unix::process::ExitStatusExt;
+            let code = status.code().or_else(|| status.signal().map(|s| 128 + s));
+            let mut result = json!({
+                "exitCode": code,
+                "stdout": String::from_utf8_lossy(&stdout),
+                "stderr": String::from_utf8_lossy(&stderr.bytes),
+            });
+            if stderr.dropped {
+                result["stderrTruncated"] = Value::Bool(true);
+            }
+            Ok(ToolOutput::ok(result))
+        }
+        ProcessEnd::OutputExceeded { head } => Ok(ToolOutput {
+            content: json!({
+                "exitCode": null,
+                "stdout": String::from_utf8_lossy(&head),
+                "stderr": "",
+                "error": format!("output exceeded {SHELL_MAX_STDOUT_BYTES} bytes; the command was killed"),
+            }),
+            is_error: true,
+        }),
+        ProcessEnd::TimedOut => Err(ToolOutput::error(format!(
+            "command timed out after {timeout_ms} ms and was killed"
+        ))),
+        ProcessEnd::Cancelled => Err(ToolOutput::error("tool call cancelled")),
+        ProcessEnd::SpawnFailed(e) => Err(ToolOutput::error(format!("failed to start sh: {e}"))),
+        ProcessEnd::Failed(e) => Err(ToolOutput::error(format!("shell i/o failed: {e}"))),
+    }
+}
+
+// --------------------------------------------------------------- load_skill
+
+struct LoadSkill {
+    spec: ToolSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadSkillInput {
+    name: String,
+}
+
+#[async_trait]
+impl Tool for LoadSkill {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        let input: LoadSkillInput = match parse_input(input) {
+            Ok(input) => input,
+            Err(output) => return output,
+        };
+        let Some(services) = &ctx.services else {
+            return ToolOutput::error("skills are not available in this context");
+        };
+        match services.skill(&input.name) {
+            Some(text) => ToolOutput::ok(text),
+            None => ToolOutput::error(format!(
+                "unknown skill `{}`; use a name from the skill catalog",
+                input.name
+            )),
+        }
+    }
+}
+
+// ------------------------------------------------------------- tag_artifact
+
+struct TagArtifact {
+    spec: ToolSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TagArtifactInput {
+    kind: String,
+    path: Option<String>,
+    content: Option<String>,
+    name: Option<String>,
+    content_type: Option<String>,
+    metadata: Option<Value>,
+}
+
+#[async_trait]
+impl Tool for TagArtifact {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        settle(tag_artifact(input, &ctx).await)
+    }
+}
+
+async fn tag_artifact(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+    let input: TagArtifactInput = parse_input(input)?;
+    if input.kind.trim().is_empty() {
+        return Err(ToolOutput::error("kind must not be empty"));
+    }
+    let metadata = match input.metadata {
+        None => json!({}),
+        Some(Value::Object(map)) => Value::Object(map),
+        Some(_) => return Err(ToolOutput::error("metadata must be a JSON object")),
+    };
+    let Some(services) = ctx.services.clone() else {
+        return Err(ToolOutput::error(
+            "artifacts are not available in this context",
+        ));
+    };
+    let (bytes, default_name, default_type) = match (input.path, input.content) {
+        (Some(rel), None) => {
+            let path = confine(ctx, &rel)?;
+            let meta = require_file(&path, &rel).await?;
+            if meta.len() > ARTIFACT_MAX_BYTES {
+                return Err(ToolOutput::error(format!(
+                    "{rel} is larger than {ARTIFACT_MAX_BYTES} bytes"
+                )));
+            }
+            let bytes = tokio::fs::read(&path)
+                .await
+                .map_err(|e| fs_error("read", &rel, &e))?;
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| input.kind.clone());
+            let content_type = guess_content_type(&name);
+            (bytes, name, content_type)
+        }
+        (None, Some(content)) => (
+            content.into_bytes(),
+            input.kind.clone(),
+            "text/plain; charset=utf-8",
+        ),
+        (Some(_), Some(_)) | (None, None) => {
+            return Err(ToolOutput::error("give exactly one of path or content"));
+        }
+    };
+    let name = input.name.unwrap_or(default_name);
+    let content_type = input
+        .content_type
+        .unwrap_or_else(|| default_type.to_owned());
+    match services
+        .tag_artifact(ctx, &input.kind, &name, bytes, &content_type, metadata)
+        .await
+    {
+        Ok(id) => Ok(ToolOutput::ok(json!({"artifactId": id}))),
+        Err(message) => Err(ToolOutput::error(format!(
+            "failed to tag the artifact: {message}"
+        ))),
+    }
+}
+
+/// A media type from a file name's extension; unknown types are opaque bytes.
+fn guess_content_type(name: &str) -> &'static str {
+    let ext = Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "log" => "text/plain; charset=utf-8",
+        "md" | "markdown" => "text/markdown; charset=utf-8",
+        "json" => "application/json",
+        "ndjson" | "jsonl" => "application/x-ndjson",
+        "csv" => "text/csv; charset=utf-8",
+        "html" | "htm" => "text/html; charset=utf-8",
+        "xml" => "application/xml",
+        "yaml" | "yml" => "application/yaml",
+        "toml" => "application/toml",
+        "diff" | "patch" => "text/x-diff; charset=utf-8",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "pdf" => "application/pdf",
+        "zip" => "application/zip",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types_from_extensions() {
+        assert_eq!(
+            guess_content_type("report.MD"),
+            "text/markdown; charset=utf-8"
+        );
+        assert_eq!(guess_content_type("data.json"), "application/json");
+        assert_eq!(guess_content_type("blob"), "application/octet-stream");
+    }
+
+    #[test]
+    fn task_spec_lists_subagents() {
+        let spec = task_spec(&[
+            ("reviewer".to_owned(), "Reviews diffs".to_owned()),
+            ("writer".to_owned(), "Writes docs".to_owned()),
+        ]);
+        assert_eq!(spec.name, "task");
+        assert_eq!(spec.effect, Effect::Write);
+        assert!(spec.description.contains("- reviewer: Reviews diffs"));
+        assert!(spec.description.contains("- writer: Writes docs"));
+        assert_eq!(
+            spec.input_schema["properties"]["subagent"]["enum"],
+            json!(["reviewer", "writer"])
+        );
+        assert_eq!(spec.input_schema["additionalProperties"], json!(false));
+    }
+}

@@ -1,1 +1,762 @@
-//! placeholder
+//! Manifest tools that run outside Rust: a subprocess ([`CommandTool`]) or an
+//! HTTP endpoint ([`UrlTool`]), plus the process machinery the built-in shell
+//! tool reuses.
+//!
+//! The wire contract is the same for both: one JSON request
+//! `{"input": ..., "context": {...}}` (on stdin, or as the POST body), and the
+//! result on stdout (or in the response body): a JSON value, plain text, or the
+//! envelope `{"content": ..., "isError": bool}`. Subprocesses start in the
+//! tool's folder in a process group of their own, so a timeout, a
+//! cancellation or an output flood kills every process the tool started, not
+//! only the first one; the group never outlives the call.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::SecondsFormat;
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+use crate::project::{ToolManifest, ToolRunner};
+use crate::tool::{Tool, ToolContext, ToolOutput, ToolSpec};
+
+/// How much of a tool's stderr is kept for error messages: the end, where the
+/// reason for a failure usually is.
+pub(crate) const STDERR_TAIL_BYTES: usize = 8 * 1024;
+
+/// The largest response body a `url` tool may return.
+pub const MAX_URL_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// How much of a non-2xx response body is quoted in the error.
+const ERROR_EXCERPT_CHARS: usize = 500;
+
+/// How long to wait for a killed process to be reaped before leaving it to
+/// tokio's orphan reaper. SIGKILL cannot be caught, so this only matters for a
+/// process stuck in uninterruptible I/O.
+const REAP_GRACE: Duration = Duration::from_secs(5);
+
+// Error-message prefixes of failures worth retrying. `is_transient` only sees
+// the output, so the kind of failure is recognized by how its message starts.
+const TIMED_OUT: &str = "tool timed out after ";
+const KILLED_BY_SIGNAL: &str = "tool was killed by signal ";
+const CONNECTION_FAILED: &str = "tool endpoint connection failed: ";
+const SERVER_ERROR: &str = "tool endpoint returned status 5";
+const TRANSIENT_PREFIXES: [&str; 4] =
+    [TIMED_OUT, KILLED_BY_SIGNAL, CONNECTION_FAILED, SERVER_ERROR];
+
+/// Builds the host-callable tool for a manifest: a [`CommandTool`] for
+/// `command = [...]`, a [`UrlTool`] for `url`, `None` for agent-execution
+/// scripts (they run in the session workspace, never on the host).
+pub fn from_manifest(m: &ToolManifest, default_timeout: Duration) -> Option<Arc<dyn Tool>> {
+    let timeout = m.spec.timeout(default_timeout);
+    match &m.runner {
+        ToolRunner::Command {
+            argv,
+            env,
+            max_output_bytes,
+        } => Some(Arc::new(CommandTool {
+            spec: m.spec.clone(),
+            dir: m.dir.clone(),
+            argv: argv.clone(),
+            env: env.clone(),
+            max_output_bytes: *max_output_bytes,
+            timeout,
+        })),
+        ToolRunner::Url { url, headers } => Some(Arc::new(UrlTool {
+            spec: m.spec.clone(),
+            url: url.clone(),
+            headers: headers.clone(),
+            timeout,
+        })),
+        ToolRunner::Script { .. } => None,
+    }
+}
+
+/// A tool run as a subprocess in its folder: the request on stdin, the result
+/// on stdout.
+///
+/// Deliberately not `Debug`: its manifest `env` may carry secrets.
+pub struct CommandTool {
+    spec: ToolSpec,
+    dir: PathBuf,
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    max_output_bytes: usize,
+    timeout: Duration,
+}
+
+#[async_trait]
+impl Tool for CommandTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        let Some((program, args)) = self.argv.split_first() else {
+            return ToolOutput::error("tool command is empty");
+        };
+        let mut stdin = request_body(&input, &ctx).to_string().into_bytes();
+        stdin.push(b'\n');
+        let mut env: Vec<(String, String)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        env.extend(context_env(&ctx));
+        let spec = ProcessSpec {
+            program: resolve_program(&self.dir, program),
+            args: args.to_vec(),
+            cwd: self.dir.clone(),
+            env,
+            env_remove: unbound_env(&ctx),
+            stdin: Some(stdin),
+            max_stdout: self.max_output_bytes,
+            timeout: self.timeout,
+        };
+        match run_process(spec, &ctx.cancel).await {
+            ProcessEnd::Exited {
+                status,
+                stdout,
+                stderr,
+            } => {
+                if status.success() {
+                    parse_result(stdout)
+                } else {
+                    ToolOutput::error(exit_message(status, &stderr))
+                }
+            }
+            ProcessEnd::TimedOut => ToolOutput::error(timed_out_message(self.timeout)),
+            ProcessEnd::Cancelled => ToolOutput::error("tool call cancelled"),
+            ProcessEnd::OutputExceeded { .. } => ToolOutput::error(format!(
+                "tool output exceeded {} bytes",
+                self.max_output_bytes
+            )),
+            ProcessEnd::SpawnFailed(e) => ToolOutput::error(spawn_failed_message(program, &e)),
+            ProcessEnd::Failed(e) => ToolOutput::error(format!("tool i/o failed: {e}")),
+        }
+    }
+
+    fn is_transient(&self, output: &ToolOutput) -> bool {
+        is_transient_output(output)
+    }
+}
+
+/// A tool served by an HTTP endpoint: the request is POSTed as JSON, the
+/// response body is the result.
+///
+/// Deliberately not `Debug`: its manifest headers may carry secrets.
+pub struct UrlTool {
+    spec: ToolSpec,
+    url: String,
+    headers: BTreeMap<String, String>,
+    timeout: Duration,
+}
+
+#[async_trait]
+impl Tool for UrlTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        if ctx.cancel.is_cancelled() {
+            return ToolOutput::error("tool call cancelled");
+        }
+        let client = match crate::net::http_client() {
+            Ok(client) => client,
+            Err(e) => return ToolOutput::error(format!("tool endpoint unavailable: {e}")),
+        };
+        let mut request = client.post(&self.url).json(&request_body(&input, &ctx));
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        let exchange = async {
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) if e.is_builder() => {
+                    return ToolOutput::error(format!("invalid tool request: {}", error_chain(&e)));
+                }
+                Err(e) => {
+                    return ToolOutput::error(format!("{CONNECTION_FAILED}{}", error_chain(&e)));
+                }
+            };
+            let status = response.status();
+            // A declared length over the cap fails without reading the body.
+            if status.is_success()
+                && response
+                    .content_length()
+                    .is_some_and(|len| len > MAX_URL_RESPONSE_BYTES as u64)
+            {
+                return ToolOutput::error(format!(
+                    "tool output exceeded {MAX_URL_RESPONSE_BYTES} bytes"
+                ));
+            }
+            let cap = if status.is_success() {
+                MAX_URL_RESPONSE_BYTES
+            } else {
+                // Only an excerpt is quoted; the UTF-8 bound of the excerpt is
+                // at most four bytes per character.
+                ERROR_EXCERPT_CHARS * 4
+            };
+            let (body, over) = match read_response_capped(response, cap).await {
+                Ok(read) => read,
+                Err(e) => {
+                    return ToolOutput::error(format!("{CONNECTION_FAILED}{}", error_chain(&e)));
+                }
+            };
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&body);
+                let excerpt: String = text.trim().chars().take(ERROR_EXCERPT_CHARS).collect();
+                return ToolOutput::error(format!(
+                    "tool endpoint returned status {}: {excerpt}",
+                    status.as_u16()
+                ));
+            }
+            if over {
+                return ToolOutput::error(format!(
+                    "tool output exceeded {MAX_URL_RESPONSE_BYTES} bytes"
+                ));
+            }
+            parse_result(body)
+        };
+        tokio::select! {
+            output = exchange => output,
+            () = tokio::time::sleep(self.timeout) => ToolOutput::error(timed_out_message(self.timeout)),
+            () = ctx.cancel.cancelled() => ToolOutput::error("tool call cancelled"),
+        }
+    }
+
+    fn is_transient(&self, output: &ToolOutput) -> bool {
+        is_transient_output(output)
+    }
+}
+
+/// Reads at most `cap` bytes of a response body; the flag says whether more
+/// was sent (the rest is not read).
+async fn read_response_capped(
+    mut response: reqwest::Response,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > cap {
+            let take = cap - body.len();
+            body.extend_from_slice(&chunk[..take]);
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
+}
+
+/// An error and its causes, `: `-joined: reqwest's own message alone rarely
+/// says what went wrong.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// True for failures worth retrying: timeouts, signal deaths the runtime did
+/// not cause, connection failures and 5xx answers.
+pub(crate) fn is_transient_output(output: &ToolOutput) -> bool {
+    output.is_error
+        && matches!(&output.content, Value::String(s)
+            if TRANSIENT_PREFIXES.iter().any(|p| s.starts_with(p)))
+}
+
+/// The JSON request a tool receives: its input and the call context.
+pub(crate) fn request_body(input: &Value, ctx: &ToolContext) -> Value {
+    json!({
+        "input": input,
+        "context": {
+            "callId": ctx.call_id,
+            "sessionId": ctx.session.id.as_ref().map(|id| id.as_str()),
+            "channel": ctx.session.channel,
+            "mode": ctx.session.mode,
+            "principal": ctx.session.principal,
+            "workspaceDir": ctx.workspace_dir.to_string_lossy(),
+            "stateRoot": ctx.state_root.to_string_lossy(),
+            "now": now_string(ctx),
+            "asOfPinned": ctx.as_of_pinned,
+            "dryRun": ctx.dry_run,
+            "approvedBy": ctx.approved_by,
+        }
+    })
+}
+
+fn now_string(ctx: &ToolContext) -> String {
+    ctx.now.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// The `BDK_*` variables a subprocess sees.
+pub(crate) fn context_env(ctx: &ToolContext) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("BDK_CALL_ID".to_owned(), ctx.call_id.clone()),
+        (
+            "BDK_WORKSPACE_DIR".to_owned(),
+            ctx.workspace_dir.to_string_lossy().into_owned(),
+        ),
+        (
+            "BDK_STATE_ROOT".to_owned(),
+            ctx.state_root.to_string_lossy().into_owned(),
+        ),
+        ("BDK_NOW".to_owned(), now_string(ctx)),
+        (
+            "BDK_DRY_RUN".to_owned(),
+            if ctx.dry_run { "1" } else { "0" }.to_owned(),
+        ),
+    ];
+    if let Some(id) = &ctx.session.id {
+        env.push(("BDK_SESSION_ID".to_owned(), id.to_string()));
+    }
+    env
+}
+
+/// Variables to clear so an unbound call does not inherit a session id from
+/// the host's own environment.
+pub(crate) fn unbound_env(ctx: &ToolContext) -> Vec<String> {
+    if ctx.session.id.is_none() {
+        vec!["BDK_SESSION_ID".to_owned()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// The program to start: names with a `/` are paths relative to the tool's
+/// folder (resolved here, because std leaves relative programs with a changed
+/// working directory unspecified); bare names are looked up on PATH.
+fn resolve_program(dir: &Path, program: &str) -> PathBuf {
+    let path = Path::new(program);
+    if program.contains('/') && path.is_relative() {
+        dir.join(path)
+    } else {
+        path.to_path_buf()
+    }
+}
+
+fn spawn_failed_message(program: &str, e: &io::Error) -> String {
+    let hint = match e.kind() {
+        io::ErrorKind::NotFound if program.contains('/') => {
+            "; paths containing '/' are relative to the tool's folder"
+        }
+        io::ErrorKind::NotFound => "; is it installed and on PATH?",
+        io::ErrorKind::PermissionDenied => "; is the file executable (chmod +x)?",
+        _ => "",
+    };
+    format!("failed to start tool program `{program}`: {e}{hint}")
+}
+
+fn timed_out_message(timeout: Duration) -> String {
+    format!("{TIMED_OUT}{} ms", timeout.as_millis())
+}
+
+fn exit_message(status: ExitStatus, stderr: &Tail) -> String {
+    let head = if let Some(code) = status.code() {
+        format!("tool exited with status {code}")
+    } else if let Some(signal) = status.signal() {
+        format!("{KILLED_BY_SIGNAL}{signal}")
+    } else {
+        "tool exited abnormally".to_owned()
+    };
+    let tail = stderr.text();
+    if tail.is_empty() {
+        head
+    } else {
+        format!("{head}: {tail}")
+    }
+}
+
+/// Interprets a tool's successful output: empty is `""`; JSON is the result,
+/// except the `{content, isError?}` envelope, which sets the error flag; any
+/// other text is passed verbatim without its trailing newline.
+pub(crate) fn parse_result(bytes: Vec<u8>) -> ToolOutput {
+    let Ok(text) = String::from_utf8(bytes) else {
+        return ToolOutput::error("tool output is not valid UTF-8");
+    };
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return ToolOutput::ok("");
+    }
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(Value::Object(map)) => match envelope(&map) {
+            Some((content, is_error)) => ToolOutput {
+                content: content.clone(),
+                is_error,
+            },
+            None => ToolOutput::ok(Value::Object(map)),
+        },
+        Ok(value) => ToolOutput::ok(value),
+        Err(_) => ToolOutput::ok(text.trim_end_matches(['\n', '\r']).to_owned()),
+    }
+}
+
+/// `Some((content, isError))` when the object is exactly the envelope.
+fn envelope(map: &Map<String, Value>) -> Option<(&Value, bool)> {
+    let content = map.get("content")?;
+    let is_error = match map.get("isError") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return None,
+    };
+    let only_envelope_keys = map.keys().all(|k| k == "content" || k == "isError");
+    only_envelope_keys.then_some((content, is_error))
+}
+
+/// What to run, for [`run_process`].
+pub(crate) struct ProcessSpec {
+    /// The program (a path, or a bare name looked up on PATH).
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// Variables added to the inherited environment.
+    pub env: Vec<(String, String)>,
+    /// Inherited variables to clear.
+    pub env_remove: Vec<String>,
+    /// Bytes written to stdin before it is closed; `None` connects stdin to
+    /// `/dev/null`.
+    pub stdin: Option<Vec<u8>>,
+    /// Stdout beyond this many bytes kills the process.
+    pub max_stdout: usize,
+    /// Wall-clock limit.
+    pub timeout: Duration,
+}
+
+/// The end of the last [`STDERR_TAIL_BYTES`] of stderr.
+pub(crate) struct Tail {
+    /// The kept bytes.
+    pub bytes: Vec<u8>,
+    /// True when earlier output was dropped.
+    pub dropped: bool,
+}
+
+impl Tail {
+    /// The tail as trimmed text, marked when it was cut.
+    pub fn text(&self) -> String {
+        let text = String::from_utf8_lossy(&self.bytes);
+        let text = text.trim();
+        if self.dropped && !text.is_empty() {
+            format!("...{text}")
+        } else {
+            text.to_owned()
+        }
+    }
+}
+
+/// How a process run ended.
+pub(crate) enum ProcessEnd {
+    /// It exited on its own (any status).
+    Exited {
+        status: ExitStatus,
+        stdout: Vec<u8>,
+        stderr: Tail,
+    },
+    /// The timeout fired; the group was killed.
+    TimedOut,
+    /// The cancellation token fired; the group was killed.
+    Cancelled,
+    /// Stdout passed the cap; the group was killed. `head` holds the first
+    /// `max_stdout` bytes.
+    OutputExceeded { head: Vec<u8> },
+    /// The program could not be started.
+    SpawnFailed(io::Error),
+    /// Talking to the process failed.
+    Failed(io::Error),
+}
+
+/// Why a run stopped early.
+enum Stop {
+    TimedOut,
+    Cancelled,
+    OutputExceeded(Vec<u8>),
+    Io(io::Error),
+}
+
+/// Kills a process group with SIGKILL; on drop too, so a call future dropped
+/// mid-run (its caller gave up) still takes the whole group down with it.
+struct GroupGuard(Option<rustix::process::Pid>);
+
+impl GroupGuard {
+    fn new(pid: Option<u32>) -> Self {
+        Self(
+            pid.and_then(|p| i32::try_from(p).ok())
+                .and_then(rustix::process::Pid::from_raw),
+        )
+    }
+
+    fn kill(&self) {
+        if let Some(pgid) = self.0 {
+            // ESRCH (the group is already gone) is the common case after a
+            // clean exit and needs no handling.
+            let _gone = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
+
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Runs a process in a new process group with capped, concurrently drained
+/// output, a timeout and cancellation, and makes sure no process of the group
+/// survives the call.
+pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -> ProcessEnd {
+    if cancel.is_cancelled() {
+        return ProcessEnd::Cancelled;
+    }
+    let mut command = tokio::process::Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    for name in &spec.env_remove {
+        command.env_remove(name);
+    }
+    command.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return ProcessEnd::SpawnFailed(e),
+    };
+    // The child leads its own group, so its pid is the group id.
+    let group = GroupGuard::new(child.id());
+
+    let stdin = child.stdin.take();
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        group.kill();
+        let _reaped = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+        return ProcessEnd::Failed(io::Error::other("child process pipes are missing"));
+    };
+    let input = spec.stdin;
+    let max_stdout = spec.max_stdout;
+    let io = async move {
+        let feed = async move {
+            if let (Some(mut pipe), Some(bytes)) = (stdin, input) {
+                // A tool that never reads its request closes the pipe: that
+                // is its business, not a failure.
+                if let Err(e) = pipe.write_all(&bytes).await
+                    && e.kind() != io::ErrorKind::BrokenPipe
+                {
+                    tracing::debug!(error = %e, "writing the tool request failed");
+                }
+            }
+            Ok::<(), Stop>(())
+        };
+        let tail = async move { Ok::<Tail, Stop>(read_tail(stderr, STDERR_TAIL_BYTES).await) };
+        let ((), out, err) = tokio::try_join!(feed, read_capped(stdout, max_stdout), tail)?;
+        Ok::<(Vec<u8>, Tail), Stop>((out, err))
+    };
+
+    let work = async {
+        tokio::pin!(io);
+        enum First {
+            Drained(Result<(Vec<u8>, Tail), Stop>),
+            Exited(io::Result<ExitStatus>),
+        }
+        let first = tokio::select! {
+            drained = &mut io => First::Drained(drained),
+            status = child.wait() => First::Exited(status),
+        };
+        match first {
+            First::Drained(drained) => {
+                // Both pipes are closed, but the leader may still be running
+                // (it can close stdout and carry on): wait for it.
+                let (out, err) = drained?;
+                let status = child.wait().await.map_err(Stop::Io)?;
+                Ok((status, out, err))
+            }
+            First::Exited(status) => {
+                // The leader is done. Anything left in its group (background
+                // jobs holding the pipes open) goes now, which also lets the
+                // pipes reach end-of-file.
+                let status = status.map_err(Stop::Io)?;
+                group.kill();
+                let (out, err) = io.await?;
+                Ok((status, out, err))
+            }
+        }
+    };
+
+    let outcome = tokio::select! {
+        result = work => result,
+        () = tokio::time::sleep(spec.timeout) => Err(Stop::TimedOut),
+        () = cancel.cancelled() => Err(Stop::Cancelled),
+    };
+
+    // Kill the group in every case. After a clean exit it only sweeps up
+    // leftovers; the leader is reaped by then, but a group id stays reserved
+    // while any member lives, so the signal cannot reach a stranger unless the
+    // group emptied and its id was recycled in the microseconds since.
+    group.kill();
+    match outcome {
+        Ok((status, stdout, stderr)) => {
+            group.disarm();
+            ProcessEnd::Exited {
+                status,
+                stdout,
+                stderr,
+            }
+        }
+        Err(stop) => {
+            // The group (leader included) has been sent SIGKILL while the
+            // leader was still unreaped; reap it so no zombie is left.
+            let _reaped = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+            group.disarm();
+            match stop {
+                Stop::TimedOut => ProcessEnd::TimedOut,
+                Stop::Cancelled => ProcessEnd::Cancelled,
+                Stop::OutputExceeded(head) => ProcessEnd::OutputExceeded { head },
+                Stop::Io(e) => ProcessEnd::Failed(e),
+            }
+        }
+    }
+}
+
+/// Reads stdout to the end, stopping with [`Stop::OutputExceeded`] as soon as
+/// it passes `max` bytes.
+async fn read_capped(mut reader: impl AsyncRead + Unpin, max: usize) -> Result<Vec<u8>, Stop> {
+    let mut out = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        let n = reader.read(&mut chunk).await.map_err(Stop::Io)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if out.len() + n > max {
+            let take = max - out.len();
+            out.extend_from_slice(&chunk[..take]);
+            return Err(Stop::OutputExceeded(out));
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Reads a stream to the end, keeping only its last `keep` bytes.
+async fn read_tail(mut reader: impl AsyncRead + Unpin, keep: usize) -> Tail {
+    let mut buf = Vec::new();
+    let mut dropped = false;
+    let mut chunk = vec![0u8; 8 * 1024];
+    loop {
+        match reader.read(&mut chunk).await {
+            // A read error on stderr only costs diagnostics; stop reading.
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                // Trim in batches so a chatty stderr is not copied per read.
+                if buf.len() > 2 * keep {
+                    buf.drain(..buf.len() - keep);
+                    dropped = true;
+                }
+            }
+        }
+    }
+    if buf.len() > keep {
+        buf.drain(..buf.len() - keep);
+        dropped = true;
+    }
+    Tail {
+        bytes: buf,
+        dropped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_result_shapes() {
+        assert_eq!(parse_result(b"".to_vec()), ToolOutput::ok(""));
+        assert_eq!(parse_result(b" \n".to_vec()), ToolOutput::ok(""));
+        assert_eq!(
+            parse_result(b"{\"a\":1}\n".to_vec()),
+            ToolOutput::ok(json!({"a": 1}))
+        );
+        assert_eq!(parse_result(b"hello\n".to_vec()), ToolOutput::ok("hello"));
+        assert_eq!(
+            parse_result(b"\"quoted\"".to_vec()),
+            ToolOutput::ok("quoted")
+        );
+        assert_eq!(
+            parse_result(br#"{"content":[1],"isError":true}"#.to_vec()),
+            ToolOutput {
+                content: json!([1]),
+                is_error: true
+            }
+        );
+        // Not an envelope: an extra key, or a non-boolean flag.
+        assert_eq!(
+            parse_result(br#"{"content":1,"other":2}"#.to_vec()),
+            ToolOutput::ok(json!({"content": 1, "other": 2}))
+        );
+        assert_eq!(
+            parse_result(br#"{"content":1,"isError":"yes"}"#.to_vec()),
+            ToolOutput::ok(json!({"content": 1, "isError": "yes"}))
+        );
+        assert!(parse_result(vec![0xff, 0xfe]).is_error);
+    }
+
+    #[test]
+    fn transient_only_for_runtime_failures() {
+        assert!(is_transient_output(&ToolOutput::error(timed_out_message(
+            Duration::from_millis(5)
+        ))));
+        assert!(is_transient_output(&ToolOutput::error(
+            "tool endpoint returned status 503: busy"
+        )));
+        assert!(!is_transient_output(&ToolOutput::error(
+            "tool endpoint returned status 404: nope"
+        )));
+        assert!(!is_transient_output(&ToolOutput::error(
+            "tool exited with status 1"
+        )));
+        assert!(!is_transient_output(&ToolOutput::ok(timed_out_message(
+            Duration::from_millis(5)
+        ))));
+    }
+
+    #[test]
+    fn relative_programs_resolve_against_the_tool_folder() {
+        let dir = Path::new("/agent/tools");
+        assert_eq!(
+            resolve_program(dir, "./run.sh"),
+            Path::new("/agent/tools/./run.sh")
+        );
+        assert_eq!(
+            resolve_program(dir, "bin/run"),
+            Path::new("/agent/tools/bin/run")
+        );
+        assert_eq!(resolve_program(dir, "python3"), Path::new("python3"));
+        assert_eq!(
+            resolve_program(dir, "/usr/bin/env"),
+            Path::new("/usr/bin/env")
+        );
+    }
+}

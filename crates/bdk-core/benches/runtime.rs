@@ -1,0 +1,370 @@
+//! Runtime benchmarks, run by `cargo xtask bench` (release build, no harness).
+//!
+//! The program prints exactly one JSON object on stdout:
+//!
+//! ```json
+//! {"machine": {"cores": 2, "cpu": "...", "os": "linux", "arch": "x86_64"},
+//!  "profile": "release", "quick": false,
+//!  "benchmarks": [{"name": "store.append.batch1", "unit": "events/s",
+//!                  "samples": 200000, "measured": {"value": 250000},
+//!                  "target": {"value": {"min": 100000}}, "meetsTarget": true}]}
+//! ```
+//!
+//! `measured` holds `value` (a throughput) or `p50`/`p99` (a latency);
+//! `target` bounds some of those keys with `min` or `max`, and `meetsTarget`
+//! is true when every bound holds. Progress goes to stderr. `--quick` runs
+//! small sample counts for a smoke run; the numbers are then not meaningful.
+//!
+//! Benchmarks measure, tests assert: nothing here is a pass/fail test, and
+//! no test anywhere asserts a timing.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use bdk_events::{MessageAppended, SessionId, SessionMode, TurnId};
+use bdk_store::{FsStore, NewEvent, SessionRecord, Store};
+use chrono::Utc;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::runtime::Runtime;
+
+type BenchError = Box<dyn std::error::Error + Send + Sync>;
+type Result<T, E = BenchError> = std::result::Result<T, E>;
+
+/// One group of benchmarks: runs against the shared environment and returns
+/// its report entries.
+type BenchFn = fn(&Env) -> Result<Vec<Bench>>;
+
+/// Every benchmark group, in report order. A new benchmark is a function of
+/// type [`BenchFn`] added here.
+const BENCHMARKS: &[BenchFn] = &[
+    store_append_throughput,
+    store_subscribe_latency,
+    // TURN OVERHEAD goes here, written with the agent loop: one turn of the
+    // scripted model with one in-process tool call on FsStore, excluding
+    // model time; target p50 < 1 ms and p99 < 5 ms.
+];
+
+/// Events appended by the throughput benchmark.
+const APPEND_EVENTS: usize = 200_000;
+/// Events timed by the delivery-latency benchmark.
+const LATENCY_EVENTS: usize = 10_000;
+/// Untimed appends before the latency samples, so file creation and the
+/// first wake-ups of the runtime's workers are not in the figures.
+const LATENCY_WARMUP: usize = 200;
+/// How long one event may take to reach the subscriber before the run fails
+/// instead of hanging.
+const DELIVERY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// What every benchmark can use.
+struct Env {
+    runtime: Runtime,
+    /// A scratch directory on the same filesystem as the target directory,
+    /// removed when the run ends.
+    scratch: tempfile::TempDir,
+    quick: bool,
+}
+
+impl Env {
+    /// `full` normally, a small count under `--quick`.
+    fn count(&self, full: usize) -> usize {
+        if self.quick {
+            (full / 100).max(50)
+        } else {
+            full
+        }
+    }
+
+    /// A fresh store root for one benchmark.
+    fn store_root(&self, name: &str) -> std::path::PathBuf {
+        self.scratch.path().join(name)
+    }
+}
+
+/// One report entry.
+struct Bench {
+    name: String,
+    unit: &'static str,
+    samples: usize,
+    measured: Value,
+    target: Value,
+}
+
+impl Bench {
+    /// A throughput that must reach `min`.
+    fn throughput(name: String, unit: &'static str, samples: usize, value: f64, min: f64) -> Self {
+        Bench {
+            name,
+            unit,
+            samples,
+            measured: json!({ "value": value.round() }),
+            target: json!({ "value": { "min": min } }),
+        }
+    }
+
+    /// A latency distribution in milliseconds whose p50 must stay under `p50_max`.
+    fn latency_ms(name: String, latencies: &mut [Duration], p50_max: f64) -> Self {
+        latencies.sort_unstable();
+        Bench {
+            name,
+            unit: "ms",
+            samples: latencies.len(),
+            measured: json!({
+                "p50": millis(percentile(latencies, 50)),
+                "p99": millis(percentile(latencies, 99)),
+            }),
+            target: json!({ "p50": { "max": p50_max } }),
+        }
+    }
+
+    /// True when every bound of `target` holds for `measured`.
+    fn meets_target(&self) -> bool {
+        let Some(bounds) = self.target.as_object() else {
+            return false;
+        };
+        bounds.iter().all(|(key, bound)| {
+            let Some(value) = self.measured.get(key).and_then(Value::as_f64) else {
+                return false;
+            };
+            let min_ok = bound
+                .get("min")
+                .and_then(Value::as_f64)
+                .is_none_or(|min| value >= min);
+            let max_ok = bound
+                .get("max")
+                .and_then(Value::as_f64)
+                .is_none_or(|max| value < max);
+            min_ok && max_ok
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "unit": self.unit,
+            "samples": self.samples,
+            "measured": self.measured,
+            "target": self.target,
+            "meetsTarget": self.meets_target(),
+        })
+    }
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// Milliseconds with microsecond resolution.
+fn millis(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
+}
+
+fn main() -> ExitCode {
+    // `cargo bench` passes `--bench`; only `--quick` means anything here.
+    let quick = std::env::args().any(|a| a == "--quick");
+    match run(quick) {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("bench: failed: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(quick: bool) -> Result<Value> {
+    let env = Env {
+        runtime: tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?,
+        scratch: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?,
+        quick,
+    };
+    let mut benchmarks = Vec::new();
+    for group in BENCHMARKS {
+        for bench in group(&env)? {
+            eprintln!(
+                "bench: {} = {} {} (target {}){}",
+                bench.name,
+                bench.measured,
+                bench.unit,
+                bench.target,
+                if bench.meets_target() { "" } else { "  MISSED" }
+            );
+            benchmarks.push(bench.to_json());
+        }
+    }
+    Ok(json!({
+        "machine": machine(),
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "quick": quick,
+        "benchmarks": benchmarks,
+    }))
+}
+
+/// What the numbers were measured on.
+fn machine() -> Value {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    // Linux names the processor in /proc/cpuinfo; elsewhere it stays unknown.
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_owned())
+        });
+    json!({
+        "cores": cores,
+        "cpu": cpu,
+        "os": std::env::consts::OS,
+        "arch": std::env::consts::ARCH,
+    })
+}
+
+/// A chat session in `store`, ready for appends.
+async fn new_session(store: &dyn Store) -> Result<SessionId> {
+    let id = SessionId::generate();
+    let now = Utc::now();
+    store
+        .create_session(SessionRecord {
+            id: id.clone(),
+            mode: SessionMode::Chat,
+            channel: "bench".into(),
+            principal: None,
+            continuation_token: format!("bench:{id}"),
+            title: None,
+            purpose: None,
+            dry_run: false,
+            as_of: None,
+            created_at: now,
+            updated_at: now,
+            extra: Value::Null,
+        })
+        .await?;
+    Ok(id)
+}
+
+/// A small streamed-text event: the most frequent event of a turn, and not a
+/// boundary, so the store appends it without an fsync.
+fn small_event(turn: &TurnId) -> NewEvent {
+    NewEvent::turn(
+        turn,
+        MessageAppended {
+            delta: "The weather in Paris ".into(),
+        },
+    )
+}
+
+/// (a) Append throughput into one session, one event per call and 64 per call.
+fn store_append_throughput(env: &Env) -> Result<Vec<Bench>> {
+    let total = env.count(APPEND_EVENTS);
+    let mut out = Vec::new();
+    for batch in [1, 64] {
+        // Opening is a few synchronous mkdirs, done before entering the runtime.
+        let store = FsStore::open(env.store_root(&format!("append-{batch}")))?;
+        let rate = env.runtime.block_on(append_rate(&store, total, batch))?;
+        out.push(Bench::throughput(
+            format!("store.append.batch{batch}"),
+            "events/s",
+            total,
+            rate,
+            100_000.0,
+        ));
+    }
+    Ok(out)
+}
+
+async fn append_rate(store: &FsStore, total: usize, batch: usize) -> Result<f64> {
+    let id = new_session(store).await?;
+    let first = store.next_index(&id).await?;
+    let turn = TurnId::generate();
+    let event = small_event(&turn);
+
+    let started = Instant::now();
+    let mut appended = 0;
+    while appended < total {
+        let n = batch.min(total - appended);
+        store.append(&id, vec![event.clone(); n]).await?;
+        appended += n;
+    }
+    let elapsed = started.elapsed();
+
+    // A throughput figure is only worth printing if every event landed.
+    let recorded = store.next_index(&id).await? - first;
+    if recorded != total as u64 {
+        return Err(format!("appended {total} events but the store recorded {recorded}").into());
+    }
+    Ok(total as f64 / elapsed.as_secs_f64())
+}
+
+/// (b) Delivery latency to a live subscriber: from the start of the append
+/// call to the moment the subscriber's stream yields the event.
+fn store_subscribe_latency(env: &Env) -> Result<Vec<Bench>> {
+    let count = env.count(LATENCY_EVENTS);
+    let store = FsStore::open(env.store_root("subscribe"))?;
+    let mut latencies = env.runtime.block_on(delivery_latencies(&store, count))?;
+    Ok(vec![Bench::latency_ms(
+        "store.subscribe.latency".into(),
+        &mut latencies,
+        1.0,
+    )])
+}
+
+async fn delivery_latencies(store: &FsStore, count: usize) -> Result<Vec<Duration>> {
+    let id = new_session(store).await?;
+    let from = store.next_index(&id).await?;
+    let mut stream = store.subscribe(&id, from).await?;
+
+    // The subscriber runs as its own task, as a stream reader would, and
+    // stamps each event the moment its stream yields it.
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        while let Some(item) = stream.next().await {
+            let received = Instant::now();
+            let sent = item.map(|envelope| (envelope.index, received));
+            if seen_tx.send(sent).is_err() {
+                break;
+            }
+        }
+    });
+
+    let turn = TurnId::generate();
+    let event = small_event(&turn);
+    let mut latencies = Vec::with_capacity(count);
+    let result: Result<()> = async {
+        // One event in flight at a time: the figure is the delivery path's
+        // latency, not the depth of a queue the benchmark built up itself.
+        for i in 0..LATENCY_WARMUP + count {
+            let started = Instant::now();
+            let recorded = store.append(&id, vec![event.clone()]).await?;
+            let index = recorded
+                .first()
+                .map(|e| e.index)
+                .ok_or("append returned no envelope")?;
+            let (seen, received) = tokio::time::timeout(DELIVERY_DEADLINE, seen_rx.recv())
+                .await
+                .map_err(|_| format!("event {index} did not reach the subscriber in time"))?
+                .ok_or("the subscriber's stream ended early")??;
+            if seen != index {
+                return Err(format!("subscriber saw index {seen}, expected {index}").into());
+            }
+            if i >= LATENCY_WARMUP {
+                latencies.push(received.duration_since(started));
+            }
+        }
+        Ok(())
+    }
+    .await;
+    // The benchmark owns the reader task and ends it whatever happened.
+    reader.abort();
+    result?;
+    Ok(latencies)
+}

@@ -1,0 +1,292 @@
+//! `agent.toml` and the instructions of the root agent and of subagents.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use minijinja::value::Serde;
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::json;
+use toml::Table;
+
+use super::util::{Diags, Fields, Kind, list_dir, path_kind, read_text, report_other};
+use crate::project::{AgentConfig, BuiltinTools, LocalConfig};
+
+/// The keys `agent.toml` understands.
+const AGENT_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "model",
+    "effort",
+    "max_steps",
+    "max_running_turns",
+    "tool_timeout_ms",
+    "local",
+    "builtin_tools",
+];
+const LOCAL_KEYS: &[&str] = &["cwd"];
+const BUILTIN_KEYS: &[&str] = &["workspace", "shell", "reminders", "artifacts"];
+
+/// Parses an `agent.toml` table. A relative `local.cwd` is resolved against
+/// `root` so consumers never depend on the process's working directory.
+pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Path) -> AgentConfig {
+    let f = Fields::new(table, path);
+    f.unknown_keys(d, AGENT_KEYS);
+    let name = f.nonempty_string(d, "name");
+    let description = f.string(d, "description");
+    let model = f.string(d, "model");
+    if let Some(model) = &model {
+        check_model_shape(d, path, model);
+    }
+    let effort = f.nonempty_string(d, "effort");
+    let max_steps = f.positive_u32(d, "max_steps");
+    let max_running_turns = f.positive_u32(d, "max_running_turns");
+    let tool_timeout_ms = f.positive(d, "tool_timeout_ms");
+
+    let mut local = LocalConfig::default();
+    if let Some(t) = f.table(d, "local") {
+        let lf = Fields::nested(t, path, "local.");
+        lf.unknown_keys(d, LOCAL_KEYS);
+        local.cwd = lf.nonempty_string(d, "cwd").map(|cwd| {
+            let cwd = PathBuf::from(cwd);
+            if cwd.is_absolute() {
+                cwd
+            } else {
+                root.join(cwd)
+            }
+        });
+    }
+
+    let mut builtin_tools = BuiltinTools::default();
+    if let Some(t) = f.table(d, "builtin_tools") {
+        let bf = Fields::nested(t, path, "builtin_tools.");
+        bf.unknown_keys(d, BUILTIN_KEYS);
+        if let Some(b) = bf.bool(d, "workspace") {
+            builtin_tools.workspace = b;
+        }
+        if let Some(b) = bf.bool(d, "shell") {
+            builtin_tools.shell = b;
+        }
+        if let Some(b) = bf.bool(d, "reminders") {
+            builtin_tools.reminders = b;
+        }
+        if let Some(b) = bf.bool(d, "artifacts") {
+            builtin_tools.artifacts = b;
+        }
+    }
+
+    AgentConfig {
+        name,
+        description,
+        model,
+        effort,
+        max_steps,
+        max_running_turns,
+        tool_timeout_ms,
+        local,
+        builtin_tools,
+    }
+}
+
+/// Checks that a model string is `scripted` or `provider/model`.
+fn check_model_shape(d: &mut Diags, path: &Path, model: &str) {
+    if model == "scripted" {
+        return;
+    }
+    let ok = match model.split_once('/') {
+        Some((provider, name)) => {
+            !provider.is_empty()
+                && provider
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                && !name.is_empty()
+                && !name.chars().any(char::is_whitespace)
+        }
+        None => false,
+    };
+    if !ok {
+        d.error(
+            path,
+            format!("`model` must be `provider/model` or `scripted`, found `{model}`"),
+            "write the model as `provider/model` (for example `xai/grok-4` or `anthropic/claude-sonnet-4-5`), `scripted`, or `scripted/<rules>`",
+        );
+    }
+}
+
+/// Checks that a `scripted` model has its rules file. `agent_dir` is where
+/// the rules live (always the root agent's folder: subagents share them).
+pub(crate) fn check_scripted_rules(
+    d: &mut Diags,
+    path: &Path,
+    model: &str,
+    agent_dir: &Path,
+    rules: &BTreeMap<String, PathBuf>,
+) {
+    let name = match model {
+        "scripted" | "scripted/default" => "default",
+        other => match other.strip_prefix("scripted/") {
+            Some(name) => name,
+            None => return,
+        },
+    };
+    if rules.contains_key(name) {
+        return;
+    }
+    let want = if name == "default" {
+        agent_dir.join("scripted.toml")
+    } else {
+        agent_dir.join("scripted").join(format!("{name}.toml"))
+    };
+    let want = d.rel(&want);
+    d.error(
+        path,
+        format!("model `{model}` needs a rules file at {want}, which does not exist"),
+        format!("create {want} with `[[rules]]` entries, or choose another model"),
+    );
+}
+
+/// What an instructions template sees as `agent`.
+pub(crate) struct TemplateAgent<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) description: Option<&'a str>,
+    pub(crate) model: Option<&'a str>,
+}
+
+/// Composed instructions and the files they came from.
+#[derive(Default)]
+pub(crate) struct Instructions {
+    pub(crate) text: String,
+    pub(crate) files: Vec<PathBuf>,
+}
+
+/// The three instruction forms, in the order they are preferred when
+/// several exist (which is itself an error).
+const FORMS: [&str; 3] = ["instructions.md", "instructions", "instructions.md.j2"];
+
+/// True for the names the instruction loader owns in an agent folder.
+pub(crate) fn is_instructions_entry(name: &str) -> bool {
+    FORMS.contains(&name)
+}
+
+/// Loads the instructions of the agent in `dir` (exactly one form required).
+pub(crate) fn load_instructions(
+    d: &mut Diags,
+    dir: &Path,
+    agent: &TemplateAgent<'_>,
+) -> Instructions {
+    let present: Vec<&str> = FORMS
+        .iter()
+        .copied()
+        .filter(|form| path_kind(&dir.join(form)).is_some())
+        .collect();
+    let Some(&form) = present.first() else {
+        d.error(
+            &dir.join("instructions.md"),
+            "missing instructions",
+            "create instructions.md (or an instructions/ folder of .md files, or an instructions.md.j2 template)",
+        );
+        return Instructions::default();
+    };
+    if present.len() > 1 {
+        let list = present.join(", ");
+        d.error(
+            dir,
+            format!("instructions are defined in more than one form ({list}); only {form} is used"),
+            "keep exactly one of instructions.md, instructions/ and instructions.md.j2",
+        );
+    }
+    let path = dir.join(form);
+    let out = match form {
+        "instructions" => load_dir(d, &path),
+        "instructions.md.j2" => match read_text(d, &path) {
+            Some(src) => match render(&src, agent) {
+                Ok(text) => Instructions {
+                    text,
+                    files: vec![path.clone()],
+                },
+                Err(e) => {
+                    d.error(
+                        &path,
+                        format!("instructions template failed to render: {e}"),
+                        "fix the template; only `env` (the process environment) and `agent` (name, description, model) are defined, and undefined variables are errors",
+                    );
+                    Instructions::default()
+                }
+            },
+            None => Instructions::default(),
+        },
+        _ => match read_text(d, &path) {
+            Some(text) => Instructions {
+                text,
+                files: vec![path.clone()],
+            },
+            None => Instructions::default(),
+        },
+    };
+    if out.text.trim().is_empty() && !out.files.is_empty() {
+        d.warn(
+            &path,
+            "instructions are empty",
+            "write the agent's identity, its tool-choice rules and its output contract",
+        );
+    }
+    out
+}
+
+/// Composes `instructions/*.md` in filename order, joined by a blank line.
+fn load_dir(d: &mut Diags, dir: &Path) -> Instructions {
+    if path_kind(dir) != Some(Kind::Dir) {
+        d.error(
+            dir,
+            "expected a directory of .md files",
+            "make instructions/ a folder of .md files, or rename it to instructions.md",
+        );
+        return Instructions::default();
+    }
+    let mut parts = Vec::new();
+    let mut files = Vec::new();
+    for entry in list_dir(d, dir) {
+        match entry.kind {
+            Kind::File if entry.name.ends_with(".md") => {
+                if let Some(text) = read_text(d, &entry.path) {
+                    parts.push(text.trim_end_matches(['\n', '\r']).to_owned());
+                    files.push(entry.path);
+                }
+            }
+            Kind::Other => report_other(d, &entry),
+            Kind::File | Kind::Dir => d.warn(
+                &entry.path,
+                "stray entry in instructions/: only .md files are composed",
+                "rename it to end in .md, or move it out of instructions/",
+            ),
+        }
+    }
+    if files.is_empty() {
+        d.warn(
+            dir,
+            "instructions are empty: instructions/ holds no .md files",
+            "add at least one .md file to instructions/",
+        );
+    }
+    Instructions {
+        text: parts.join("\n\n"),
+        files,
+    }
+}
+
+/// Renders an instructions template with `env` and `agent`.
+fn render(src: &str, agent: &TemplateAgent<'_>) -> Result<String, minijinja::Error> {
+    let env_vars: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let ctx = json!({
+        "env": env_vars,
+        "agent": {
+            "name": agent.name,
+            "description": agent.description,
+            "model": agent.model,
+        },
+    });
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.render_str(src, minijinja::Value::from(Serde(&ctx)))
+}

@@ -1,0 +1,1035 @@
+//! Project discovery: a full valid fixture, a broken fixture with one of each
+//! problem, edge cases built in temporary folders, and the weather example.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use bdk_core::model::scripted::{RulesFile, ScriptedModel};
+use bdk_core::model::{Message, Model, ModelEvent, ModelRequest};
+use bdk_core::project::{
+    Diagnostic, Discovery, HookEvents, HookTarget, McpTransport, ScheduleAction, Severity,
+    SkillForm, ToolRunner, discover,
+};
+use bdk_core::tool::{Effect, Execution};
+use futures::StreamExt;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn weather_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather")
+}
+
+fn show(diags: &[Diagnostic]) -> String {
+    diags
+        .iter()
+        .map(|d| {
+            format!(
+                "{:?} {}: {} (fix: {})",
+                d.severity, d.file, d.message, d.fix
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every diagnostic names a fix; the list is sorted by (file, message).
+fn check_invariants(found: &Discovery) {
+    for d in &found.diagnostics {
+        assert!(!d.fix.trim().is_empty(), "diagnostic without a fix: {d:?}");
+        assert!(!d.file.contains('\\'), "file must be /-separated: {d:?}");
+    }
+    let mut sorted = found.diagnostics.clone();
+    sorted.sort_by(|a, b| (&a.file, &a.message).cmp(&(&b.file, &b.message)));
+    assert_eq!(sorted, found.diagnostics, "diagnostics must be sorted");
+}
+
+/// Writes `files` (path -> content) under a fresh temporary project folder.
+fn project(files: &[(&str, &[u8])]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, content) in files {
+        let p = dir.path().join(path);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, content).unwrap();
+    }
+    dir
+}
+
+/// Asserts exactly one diagnostic and returns it.
+fn only(found: &Discovery) -> &Diagnostic {
+    check_invariants(found);
+    assert_eq!(found.diagnostics.len(), 1, "{}", show(&found.diagnostics));
+    &found.diagnostics[0]
+}
+
+#[test]
+fn full_fixture_discovers_every_form_without_diagnostics() {
+    let found = discover(&fixture("full"));
+    assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+    let p = found.project.expect("project");
+    let root = fs::canonicalize(fixture("full")).unwrap();
+    assert_eq!(p.root, root);
+    assert_eq!(p.agent_dir, root.join("agent"));
+    assert_eq!(p.name, "full-agent");
+
+    // agent.toml
+    let c = &p.config;
+    assert_eq!(
+        c.description.as_deref(),
+        Some("Exercises every discovery form.")
+    );
+    assert_eq!(c.model.as_deref(), Some("scripted"));
+    assert_eq!(c.effort.as_deref(), Some("high"));
+    assert_eq!(c.max_steps, Some(12));
+    assert_eq!(c.max_running_turns, Some(2));
+    assert_eq!(c.tool_timeout_ms, Some(5000));
+    assert_eq!(c.local.cwd, Some(root.join("work")));
+    assert!(c.builtin_tools.workspace && c.builtin_tools.shell && c.builtin_tools.reminders);
+    assert!(!c.builtin_tools.artifacts);
+
+    // Root instructions: the file form.
+    assert_eq!(p.instructions, "# Full agent\n\nUse the tools.\n");
+    assert_eq!(
+        p.instruction_files,
+        vec![root.join("agent/instructions.md")]
+    );
+
+    // Tools, sorted, one per runner.
+    let names: Vec<&str> = p.tools.iter().map(|t| t.spec.name.as_str()).collect();
+    assert_eq!(names, ["echo", "fetch", "notify", "ping"]);
+    let echo = &p.tools[0];
+    assert_eq!(echo.spec.effect, Effect::Read);
+    assert_eq!(echo.spec.execution, Execution::Server);
+    assert_eq!(echo.dir, root.join("agent/tools"));
+    assert_eq!(
+        echo.spec.input_schema,
+        json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}})
+    );
+    assert_eq!(
+        echo.runner,
+        ToolRunner::Command {
+            argv: vec!["python3".into(), "./echo.py".into(), "--verbose".into()],
+            env: BTreeMap::from([("ECHO_MODE".into(), "plain".into())]),
+            max_output_bytes: 4096,
+        }
+    );
+    let fetch = &p.tools[1];
+    assert_eq!(
+        fetch.spec.effect,
+        Effect::Write,
+        "undeclared effect counts as write"
+    );
+    assert!(fetch.spec.needs_approval);
+    assert_eq!(fetch.spec.timeout_ms, Some(2500));
+    assert_eq!(fetch.spec.input_schema["required"], json!(["id"]));
+    assert_eq!(
+        fetch.spec.output_schema,
+        Some(json!({"type": "object", "properties": {"id": {"type": "string"}}}))
+    );
+    assert_eq!(
+        fetch.runner,
+        ToolRunner::Url {
+            url: "https://records.example.com/fetch".into(),
+            headers: BTreeMap::from([("X-Team".into(), "core".into())]),
+        }
+    );
+    let notify = &p.tools[2];
+    assert_eq!(notify.spec.execution, Execution::Agent);
+    assert_eq!(
+        notify.runner,
+        ToolRunner::Script {
+            source: root.join("agent/tools/notify.sh"),
+            workspace_path: ".bdk/tools/notify.sh".into(),
+        }
+    );
+    let ping = &p.tools[3];
+    assert_eq!(
+        ping.spec.input_schema,
+        json!({"type": "object", "properties": {}})
+    );
+    assert!(matches!(
+        &ping.runner,
+        ToolRunner::Command {
+            max_output_bytes: 1_048_576,
+            ..
+        }
+    ));
+
+    // Skills: flat (with and without frontmatter), packaged, generated.
+    let skills: Vec<(&str, SkillForm, &str)> = p
+        .skills
+        .iter()
+        .map(|s| (s.name.as_str(), s.form, s.description.as_str()))
+        .collect();
+    assert_eq!(
+        skills,
+        [
+            (
+                "checklist",
+                SkillForm::Flat,
+                "Use when a change needs a review checklist."
+            ),
+            ("fallback", SkillForm::Flat, "Fallback title"),
+            ("generated", SkillForm::Generated, "Generated skill."),
+            (
+                "research",
+                SkillForm::Packaged,
+                "Research unfamiliar topics before answering."
+            ),
+        ]
+    );
+    assert_eq!(p.skills[0].body, "# Checklist\n\n1. Read the diff.\n");
+    assert_eq!(p.skills[2].body, "Do the generated thing.");
+    assert_eq!(
+        p.skills[2].files,
+        BTreeMap::from([("references/a.md".to_owned(), b"# A\n".to_vec())])
+    );
+    assert_eq!(
+        p.skills[3].path,
+        root.join("agent/skills/research/SKILL.md")
+    );
+    assert_eq!(
+        p.skills[3].files,
+        BTreeMap::from([("references/sources.md".to_owned(), b"# Sources\n".to_vec())])
+    );
+
+    // Subagents: the directory form and the template form.
+    assert_eq!(p.subagents.len(), 2);
+    let reviewer = &p.subagents[0];
+    assert_eq!(reviewer.name, "reviewer");
+    assert_eq!(reviewer.description, "Reviews changes.");
+    assert_eq!(reviewer.config.model.as_deref(), Some("scripted/alt"));
+    assert_eq!(reviewer.instructions, "You review.\n\nBe brief.");
+    assert_eq!(reviewer.dir, root.join("agent/subagents/reviewer"));
+    let writer = &p.subagents[1];
+    assert_eq!(writer.name, "writer");
+    assert_eq!(writer.config.model, None, "inherits the parent's model");
+    assert_eq!(
+        writer.instructions,
+        "You are writer: Writes prose. Env visible: yes."
+    );
+
+    // MCP connections.
+    assert_eq!(p.mcp_connections.len(), 2);
+    let local = &p.mcp_connections[0];
+    assert_eq!(local.name, "local");
+    assert!(local.advertise_tools);
+    assert_eq!(local.timeout_ms, Some(1000));
+    assert_eq!(
+        local.transport,
+        McpTransport::Stdio {
+            command: "npx".into(),
+            args: vec!["-y".into(), "some-mcp-server".into()],
+            env: BTreeMap::from([("LOG".into(), "1".into())]),
+            cwd: Some(PathBuf::from("servers")),
+        }
+    );
+    let remote = &p.mcp_connections[1];
+    assert!(!remote.advertise_tools);
+    assert_eq!(
+        remote.transport,
+        McpTransport::Http {
+            url: "https://mcp.example.com/mcp".into(),
+            headers: BTreeMap::from([("X-Client".into(), "bdk".into())]),
+            bearer_token_env: Some("REMOTE_TOKEN".into()),
+        }
+    );
+
+    // Channels keep the whole manifest.
+    assert_eq!(p.channels.len(), 1);
+    assert_eq!(p.channels[0].name, "drive");
+    assert_eq!(p.channels[0].routes, ["POST /webhook", "GET /status"]);
+    assert_eq!(p.channels[0].raw["auth"], "bearer");
+    assert_eq!(
+        p.channels[0].raw["routes"][1]["signature_header"],
+        "x-signature"
+    );
+
+    // Hooks.
+    assert_eq!(p.hooks.len(), 2);
+    assert_eq!(p.hooks[0].name, "audit");
+    assert_eq!(
+        p.hooks[0].events,
+        HookEvents::Only(vec!["turn.completed".into(), "turn.failed".into()])
+    );
+    assert_eq!(
+        p.hooks[0].target,
+        HookTarget::File {
+            path: "audit.ndjson".into()
+        }
+    );
+    assert_eq!(p.hooks[1].events, HookEvents::All);
+    assert_eq!(
+        p.hooks[1].target,
+        HookTarget::Command {
+            argv: vec!["cat".into()]
+        }
+    );
+
+    // Schedules: Markdown and hand-off, nested names.
+    assert_eq!(p.schedules.len(), 2);
+    assert_eq!(p.schedules[0].name, "heartbeat");
+    assert_eq!(p.schedules[0].cron, "0 9 * * 1-5");
+    assert_eq!(
+        p.schedules[0].action,
+        ScheduleAction::Prompt {
+            prompt: "Summarize open incidents.".into()
+        }
+    );
+    assert_eq!(p.schedules[1].name, "nightly/report");
+    assert_eq!(
+        p.schedules[1].action,
+        ScheduleAction::Handoff {
+            channel: "drive".into(),
+            message: "Post the nightly report.".into(),
+            continuation_key: Some("nightly".into()),
+        }
+    );
+
+    // Sandbox seed files, sorted by workspace path.
+    let seeds: Vec<&str> = p
+        .sandbox_files
+        .iter()
+        .map(|f| f.workspace_path.as_str())
+        .collect();
+    assert_eq!(seeds, ["README.md", "data/seed.json"]);
+    assert_eq!(
+        p.sandbox_files[1].source,
+        root.join("agent/sandbox/workspace/data/seed.json")
+    );
+
+    // Scripted rules and evals.
+    assert_eq!(
+        p.scripted_rules,
+        BTreeMap::from([
+            ("alt".to_owned(), root.join("agent/scripted/alt.toml")),
+            ("default".to_owned(), root.join("agent/scripted.toml")),
+        ])
+    );
+    assert_eq!(p.evals_dir, Some(root.join("evals")));
+}
+
+#[test]
+fn broken_fixture_reports_one_diagnostic_per_problem() {
+    use Severity::{Error as E, Warning as W};
+    let found = discover(&fixture("broken"));
+    check_invariants(&found);
+    let expected: &[(&str, Severity, &str)] = &[
+        (
+            "agent",
+            E,
+            "instructions are defined in more than one form (instructions.md, instructions)",
+        ),
+        ("agent/agent.toml", E, "`max_steps` must be greater than 0"),
+        (
+            "agent/agent.toml",
+            E,
+            "model `scripted/missing` needs a rules file at agent/scripted/missing.toml",
+        ),
+        ("agent/agent.toml", W, "unknown key `colour`"),
+        (
+            "agent/channels/badauth.toml",
+            E,
+            "`auth = \"hmac\"` needs `signature_header`",
+        ),
+        (
+            "agent/channels/badmethod.toml",
+            E,
+            "`routes[0].method` must be one of GET, POST",
+        ),
+        (
+            "agent/channels/badschema.toml",
+            E,
+            "`routes[0].body_schema` is not a valid JSON Schema",
+        ),
+        ("agent/channels/noroutes.toml", E, "missing `[[routes]]`"),
+        ("agent/evals", W, "evals/ inside agent/ is ignored"),
+        ("agent/hooks/empty.toml", W, "the hook observes nothing"),
+        ("agent/hooks/notarget.toml", E, "no target"),
+        (
+            "agent/hooks/unknown.toml",
+            W,
+            "unknown event type `turn.exploded`",
+        ),
+        (
+            "agent/mcp-connections/both.toml",
+            E,
+            "both `command` and `url`",
+        ),
+        ("agent/mcp-connections/none.toml", E, "no transport"),
+        ("agent/notes.txt", W, "stray entry in agent/"),
+        ("agent/sandbox/extra.txt", W, "stray entry in sandbox/"),
+        (
+            "agent/schedules/_bad.md",
+            E,
+            "schedule name `_bad` is invalid",
+        ),
+        (
+            "agent/schedules/badcron.md",
+            E,
+            "invalid cron `61 * * * *`: minute field",
+        ),
+        (
+            "agent/schedules/ghost.toml",
+            E,
+            "channel `nope` does not exist",
+        ),
+        ("agent/schedules/nobody.md", E, "schedule has no prompt"),
+        ("agent/schedules/nocron.md", E, "missing `cron` frontmatter"),
+        ("agent/schedules/notes.txt", W, "stray file in schedules/"),
+        ("agent/scripted.toml", E, "invalid TOML at line 1"),
+        ("agent/skills", E, "skill `dup` is defined more than once"),
+        ("agent/skills/badfm.md", E, "invalid YAML frontmatter"),
+        ("agent/skills/blank.md", E, "skill has no description"),
+        ("agent/skills/empty", E, "skill folder has no SKILL.md"),
+        ("agent/skills/hostile.toml", E, "`files` path `../x`"),
+        ("agent/skills/image.png", W, "stray file in skills/"),
+        (
+            "agent/skills/nodesc/SKILL.md",
+            E,
+            "missing `description` frontmatter",
+        ),
+        ("agent/subagents/loose.md", W, "stray file in subagents/"),
+        (
+            "agent/subagents/nested/subagents",
+            E,
+            "nested subagents are not supported",
+        ),
+        (
+            "agent/subagents/nested/tools",
+            W,
+            "tools/ in a subagent is ignored",
+        ),
+        (
+            "agent/subagents/nodesc/agent.toml",
+            E,
+            "missing `description`",
+        ),
+        (
+            "agent/subagents/noinstr/instructions.md",
+            E,
+            "missing instructions",
+        ),
+        (
+            "agent/tools/agentcmd.toml",
+            E,
+            "agent-execution tools run a `script`, not `command`",
+        ),
+        (
+            "agent/tools/bad.name.toml",
+            E,
+            "tool name `bad.name` is invalid",
+        ),
+        (
+            "agent/tools/badschema.toml",
+            E,
+            "`input_schema` is not a valid JSON Schema",
+        ),
+        (
+            "agent/tools/both.toml",
+            E,
+            "both `input_schema` and `input_schema_file`",
+        ),
+        ("agent/tools/extra.toml", W, "unknown key `colour`"),
+        ("agent/tools/nodesc.toml", E, "missing `description`"),
+        (
+            "agent/tools/noscript.toml",
+            E,
+            "script `missing.sh` does not exist",
+        ),
+        (
+            "agent/tools/notobject.toml",
+            E,
+            "top-level `\"type\": \"object\"`",
+        ),
+        ("agent/tools/orphan.py", W, "stray file in tools/"),
+        (
+            "agent/tools/tworunners.toml",
+            E,
+            "more than one runner (command, url)",
+        ),
+    ];
+    let got = &found.diagnostics;
+    let pairs = got.len().max(expected.len());
+    for i in 0..pairs {
+        let (Some(d), Some((file, sev, msg))) = (got.get(i), expected.get(i)) else {
+            panic!("diagnostic count differs at {i}:\n{}", show(got));
+        };
+        assert!(
+            d.file == *file && d.severity == *sev && d.message.contains(msg),
+            "diagnostic {i}: expected {sev:?} {file}: ...{msg}...\nall:\n{}",
+            show(got)
+        );
+    }
+    assert!(found.has_errors());
+    // A broken project still yields the parts that are fine.
+    let p = found.project.expect("project");
+    assert_eq!(p.name, "broken");
+    let tools: Vec<&str> = p.tools.iter().map(|t| t.spec.name.as_str()).collect();
+    assert_eq!(tools, ["extra"]);
+    let subagents: Vec<&str> = p.subagents.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(subagents, Vec::<&str>::new());
+    assert_eq!(p.sandbox_files.len(), 1);
+}
+
+#[test]
+fn both_agent_and_bot_uses_agent() {
+    let dir = project(&[
+        ("agent/instructions.md", b"From agent."),
+        ("bot/instructions.md", b"From bot."),
+    ]);
+    let found = discover(dir.path());
+    let d = only(&found);
+    assert_eq!((d.file.as_str(), d.severity), ("bot", Severity::Error));
+    assert!(d.message.contains("agent/ is used"), "{}", d.message);
+    assert_eq!(found.project.unwrap().instructions, "From agent.");
+}
+
+#[test]
+fn bot_alone_is_an_alias() {
+    let dir = project(&[("bot/instructions.md", b"From bot.")]);
+    let found = discover(dir.path());
+    assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+    let p = found.project.unwrap();
+    assert!(p.agent_dir.ends_with("bot"));
+}
+
+#[test]
+fn no_agent_folder_is_an_error_without_a_project() {
+    let dir = project(&[("lib/x.py", b"")]);
+    let found = discover(dir.path());
+    let d = only(&found);
+    assert_eq!((d.file.as_str(), d.severity), ("agent", Severity::Error));
+    assert!(found.project.is_none());
+
+    let missing = dir.path().join("does-not-exist");
+    let found = discover(&missing);
+    assert_eq!(only(&found).severity, Severity::Error);
+    assert!(found.project.is_none());
+}
+
+#[test]
+fn missing_instructions_is_an_error() {
+    let dir = project(&[("agent/agent.toml", b"")]);
+    let found = discover(dir.path());
+    let d = only(&found);
+    assert_eq!(d.file, "agent/instructions.md");
+    assert_eq!(d.message, "missing instructions");
+}
+
+#[test]
+fn empty_instructions_is_a_warning() {
+    let dir = project(&[("agent/instructions.md", b"  \n")]);
+    let d = only(&discover(dir.path())).clone();
+    assert_eq!(
+        (d.file.as_str(), d.severity),
+        ("agent/instructions.md", Severity::Warning)
+    );
+}
+
+#[test]
+fn non_utf8_file_is_an_error_not_a_panic() {
+    let dir = project(&[("agent/instructions.md", b"caf\xe9\n")]);
+    let d = only(&discover(dir.path())).clone();
+    assert_eq!(d.file, "agent/instructions.md");
+    assert!(d.message.contains("not valid UTF-8"), "{}", d.message);
+}
+
+#[test]
+fn bad_toml_reports_line_and_column() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        ("agent/agent.toml", b"name = \"x\"\nmodel = \n"),
+    ]);
+    let d = only(&discover(dir.path())).clone();
+    assert_eq!(d.file, "agent/agent.toml");
+    assert!(
+        d.message.starts_with("invalid TOML at line 2, column"),
+        "{}",
+        d.message
+    );
+    assert!(d.fix.contains("line 2"), "{}", d.fix);
+}
+
+#[test]
+fn wrong_types_and_bad_models_are_errors() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/agent.toml",
+            b"name = 3\nmodel = \"gpt-4o\"\n[builtin_tools]\nshell = \"yes\"\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    let messages: Vec<&str> = found
+        .diagnostics
+        .iter()
+        .map(|d| d.message.as_str())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "`builtin_tools.shell` must be a boolean, found string",
+            "`model` must be `provider/model` or `scripted`, found `gpt-4o`",
+            "`name` must be a string, found integer",
+        ]
+    );
+    // Without a name in agent.toml, the project takes the folder's name.
+    let p = found.project.unwrap();
+    assert_eq!(p.name, dir.path().file_name().unwrap().to_str().unwrap());
+}
+
+#[test]
+fn relative_project_paths_are_canonicalized() {
+    let dir = project(&[("agent/instructions.md", b"Hi.")]);
+    let dotted = dir.path().join("agent/..");
+    let p = discover(&dotted).project.unwrap();
+    assert_eq!(p.root, fs::canonicalize(dir.path()).unwrap());
+    assert_eq!(p.name, dir.path().file_name().unwrap().to_str().unwrap());
+}
+
+#[test]
+fn scripted_model_needs_its_rules_file() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        ("agent/agent.toml", b"model = \"scripted\"\n"),
+    ]);
+    let d = only(&discover(dir.path())).clone();
+    assert_eq!(d.file, "agent/agent.toml");
+    assert!(d.message.contains("agent/scripted.toml"), "{}", d.message);
+}
+
+#[test]
+fn schemas_must_be_valid() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/tools/a.toml",
+            b"description = \"a\"\ncommand = [\"true\"]\ninput_schema_file = \"a.json\"\n",
+        ),
+        ("agent/tools/a.json", b"{\"type\": \"object\",}"),
+        (
+            "agent/tools/b.toml",
+            b"description = \"b\"\ncommand = [\"true\"]\ninput_schema = { type = \"object\", properties = { x = { minLength = -1 } } }\n",
+        ),
+        (
+            "agent/tools/c.toml",
+            b"description = \"c\"\ncommand = [\"true\"]\ninput_schema = { type = \"object\" }\noutput_schema = { type = \"strnig\" }\n",
+        ),
+        (
+            "agent/tools/d.toml",
+            b"description = \"d\"\ncommand = [\"true\"]\ninput_schema_file = \"../escape.json\"\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    let got: Vec<(&str, &str)> = found
+        .diagnostics
+        .iter()
+        .map(|d| (d.file.as_str(), d.message.split(':').next().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("agent/tools/a.json", "invalid JSON"),
+            (
+                "agent/tools/b.toml",
+                "`input_schema` is not a valid JSON Schema at /properties/x/minLength"
+            ),
+            (
+                "agent/tools/c.toml",
+                "`output_schema` is not a valid JSON Schema at /type"
+            ),
+            (
+                "agent/tools/d.toml",
+                "`input_schema_file` must be a relative path inside tools/, found `../escape.json`"
+            ),
+        ],
+        "{}",
+        show(&found.diagnostics)
+    );
+    assert!(found.project.unwrap().tools.is_empty());
+}
+
+#[test]
+fn hostile_generated_skill_paths_are_rejected() {
+    for bad in ["../x", "/etc/passwd", "a/../../x", "a\\\\..\\\\x"] {
+        let manifest = format!(
+            "description = \"h\"\nmarkdown = \"m\"\nfiles = {{ \"{bad}\" = \"pwned\", \"ok.md\" = \"fine\" }}\n"
+        );
+        let dir = project(&[
+            ("agent/instructions.md", b"Hi."),
+            ("agent/skills/hostile.toml", manifest.as_bytes()),
+        ]);
+        let found = discover(dir.path());
+        let d = only(&found);
+        assert_eq!(d.file, "agent/skills/hostile.toml");
+        assert!(
+            d.message
+                .contains("must be a relative path inside the skill folder"),
+            "{bad}: {}",
+            d.message
+        );
+        assert!(found.project.unwrap().skills.is_empty(), "{bad}");
+    }
+}
+
+#[test]
+fn directories_where_files_are_expected() {
+    let dir = project(&[
+        ("agent/instructions.md/x", b""),
+        ("agent/agent.toml/y", b""),
+        ("agent/tools", b"not a folder"),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    let got: Vec<(&str, &str)> = found
+        .diagnostics
+        .iter()
+        .map(|d| (d.file.as_str(), d.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("agent/agent.toml", "expected a file, found a directory"),
+            (
+                "agent/instructions.md",
+                "expected a file, found a directory"
+            ),
+            (
+                "agent/tools",
+                "expected a directory, found a file: tools/ is a discovery folder"
+            ),
+        ]
+    );
+}
+
+#[test]
+fn template_instructions_fail_on_undefined_variables() {
+    let dir = project(&[("agent/instructions.md.j2", b"Hello {{ nobody.here }}")]);
+    let d = only(&discover(dir.path())).clone();
+    assert_eq!(d.file, "agent/instructions.md.j2");
+    assert!(
+        d.message
+            .starts_with("instructions template failed to render"),
+        "{}",
+        d.message
+    );
+
+    let dir = project(&[
+        (
+            "agent/agent.toml",
+            b"name = \"tpl\"\nmodel = \"xai/grok-4\"\n",
+        ),
+        (
+            "agent/instructions.md.j2",
+            b"I am {{ agent.name }} on {{ agent.model }}.",
+        ),
+    ]);
+    let found = discover(dir.path());
+    assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+    assert_eq!(
+        found.project.unwrap().instructions,
+        "I am tpl on xai/grok-4."
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn sandbox_symlinks_are_skipped_with_a_warning() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        ("agent/sandbox/workspace/real.txt", b"real"),
+    ]);
+    std::os::unix::fs::symlink(
+        "/etc/hostname",
+        dir.path().join("agent/sandbox/workspace/link.txt"),
+    )
+    .unwrap();
+    let found = discover(dir.path());
+    let d = only(&found);
+    assert_eq!(
+        (d.file.as_str(), d.severity),
+        ("agent/sandbox/workspace/link.txt", Severity::Warning)
+    );
+    let seeds: Vec<String> = found
+        .project
+        .unwrap()
+        .sandbox_files
+        .into_iter()
+        .map(|f| f.workspace_path)
+        .collect();
+    assert_eq!(seeds, ["real.txt"]);
+}
+
+#[cfg(unix)]
+#[test]
+fn symlink_loops_terminate() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/schedules/a.md",
+            b"---\ncron: \"0 * * * *\"\n---\nGo.\n",
+        ),
+        (
+            "agent/skills/pack/SKILL.md",
+            b"---\ndescription: Pack.\n---\nBody.\n",
+        ),
+    ]);
+    let agent = dir.path().join("agent");
+    std::os::unix::fs::symlink("..", agent.join("schedules/loop")).unwrap();
+    std::os::unix::fs::symlink("..", agent.join("skills/pack/up")).unwrap();
+    let found = discover(dir.path());
+    check_invariants(&found);
+    let got: Vec<(&str, Severity)> = found
+        .diagnostics
+        .iter()
+        .map(|d| (d.file.as_str(), d.severity))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("agent/schedules/loop", Severity::Warning),
+            ("agent/skills/pack/up", Severity::Warning),
+        ]
+    );
+    let p = found.project.unwrap();
+    assert_eq!(p.schedules.len(), 1);
+    assert!(p.skills[0].files.is_empty());
+}
+
+#[cfg(unix)]
+#[test]
+fn non_utf8_file_names_are_reported_and_skipped() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = project(&[("agent/instructions.md", b"Hi.")]);
+    let skills = dir.path().join("agent/skills");
+    fs::create_dir_all(&skills).unwrap();
+    fs::write(
+        skills.join(std::ffi::OsStr::from_bytes(b"caf\xe9.md")),
+        "# Cafe",
+    )
+    .unwrap();
+    let found = discover(dir.path());
+    let d = only(&found);
+    assert_eq!(d.severity, Severity::Warning);
+    assert!(d.file.starts_with("agent/skills/caf"), "{}", d.file);
+    assert!(d.message.contains("not valid UTF-8"), "{}", d.message);
+    assert!(found.project.unwrap().skills.is_empty());
+}
+
+#[test]
+fn too_many_schedules_is_an_error() {
+    let dir = project(&[("agent/instructions.md", b"Hi.")]);
+    for i in 0..65 {
+        let p = dir.path().join(format!("agent/schedules/s{i:02}.md"));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, "---\ncron: \"0 * * * *\"\n---\nGo.\n").unwrap();
+    }
+    let d = only(&discover(dir.path())).clone();
+    assert_eq!(d.file, "agent/schedules");
+    assert!(
+        d.message
+            .contains("too many schedules (65; the limit is 64)"),
+        "{}",
+        d.message
+    );
+}
+
+#[test]
+fn tool_helpers_referenced_by_path_are_not_strays() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/tools/run.toml",
+            b"description = \"r\"\ncommand = [\"python3\", \"helper/run.py\"]\n",
+        ),
+        ("agent/tools/helper/run.py", b""),
+        ("agent/tools/run/data.txt", b""),
+        ("agent/tools/run.test.py", b""),
+        ("agent/tools/unused/x.py", b""),
+    ]);
+    let d = only(&discover(dir.path())).clone();
+    assert_eq!(
+        (d.file.as_str(), d.severity),
+        ("agent/tools/unused", Severity::Warning)
+    );
+}
+
+#[test]
+fn weather_example_discovers_without_diagnostics() {
+    let found = discover(&weather_dir());
+    assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+    let p = found.project.unwrap();
+    assert_eq!(p.name, "weather");
+    assert_eq!(p.config.model.as_deref(), Some("scripted"));
+    assert!(p.instructions.contains("get_weather"));
+    let tool = &p.tools[0];
+    assert_eq!(p.tools.len(), 1);
+    assert_eq!(tool.spec.name, "get_weather");
+    assert_eq!(tool.spec.effect, Effect::Read);
+    assert_eq!(tool.spec.input_schema["required"], json!(["city"]));
+    assert_eq!(tool.spec.input_schema["additionalProperties"], json!(false));
+    assert_eq!(
+        tool.spec.input_schema["properties"]["unit"]["enum"],
+        json!(["celsius", "fahrenheit"])
+    );
+    assert!(
+        matches!(&tool.runner, ToolRunner::Command { argv, .. } if argv == &["python3", "get_weather.py"])
+    );
+    assert_eq!(p.skills.len(), 1);
+    assert_eq!(p.skills[0].name, "forecast-style");
+    assert_eq!(p.subagents.len(), 1);
+    assert_eq!(p.subagents[0].name, "climate");
+    assert_eq!(p.hooks.len(), 1);
+    assert_eq!(
+        p.hooks[0].target,
+        HookTarget::File {
+            path: "audit.ndjson".into()
+        }
+    );
+    assert_eq!(p.sandbox_files.len(), 1);
+    assert_eq!(p.sandbox_files[0].workspace_path, "README.md");
+    assert!(p.scripted_rules.contains_key("default"));
+}
+
+/// One scripted step for `messages`: (text, tool calls as (name, input)).
+async fn step(
+    model: &ScriptedModel,
+    messages: Vec<Message>,
+) -> (String, Vec<(String, serde_json::Value)>) {
+    let request = ModelRequest {
+        model: "scripted".into(),
+        system: String::new(),
+        messages,
+        tools: Vec::new(),
+        effort: None,
+    };
+    let mut stream = model.step(request, CancellationToken::new()).await.unwrap();
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    while let Some(event) = stream.next().await {
+        match event.unwrap() {
+            ModelEvent::TextDelta(t) => text.push_str(&t),
+            ModelEvent::ToolCall(c) => calls.push((c.name, c.input)),
+            _ => {}
+        }
+    }
+    (text, calls)
+}
+
+fn user(text: &str) -> Message {
+    Message::User { text: text.into() }
+}
+
+fn result(name: &str, content: &str) -> Message {
+    Message::Tool {
+        call_id: "call_1".into(),
+        name: name.into(),
+        content: content.into(),
+        is_error: false,
+    }
+}
+
+#[tokio::test]
+async fn weather_rules_drive_the_documented_conversations() {
+    let path = weather_dir().join("agent/scripted.toml");
+    let rules = RulesFile::parse(&fs::read_to_string(&path).unwrap(), &path).unwrap();
+    let model = ScriptedModel::from_rules(rules, "scripted/default");
+
+    let q = "What's the weather in Paris?";
+    let (_, calls) = step(&model, vec![user(q)]).await;
+    assert_eq!(
+        calls,
+        [("get_weather".to_owned(), json!({"city": "Paris"}))]
+    );
+    let weather = r#"{"city": "Paris", "conditions": "sunny", "humidity": 34, "simulated": true, "temperatureC": 12}"#;
+    let (text, calls) = step(&model, vec![user(q), result("get_weather", weather)]).await;
+    assert_eq!(text, "It is 12°C and sunny in Paris (simulated data).");
+    assert!(calls.is_empty());
+
+    let q = "Tell me about the climate history of Oslo";
+    let (_, calls) = step(&model, vec![user(q)]).await;
+    let prompt = format!("Climate research: {q}");
+    assert_eq!(
+        calls,
+        [(
+            "task".to_owned(),
+            json!({"subagent": "climate", "prompt": prompt})
+        )]
+    );
+    // The subagent shares the rules and sees the delegated prompt.
+    let (note, calls) = step(&model, vec![user(&prompt)]).await;
+    assert!(calls.is_empty());
+    assert!(note.starts_with("Climate note"), "{note}");
+    let (text, _) = step(&model, vec![user(q), result("task", &note)]).await;
+    assert_eq!(text, format!("From the climate subagent: {note}"));
+
+    let q = "Write a forecast for Rome";
+    let (_, calls) = step(&model, vec![user(q)]).await;
+    assert_eq!(
+        calls,
+        [("load_skill".to_owned(), json!({"name": "forecast-style"}))]
+    );
+    let (text, _) = step(
+        &model,
+        vec![user(q), result("load_skill", "# Forecast write-up")],
+    )
+    .await;
+    assert!(text.contains("forecast-style"), "{text}");
+
+    let (text, calls) = step(&model, vec![user("hello")]).await;
+    assert!(calls.is_empty());
+    assert!(text.contains("offline weather example"), "{text}");
+}
+
+#[test]
+fn weather_tool_is_deterministic_and_validates_input() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let script = weather_dir().join("agent/tools/get_weather.py");
+    let run = |request: &str| -> serde_json::Value {
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 is needed to run the weather tool");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(request.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let a = run(r#"{"input": {"city": "Paris"}, "context": {}}"#);
+    let b = run(r#"{"input": {"city": "  paris "}, "context": {}}"#);
+    assert_eq!(a["temperatureC"], b["temperatureC"]);
+    assert_eq!(a["conditions"], b["conditions"]);
+    assert_eq!(a["city"], "Paris");
+    assert_eq!(a["simulated"], true);
+    assert!(a["humidity"].as_u64().unwrap() <= 100);
+    let f = run(r#"{"input": {"city": "Paris", "unit": "fahrenheit"}, "context": {}}"#);
+    assert_eq!(f["unit"], "fahrenheit");
+    let c = a["temperatureC"].as_i64().unwrap() as f64;
+    assert_eq!(
+        f["temperatureF"].as_i64().unwrap(),
+        (c * 9.0 / 5.0 + 32.0).round() as i64
+    );
+    let bad = run(r#"{"input": {"city": ""}, "context": {}}"#);
+    assert_eq!(bad["isError"], true);
+    let bad = run(r#"{"input": {"city": "Paris", "unit": "kelvin"}, "context": {}}"#);
+    assert_eq!(bad["isError"], true);
+}
