@@ -1,1 +1,170 @@
-fn main() {}
+//! `bdk`: validate, inspect, run and call an agent project from the shell.
+//!
+//! This crate wires concrete adapters together (the file store, the core
+//! host) and owns process concerns: arguments, exit codes, signals, the
+//! state-root lock, and printing. Exit codes: 0 success; 1 the run failed
+//! (a turn failed, a tool returned an error, a runtime error); 2 the request
+//! was unusable (bad arguments, validation errors, unreadable input).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+mod init;
+mod lock;
+
+/// Build, run and inspect BDK agents.
+#[derive(Parser, Debug)]
+#[command(name = "bdk", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the project and its state live.
+#[derive(clap::Args, Debug, Clone)]
+struct ProjectArgs {
+    /// The project directory (the one holding `agent/`).
+    #[arg(long, short = 'd', value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Where sessions are stored (default: `<DIR>/.bdk`).
+    #[arg(long, value_name = "DIR", env = "BDK_STATE_ROOT")]
+    state_root: Option<PathBuf>,
+}
+
+impl ProjectArgs {
+    fn dir(&self, positional: Option<&Path>) -> PathBuf {
+        positional
+            .map(Path::to_path_buf)
+            .or_else(|| self.dir.clone())
+            .unwrap_or_else(|| PathBuf::from("."))
+    }
+
+    fn state_root(&self, dir: &Path) -> PathBuf {
+        self.state_root.clone().unwrap_or_else(|| dir.join(".bdk"))
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Scaffold a new agent project (the offline weather example).
+    Init {
+        /// Where to create it (must be empty or absent).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Check the project and print every problem with its fix.
+    Validate {
+        /// The project directory (same as --dir).
+        #[arg(value_name = "DIR")]
+        path: Option<PathBuf>,
+        #[command(flatten)]
+        project: ProjectArgs,
+        /// Print diagnostics as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the discovered surface: tools, skills, subagents, ...
+    Info {
+        /// The project directory (same as --dir).
+        #[arg(value_name = "DIR")]
+        path: Option<PathBuf>,
+        #[command(flatten)]
+        project: ProjectArgs,
+        /// Print JSON (the shape `GET /v1/info` serves).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one turn and print its trajectory as JSON.
+    Run {
+        #[command(flatten)]
+        project: ProjectArgs,
+        /// The user message.
+        #[arg(long, short = 'm')]
+        message: String,
+        /// Continue this session instead of starting one.
+        #[arg(long)]
+        session: Option<String>,
+        /// Execute reads, stub writes.
+        #[arg(long)]
+        dry_run: bool,
+        /// Pin "now" for tools (RFC 3339 with a zone, e.g. 2026-01-15T09:00:00Z).
+        #[arg(long)]
+        as_of: Option<String>,
+    },
+    /// Call a server tool without a model turn.
+    Call {
+        /// The tool.
+        tool: String,
+        #[command(flatten)]
+        project: ProjectArgs,
+        /// The input as JSON.
+        #[arg(long, short = 'i', default_value = "{}")]
+        input: String,
+        /// Bind the call to a session (its workspace, recorded in its events).
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Summarise a saved event file in the shape `run` prints.
+    Trajectory {
+        /// An NDJSON events file (a trace, or a session's events.ndjson).
+        #[arg(long, short = 'e')]
+        events: PathBuf,
+    },
+    /// List stored sessions.
+    Sessions {
+        #[command(flatten)]
+        project: ProjectArgs,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one stored session.
+    Session {
+        /// The session id.
+        id: String,
+        #[command(flatten)]
+        project: ProjectArgs,
+        /// Print the raw NDJSON events instead of the summary.
+        #[arg(long)]
+        events: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let code = runtime.block_on(commands::dispatch(cli.command));
+    // Turn tasks that outlive the command (none should) must not hold the
+    // process open.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

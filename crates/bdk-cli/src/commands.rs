@@ -1,0 +1,568 @@
+//! The commands behind `bdk`'s subcommands.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bdk_core::host::{DirectCall, FollowUp, Host, HostError, StartSession};
+use bdk_core::project::info::surface;
+use bdk_core::trajectory::summarize;
+use bdk_core::{Diagnostic, Discovery, Project, Severity, discover};
+use bdk_events::{Envelope, Event, SessionId, SessionMode};
+use bdk_store::{FsStore, Store};
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use crate::{Command, init, lock};
+
+const OK: u8 = 0;
+const FAILED: u8 = 1;
+const UNUSABLE: u8 = 2;
+
+/// Runs one command and returns the process exit code.
+pub async fn dispatch(command: Command) -> ExitCode {
+    let result = match command {
+        Command::Init { dir } => init::run(&dir),
+        Command::Validate {
+            path,
+            project,
+            json,
+        } => validate(&project.dir(path.as_deref()), json),
+        Command::Info {
+            path,
+            project,
+            json,
+        } => info(&project.dir(path.as_deref()), json),
+        Command::Run {
+            project,
+            message,
+            session,
+            dry_run,
+            as_of,
+        } => {
+            let dir = project.dir(None);
+            let root = project.state_root(&dir);
+            run(&dir, &root, message, session, dry_run, as_of).await
+        }
+        Command::Call {
+            tool,
+            project,
+            input,
+            session,
+        } => {
+            let dir = project.dir(None);
+            let root = project.state_root(&dir);
+            call(&dir, &root, tool, &input, session).await
+        }
+        Command::Trajectory { events } => trajectory(&events),
+        Command::Sessions { project, json } => {
+            let dir = project.dir(None);
+            sessions(&project.state_root(&dir), json).await
+        }
+        Command::Session {
+            id,
+            project,
+            events,
+        } => {
+            let dir = project.dir(None);
+            session(&project.state_root(&dir), &id, events).await
+        }
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+fn print_diagnostics(diagnostics: &[Diagnostic], to_stderr: bool) {
+    for d in diagnostics {
+        let level = match d.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        let text = format!("{level}: {}: {}\n  fix: {}", d.file, d.message, d.fix);
+        if to_stderr {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+}
+
+fn counts(diagnostics: &[Diagnostic]) -> (usize, usize) {
+    let errors = diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .count();
+    (errors, diagnostics.len() - errors)
+}
+
+/// Discovers the project for a command that runs it: errors stop it (exit
+/// 2), warnings are printed to stderr.
+fn load(dir: &Path) -> std::result::Result<Project, u8> {
+    let Discovery {
+        project,
+        diagnostics,
+    } = discover(dir);
+    let (errors, _) = counts(&diagnostics);
+    print_diagnostics(&diagnostics, true);
+    match project {
+        Some(p) if errors == 0 => Ok(p),
+        _ => {
+            eprintln!(
+                "error: {} has {errors} validation error(s); run `bdk validate {}` for details",
+                dir.display(),
+                dir.display()
+            );
+            Err(UNUSABLE)
+        }
+    }
+}
+
+fn validate(dir: &Path, json: bool) -> Result<u8> {
+    let discovery = discover(dir);
+    let (errors, warnings) = counts(&discovery.diagnostics);
+    if json {
+        print_json(&json!({
+            "ok": errors == 0,
+            "errors": errors,
+            "warnings": warnings,
+            "diagnostics": discovery.diagnostics,
+        }))?;
+    } else {
+        print_diagnostics(&discovery.diagnostics, false);
+        println!(
+            "{}: {errors} error(s), {warnings} warning(s)",
+            dir.display()
+        );
+    }
+    Ok(if errors == 0 { OK } else { UNUSABLE })
+}
+
+fn info(dir: &Path, json: bool) -> Result<u8> {
+    let discovery = discover(dir);
+    let Some(project) = &discovery.project else {
+        print_diagnostics(&discovery.diagnostics, true);
+        return Ok(UNUSABLE);
+    };
+    let value = surface(project, &discovery.diagnostics);
+    if json {
+        print_json(&value)?;
+        return Ok(OK);
+    }
+    let c = &project.config;
+    println!("agent: {}", project.name);
+    if let Some(d) = &c.description {
+        println!("description: {d}");
+    }
+    println!(
+        "model: {}",
+        c.model.as_deref().unwrap_or(bdk_core::host::DEFAULT_MODEL)
+    );
+    let section = |title: &str, items: Vec<String>| {
+        println!("{title} ({}):", items.len());
+        for i in items {
+            println!("  {i}");
+        }
+    };
+    section(
+        "tools",
+        project
+            .tools
+            .iter()
+            .map(|t| {
+                format!(
+                    "{} [{}, {}{}] {}",
+                    t.spec.name,
+                    serde_json::to_value(t.spec.effect)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    serde_json::to_value(t.spec.execution)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    if t.spec.needs_approval {
+                        ", needs approval"
+                    } else {
+                        ""
+                    },
+                    t.spec.description
+                )
+            })
+            .collect(),
+    );
+    section(
+        "skills",
+        project
+            .skills
+            .iter()
+            .map(|s| format!("{}: {}", s.name, s.description))
+            .collect(),
+    );
+    section(
+        "subagents",
+        project
+            .subagents
+            .iter()
+            .map(|s| format!("{}: {}", s.name, s.description))
+            .collect(),
+    );
+    section(
+        "mcp connections",
+        project
+            .mcp_connections
+            .iter()
+            .map(|m| m.name.clone())
+            .collect(),
+    );
+    section(
+        "channels",
+        project
+            .channels
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.routes.join(", ")))
+            .collect(),
+    );
+    section(
+        "hooks",
+        project.hooks.iter().map(|h| h.name.clone()).collect(),
+    );
+    section(
+        "schedules",
+        project
+            .schedules
+            .iter()
+            .map(|s| format!("{} ({})", s.name, s.cron))
+            .collect(),
+    );
+    section(
+        "sandbox files",
+        project
+            .sandbox_files
+            .iter()
+            .map(|f| f.workspace_path.clone())
+            .collect(),
+    );
+    print_diagnostics(&discovery.diagnostics, false);
+    Ok(OK)
+}
+
+fn parse_session_id(id: &str) -> std::result::Result<SessionId, u8> {
+    SessionId::parse(id).ok_or_else(|| {
+        eprintln!("error: `{id}` is not a session id (expected ses_...)");
+        UNUSABLE
+    })
+}
+
+async fn open_host(
+    dir: &Path,
+    state_root: &Path,
+) -> Result<std::result::Result<(Host, lock::StateLock), u8>> {
+    let project = match load(dir) {
+        Ok(p) => p,
+        Err(code) => return Ok(Err(code)),
+    };
+    let guard = lock::acquire(state_root)?;
+    let store = FsStore::open(state_root)
+        .with_context(|| format!("failed to open the state root {}", state_root.display()))?;
+    let host = Host::builder(project, Arc::new(store))
+        .build()
+        .await
+        .context("failed to start the agent runtime")?;
+    Ok(Ok((host, guard)))
+}
+
+async fn run(
+    dir: &Path,
+    state_root: &Path,
+    message: String,
+    session: Option<String>,
+    dry_run: bool,
+    as_of: Option<String>,
+) -> Result<u8> {
+    let as_of = match as_of.as_deref().map(parse_as_of).transpose() {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: --as-of {e}");
+            return Ok(UNUSABLE);
+        }
+    };
+    let session = match session.as_deref().map(parse_session_id).transpose() {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    let (host, _lock) = match open_host(dir, state_root).await? {
+        Ok(h) => h,
+        Err(code) => return Ok(code),
+    };
+    let (session_id, turn_id) = match session {
+        Some(id) => {
+            if dry_run || as_of.is_some() {
+                eprintln!(
+                    "warning: --dry-run and --as-of apply to new sessions; the session keeps its own settings"
+                );
+            }
+            let sent = match host
+                .send(
+                    &id,
+                    FollowUp {
+                        message,
+                        ..FollowUp::default()
+                    },
+                )
+                .await
+            {
+                Ok(s) => s,
+                Err(e) => return host_error(&e),
+            };
+            (sent.session_id, sent.turn_id)
+        }
+        None => {
+            let started = host
+                .start_session(StartSession {
+                    message: Some(message),
+                    mode: SessionMode::Chat,
+                    channel: "cli".into(),
+                    dry_run,
+                    as_of,
+                    ..StartSession::default()
+                })
+                .await;
+            match started {
+                Ok(s) => (s.session_id, s.turn_id),
+                Err(e) => return host_error(&e),
+            }
+        }
+    };
+    if let Some(turn_id) = &turn_id {
+        tokio::select! {
+            r = host.wait_turn(&session_id, turn_id) => { r?; }
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("interrupted: recording the turn as interrupted");
+                host.shutdown(Duration::from_secs(5)).await;
+            }
+        }
+    }
+    host.wait_idle(&session_id).await;
+    let events = host.store().read(&session_id, 0).await?;
+    let trace = write_trace(host.store().as_ref(), &session_id, &events).await?;
+    let summary = summarize(&events);
+    let ok = summary.ok;
+    let mut value = serde_json::to_value(&summary)?;
+    if let Value::Object(map) = &mut value {
+        map.insert("trace".into(), Value::String(trace.display().to_string()));
+    }
+    print_json(&value)?;
+    Ok(if ok { OK } else { FAILED })
+}
+
+fn parse_as_of(s: &str) -> std::result::Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|d| d.with_timezone(&Utc))
+        .map_err(|e| {
+            format!("must be an RFC 3339 timestamp with a zone, like 2026-01-15T09:00:00Z ({e})")
+        })
+}
+
+async fn write_trace(store: &dyn Store, id: &SessionId, events: &[Envelope]) -> Result<PathBuf> {
+    let dir = store.traces_dir();
+    tokio::fs::create_dir_all(&dir).await?;
+    let path = dir.join(format!("{id}.ndjson"));
+    let mut buf = Vec::new();
+    for e in events {
+        bdk_events::ndjson::encode_into(e, &mut buf)?;
+    }
+    // Write then rename, so a reader never sees half a trace.
+    let tmp = dir.join(format!(".{id}.ndjson.tmp"));
+    tokio::fs::write(&tmp, &buf).await?;
+    tokio::fs::rename(&tmp, &path).await?;
+    Ok(path)
+}
+
+fn host_error(e: &HostError) -> Result<u8> {
+    let mut body = json!({"ok": false, "error": e.code(), "message": e.to_string()});
+    match e {
+        HostError::UnknownTool { available, .. } => body["available"] = json!(available),
+        HostError::InvalidToolInput { errors, .. } => body["errors"] = json!(errors),
+        _ => {}
+    }
+    print_json(&body)?;
+    Ok(match e {
+        HostError::InvalidRequest(_) | HostError::InvalidToolInput { .. } => UNUSABLE,
+        _ => FAILED,
+    })
+}
+
+async fn call(
+    dir: &Path,
+    state_root: &Path,
+    tool: String,
+    input: &str,
+    session: Option<String>,
+) -> Result<u8> {
+    let input: Value = match serde_json::from_str(input) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: --input is not valid JSON: {e}");
+            return Ok(UNUSABLE);
+        }
+    };
+    let session = match session.as_deref().map(parse_session_id).transpose() {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    let (host, _lock) = match open_host(dir, state_root).await? {
+        Ok(h) => h,
+        Err(code) => return Ok(code),
+    };
+    let outcome = host
+        .call_tool(DirectCall {
+            name: tool,
+            input,
+            session_id: session,
+            ..DirectCall::default()
+        })
+        .await;
+    match outcome {
+        Ok(o) => {
+            let is_error = o.is_error;
+            let mut value = serde_json::to_value(&o)?;
+            if let Value::Object(map) = &mut value {
+                map.insert("ok".into(), Value::Bool(true));
+            }
+            print_json(&value)?;
+            Ok(if is_error { FAILED } else { OK })
+        }
+        Err(e) => host_error(&e),
+    }
+}
+
+fn trajectory(path: &Path) -> Result<u8> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("error: cannot read {}: {e}", path.display());
+            return Ok(UNUSABLE);
+        }
+    };
+    let scan = match bdk_events::ndjson::scan(&bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {}: {e}", path.display());
+            return Ok(UNUSABLE);
+        }
+    };
+    if scan.is_torn() {
+        eprintln!(
+            "warning: {} ends in {} bytes of an unfinished line; ignored",
+            path.display(),
+            scan.torn_bytes
+        );
+    }
+    let summary = summarize(&scan.events);
+    let mut value = serde_json::to_value(&summary)?;
+    if let Value::Object(map) = &mut value {
+        map.insert("trace".into(), Value::String(path.display().to_string()));
+    }
+    print_json(&value)?;
+    Ok(OK)
+}
+
+/// The rest state of a session, read from its events.
+fn status(events: &[Envelope]) -> &'static str {
+    let mut status = "new";
+    for e in events {
+        status = match &e.event {
+            Event::SessionWaiting(_) => "waiting",
+            Event::SessionCompleted(_) => "completed",
+            Event::SessionFailed(_) => "failed",
+            Event::MessageReceived(_) | Event::TurnStarted(_) | Event::TurnQueued(_) => "running",
+            _ => continue,
+        };
+    }
+    status
+}
+
+async fn sessions(state_root: &Path, json: bool) -> Result<u8> {
+    if !state_root.exists() {
+        if json {
+            print_json(&json!([]))?;
+        } else {
+            println!("no sessions under {}", state_root.display());
+        }
+        return Ok(OK);
+    }
+    let store = FsStore::open(state_root)?;
+    let mut rows = Vec::new();
+    for r in store.list_sessions().await? {
+        let events = store.read(&r.id, 0).await.unwrap_or_default();
+        rows.push(json!({
+            "sessionId": r.id,
+            "mode": r.mode,
+            "channel": r.channel,
+            "title": r.title,
+            "principal": r.principal,
+            "createdAt": r.created_at,
+            "status": status(&events),
+            "events": events.len(),
+        }));
+    }
+    if json {
+        print_json(&rows)?;
+    } else {
+        for row in &rows {
+            println!(
+                "{}  {:<9} {:<5} {:>5} events  {}",
+                row["sessionId"].as_str().unwrap_or_default(),
+                row["status"].as_str().unwrap_or_default(),
+                row["mode"].as_str().unwrap_or_default(),
+                row["events"],
+                row["createdAt"].as_str().unwrap_or_default()
+            );
+        }
+        if rows.is_empty() {
+            println!("no sessions under {}", state_root.display());
+        }
+    }
+    Ok(OK)
+}
+
+async fn session(state_root: &Path, id: &str, raw: bool) -> Result<u8> {
+    let id = match parse_session_id(id) {
+        Ok(id) => id,
+        Err(code) => return Ok(code),
+    };
+    let store = FsStore::open(state_root)?;
+    let Some(record) = store.get_session(&id).await? else {
+        print_json(
+            &json!({"ok": false, "error": "session_not_found", "message": format!("session {id} not found under {}", state_root.display())}),
+        )?;
+        return Ok(FAILED);
+    };
+    let events = store.read(&id, 0).await?;
+    if raw {
+        for e in &events {
+            println!("{}", e.to_line()?);
+        }
+        return Ok(OK);
+    }
+    print_json(&json!({
+        "session": record,
+        "status": status(&events),
+        "events": events.len(),
+        "workspace": store.workspace_dir(&id),
+        "trajectory": summarize(&events),
+    }))?;
+    Ok(OK)
+}

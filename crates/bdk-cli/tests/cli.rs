@@ -1,0 +1,424 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The real `bdk` binary against real projects on disk.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+use serde_json::Value;
+use tempfile::TempDir;
+
+fn bdk() -> Command {
+    let mut c = Command::cargo_bin("bdk").unwrap();
+    c.env_remove("BDK_STATE_ROOT");
+    c
+}
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == ".bdk" || name == "__pycache__" {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A private copy of the weather example, so state never lands in the repo.
+fn weather() -> (TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("weather");
+    copy_dir(&example(), &dir);
+    (tmp, dir)
+}
+
+fn run_json(cmd: &mut Command) -> (i32, Value) {
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), value)
+}
+
+fn read_events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn validate_accepts_the_example_and_reports_each_problem_of_a_broken_project() {
+    let out = bdk().arg("validate").arg(example()).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 error(s), 0 warning(s)"));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let agent = tmp.path().join("agent");
+    std::fs::create_dir_all(agent.join("tools")).unwrap();
+    std::fs::create_dir_all(agent.join("hooks")).unwrap();
+    // Three problems: no instructions, a tool with an invalid schema, a hook
+    // that names an unknown event.
+    std::fs::write(
+        agent.join("tools/bad.toml"),
+        "description = \"x\"\ncommand = [\"true\"]\ninput_schema = { type = \"object\", properties = { a = { type = 5 } } }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        agent.join("hooks/h.toml"),
+        "events = [\"turn.exploded\"]\nfile = \"x.ndjson\"\n",
+    )
+    .unwrap();
+    let out = bdk().arg("validate").arg(tmp.path()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}");
+    let problems: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("error:") || l.starts_with("warning:"))
+        .collect();
+    assert_eq!(problems.len(), 3, "{stdout}");
+    assert!(
+        problems.iter().any(|l| l.contains("instructions")),
+        "{stdout}"
+    );
+    assert!(
+        problems.iter().any(|l| l.contains("agent/tools/bad.toml")),
+        "{stdout}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|l| l.starts_with("warning:") && l.contains("turn.exploded")),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.matches("  fix: ").count(),
+        3,
+        "every diagnostic names a fix"
+    );
+
+    let (code, json) = run_json(bdk().args(["validate", "--json"]).arg(tmp.path()));
+    assert_eq!(code, 2);
+    assert_eq!(json["errors"], 2);
+    assert_eq!(json["warnings"], 1);
+}
+
+#[test]
+fn info_lists_the_surface() {
+    let (code, json) = run_json(bdk().args(["info", "--json"]).arg(example()));
+    assert_eq!(code, 0);
+    assert_eq!(json["name"], "weather");
+    assert_eq!(json["tools"][0]["name"], "get_weather");
+    assert_eq!(json["tools"][0]["effect"], "read");
+    assert_eq!(json["subagents"][0]["name"], "climate");
+    assert!(
+        json["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "forecast-style")
+    );
+    let out = bdk().arg("info").arg(example()).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("get_weather"));
+}
+
+#[test]
+fn run_prints_a_trajectory_and_trajectory_reads_the_trace_back_identically() {
+    let (_tmp, dir) = weather();
+    let (code, run) = run_json(
+        bdk()
+            .args(["run", "--dir"])
+            .arg(&dir)
+            .args(["--message", "What's the weather in Paris?"]),
+    );
+    assert_eq!(code, 0, "{run}");
+    assert_eq!(run["ok"], true);
+    assert_eq!(run["toolCalls"][0]["name"], "get_weather");
+    assert_eq!(run["toolCalls"][0]["input"]["city"], "Paris");
+    assert!(run["reply"].as_str().unwrap().contains("Paris"), "{run}");
+    assert!(run["usage"]["inputTokens"].as_u64().unwrap() > 0);
+    let trace = PathBuf::from(run["trace"].as_str().unwrap());
+    assert!(trace.starts_with(dir.join(".bdk/traces")));
+    let (code, again) = run_json(bdk().arg("trajectory").arg("--events").arg(&trace));
+    assert_eq!(code, 0);
+    assert_eq!(
+        again, run,
+        "trajectory must print the same shape and values as run"
+    );
+
+    // Continue the same session.
+    let id = run["sessionId"].as_str().unwrap();
+    let (code, second) = run_json(bdk().args(["run", "--dir"]).arg(&dir).args([
+        "--session",
+        id,
+        "--message",
+        "Tell me about the climate history of Oslo",
+    ]));
+    assert_eq!(code, 0, "{second}");
+    assert_eq!(second["sessionId"], id);
+    assert_eq!(second["turns"], 2);
+    assert_eq!(second["subagents"][0]["name"], "climate");
+
+    // The session is listed and inspectable.
+    let (code, list) = run_json(bdk().args(["sessions", "--json", "--dir"]).arg(&dir));
+    assert_eq!(code, 0);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["status"], "waiting");
+    let (code, one) = run_json(bdk().args(["session", id, "--dir"]).arg(&dir));
+    assert_eq!(code, 0);
+    assert_eq!(one["trajectory"]["turns"], 2);
+    let raw = bdk()
+        .args(["session", id, "--events", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let lines = String::from_utf8_lossy(&raw.stdout).lines().count();
+    assert_eq!(lines as u64, one["events"].as_u64().unwrap());
+}
+
+#[test]
+fn run_and_call_reject_bad_arguments_with_exit_code_2() {
+    let (_tmp, dir) = weather();
+    for as_of in ["yesterday", "2026-01-15T09:00:00"] {
+        let out = bdk()
+            .args(["run", "--dir"])
+            .arg(&dir)
+            .args(["--message", "hi", "--as-of", as_of])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{as_of}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("RFC 3339"));
+    }
+    let out = bdk()
+        .args(["run", "--dir"])
+        .arg(&dir)
+        .args(["--message", "hi", "--session", "../../etc"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = bdk()
+        .args(["call", "get_weather", "--dir"])
+        .arg(&dir)
+        .args(["--input", "{not json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let (code, json) = run_json(bdk().args(["call", "nope", "--dir"]).arg(&dir));
+    assert_eq!(code, 1);
+    assert_eq!(json["error"], "unknown_tool");
+    let (code, json) = run_json(
+        bdk()
+            .args(["call", "get_weather", "--dir"])
+            .arg(&dir)
+            .args(["--input", r#"{"city":"Paris"}"#]),
+    );
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["ok"], true);
+    assert_eq!(json["toolName"], "get_weather");
+    assert_eq!(json["isError"], false);
+    assert!(
+        json["callId"]
+            .as_str()
+            .unwrap()
+            .starts_with("tool_get_weather_")
+    );
+    // A session that does not exist.
+    let (code, json) = run_json(
+        bdk()
+            .args(["call", "get_weather", "--dir"])
+            .arg(&dir)
+            .args([
+                "--input",
+                r#"{"city":"Paris"}"#,
+                "--session",
+                "ses_01m8px1kfzex9azj4pwsf3g2e5",
+            ]),
+    );
+    assert_eq!(code, 1);
+    assert_eq!(json["error"], "session_not_found");
+    // A project with errors does not run.
+    let broken = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(broken.path().join("agent")).unwrap();
+    let out = bdk()
+        .args(["run", "--dir"])
+        .arg(broken.path())
+        .args(["--message", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn trajectory_tolerates_a_torn_tail_and_refuses_corruption() {
+    let (_tmp, dir) = weather();
+    let (_, run) = run_json(
+        bdk()
+            .args(["run", "--dir"])
+            .arg(&dir)
+            .args(["--message", "What's the weather in Rome?"]),
+    );
+    let trace = PathBuf::from(run["trace"].as_str().unwrap());
+    let mut bytes = std::fs::read(&trace).unwrap();
+    let torn = trace.with_file_name("torn.ndjson");
+    let mut torn_bytes = bytes.clone();
+    torn_bytes.extend_from_slice(b"{\"type\":\"turn.sta");
+    std::fs::write(&torn, torn_bytes).unwrap();
+    let out = bdk()
+        .arg("trajectory")
+        .arg("--events")
+        .arg(&torn)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unfinished line"));
+    let corrupt = trace.with_file_name("corrupt.ndjson");
+    bytes.splice(0..0, b"garbage\n".iter().copied());
+    std::fs::write(&corrupt, bytes).unwrap();
+    let out = bdk()
+        .arg("trajectory")
+        .arg("--events")
+        .arg(&corrupt)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"));
+}
+
+/// Waits until `path` holds an event of `kind`, or fails after `limit`.
+fn wait_for_event(path: &Path, kind: &str, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text
+                .lines()
+                .any(|l| l.contains(&format!("\"type\":\"{kind}\"")))
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "no {kind} in {} after {limit:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kill_dash_nine_mid_turn_then_reopen_keeps_indices_gapless_and_fails_the_turn() {
+    let (_tmp, dir) = weather();
+    let mut child = bdk()
+        .args(["run", "--dir"])
+        .arg(&dir)
+        .args(["--message", "Please be slow"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let sessions = dir.join(".bdk/sessions");
+    let start = Instant::now();
+    let events = loop {
+        if let Some(entry) = std::fs::read_dir(&sessions).ok().and_then(|mut d| d.next()) {
+            break entry.unwrap().path().join("events.ndjson");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no session appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    wait_for_event(&events, "step.started", Duration::from_secs(30));
+
+    // While the slow turn holds the state root, a second writer is refused.
+    let out = bdk()
+        .args(["call", "get_weather", "--dir"])
+        .arg(&dir)
+        .args(["--input", r#"{"city":"Oslo"}"#])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in use by another bdk process"));
+
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let id = events
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+
+    // Reopening the state root records the interrupted turn; the session goes on.
+    let (code, run) = run_json(bdk().args(["run", "--dir"]).arg(&dir).args([
+        "--session",
+        &id,
+        "--message",
+        "What's the weather in Paris?",
+    ]));
+    assert_eq!(code, 0, "{run}");
+    let all = read_events(&events);
+    for (i, e) in all.iter().enumerate() {
+        assert_eq!(e["index"], i as u64, "gapless");
+    }
+    let failed: Vec<&Value> = all.iter().filter(|e| e["type"] == "turn.failed").collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["data"]["status"], "interrupted");
+    assert_eq!(
+        all.iter().filter(|e| e["type"] == "turn.completed").count(),
+        1
+    );
+}
+
+#[test]
+fn init_scaffolds_a_project_that_validates_and_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("my-agent");
+    let out = bdk().arg("init").arg(&dir).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = bdk().arg("validate").arg(&dir).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let (code, run) = run_json(
+        bdk()
+            .args(["run", "--dir"])
+            .arg(&dir)
+            .args(["--message", "What's the weather in Lima?"]),
+    );
+    assert_eq!(code, 0, "{run}");
+    // A second init into the now non-empty directory is refused.
+    let out = bdk().arg("init").arg(&dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
+}
