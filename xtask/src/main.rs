@@ -1,1 +1,587 @@
-fn main() {}
+//! `cargo xtask`: the one entry point for the project's suites.
+//!
+//! - `cargo xtask test` runs every gate CI runs, in order, and stops at the
+//!   first failure: formatting, clippy, the tests (nextest when installed),
+//!   doc tests, and rustdoc with warnings denied. It prints each step's
+//!   command and duration and ends with one total over every test step
+//!   (`tests: N passed, N failed, N skipped`). If it passes locally, CI
+//!   (`.ci/run`) is green.
+//! - `cargo xtask lint` runs only the formatting and clippy gates.
+//! - `cargo xtask bench` builds and runs the runtime benchmarks in release
+//!   mode (the only release build of the project) and prints their JSON
+//!   report, also saving it as `bench-report.json` in the target directory.
+//!
+//! Every step runs with the same profile and `--all-features`, so clippy,
+//! tests and rustdoc share the one target directory and reuse each other's
+//! dependency artifacts as far as cargo allows. The subcommands are parsed by
+//! hand and serde_json is the only dependency, because xtask is compiled
+//! before anything else runs and must stay quick to build.
+//!
+//! The crate-edge test (`edges`) also lives here: it runs under
+//! `cargo test --workspace` like any other test, so it needs no step of its own.
+
+#[cfg(test)]
+mod edges;
+mod tally;
+
+use std::env;
+use std::ffi::OsString;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::tally::Counts;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  test             fmt check, clippy, tests (nextest when installed), doc tests, rustdoc
+  lint             fmt check and clippy only
+  bench [options]  run the runtime benchmarks (release build) and print their JSON report,
+                   also saved as bench-report.json in the target directory
+      --quick      smaller sample counts, for a fast smoke run of the benchmarks
+      --strict     exit non-zero when a benchmark misses its target
+  help             print this text";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let result = parse(&args).and_then(|task| match task {
+        Task::Test => run_steps("test", &test_steps(&workspace_root())),
+        Task::Lint => run_steps("lint", &lint_steps()),
+        Task::Bench(options) => bench(options),
+        Task::Help => {
+            println!("{USAGE}");
+            Ok(())
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err @ Error::Usage(_)) => {
+            eprintln!("xtask: {err}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(err) => {
+            eprintln!("xtask: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What went wrong in a task.
+#[derive(Debug)]
+enum Error {
+    /// The command line was not understood.
+    Usage(String),
+    /// A step's command ran and exited unsuccessfully.
+    StepFailed {
+        step: String,
+        command: String,
+        status: std::process::ExitStatus,
+    },
+    /// A command could not be started at all.
+    Spawn { command: String, source: io::Error },
+    /// A file could not be written.
+    Write { path: PathBuf, source: io::Error },
+    /// Cargo's metadata or the benchmark report was not what we expect.
+    Malformed { what: &'static str, message: String },
+    /// `--strict` benchmarks missed a target.
+    MissedTargets(Vec<String>),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(message) => write!(f, "{message}"),
+            Error::StepFailed {
+                step,
+                command,
+                status,
+            } => write!(f, "step `{step}` failed: `{command}` exited with {status}"),
+            Error::Spawn { command, source } => {
+                write!(f, "could not start `{command}`: {source}")
+            }
+            Error::Write { path, source } => {
+                write!(f, "could not write {}: {source}", path.display())
+            }
+            Error::Malformed { what, message } => write!(f, "unexpected {what}: {message}"),
+            Error::MissedTargets(names) => {
+                write!(f, "benchmarks missed their target: {}", names.join(", "))
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Task {
+    Test,
+    Lint,
+    Bench(BenchOptions),
+    Help,
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct BenchOptions {
+    quick: bool,
+    strict: bool,
+}
+
+fn parse(args: &[String]) -> Result<Task, Error> {
+    let Some((command, rest)) = args.split_first() else {
+        return Err(Error::Usage("missing command".into()));
+    };
+    let no_options = |task: Task| match rest.first() {
+        None => Ok(task),
+        Some(extra) => Err(Error::Usage(format!(
+            "`{command}` takes no arguments, got `{extra}`"
+        ))),
+    };
+    match command.as_str() {
+        "test" => no_options(Task::Test),
+        "lint" => no_options(Task::Lint),
+        "help" | "--help" | "-h" => no_options(Task::Help),
+        "bench" => {
+            let mut options = BenchOptions::default();
+            for arg in rest {
+                match arg.as_str() {
+                    "--quick" => options.quick = true,
+                    "--strict" => options.strict = true,
+                    other => {
+                        return Err(Error::Usage(format!("unknown bench option `{other}`")));
+                    }
+                }
+            }
+            Ok(Task::Bench(options))
+        }
+        other => Err(Error::Usage(format!("unknown command `{other}`"))),
+    }
+}
+
+/// One gate: a cargo invocation with a name for the progress lines.
+struct Step {
+    name: &'static str,
+    args: Vec<String>,
+    env: Vec<(&'static str, &'static str)>,
+    /// Runs tests: its output is relayed and its test counts are totalled.
+    runs_tests: bool,
+}
+
+impl Step {
+    fn new(name: &'static str, args: &[&'static str]) -> Self {
+        Step {
+            name,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: Vec::new(),
+            runs_tests: false,
+        }
+    }
+
+    fn arg(mut self, arg: String) -> Self {
+        self.args.push(arg);
+        self
+    }
+
+    fn running_tests(mut self) -> Self {
+        self.runs_tests = true;
+        self
+    }
+
+    fn with_env(mut self, key: &'static str, value: &'static str) -> Self {
+        self.env.push((key, value));
+        self
+    }
+
+    /// The command as a person would type it, for progress and failure lines.
+    fn display(&self) -> String {
+        let mut parts: Vec<String> = self
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={}", shell_quote(v)))
+            .collect();
+        parts.push("cargo".into());
+        parts.extend(self.args.iter().map(|a| shell_quote(a)));
+        parts.join(" ")
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if s.chars().any(char::is_whitespace) {
+        format!("\"{s}\"")
+    } else {
+        s.to_owned()
+    }
+}
+
+fn lint_steps() -> Vec<Step> {
+    vec![
+        Step::new("fmt", &["fmt", "--all", "--", "--check"]),
+        Step::new(
+            "clippy",
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+                "--",
+                "-D",
+                "warnings",
+            ],
+        ),
+    ]
+}
+
+fn test_steps(root: &Path) -> Vec<Step> {
+    let mut steps = lint_steps();
+    if nextest_installed() {
+        // Our nextest settings (per-test timeouts) ride along as a tool
+        // config file, which nextest wants as an absolute path.
+        let config = root.join("xtask").join("nextest.toml");
+        steps.push(
+            Step::new(
+                "tests (nextest)",
+                &[
+                    "nextest",
+                    "run",
+                    "--workspace",
+                    "--all-features",
+                    "--tool-config-file",
+                ],
+            )
+            .arg(format!("xtask:{}", config.display()))
+            .running_tests(),
+        );
+    } else {
+        println!("xtask: cargo-nextest is not installed; running the tests with cargo test");
+        steps.push(
+            Step::new(
+                "tests (cargo test)",
+                &["test", "--workspace", "--all-features"],
+            )
+            .running_tests(),
+        );
+    }
+    // Nextest does not run doc tests, and with plain `cargo test` running
+    // them separately keeps the step list the same on every machine.
+    steps.push(
+        Step::new(
+            "doc tests",
+            &["test", "--workspace", "--doc", "--all-features"],
+        )
+        .running_tests(),
+    );
+    steps.push(
+        Step::new(
+            "rustdoc",
+            &["doc", "--workspace", "--no-deps", "--all-features"],
+        )
+        .with_env("RUSTDOCFLAGS", "-D warnings"),
+    );
+    steps
+}
+
+fn nextest_installed() -> bool {
+    Command::new(cargo())
+        .args(["nextest", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// The cargo that started us (`cargo run` sets `CARGO`), so nested
+/// invocations use the same toolchain.
+fn cargo() -> OsString {
+    env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// The workspace root: xtask sits one level below it.
+///
+/// `cargo run` and `cargo test` set `CARGO_MANIFEST_DIR` for the process, and
+/// that value is preferred over the one compiled in: cargo treats a
+/// workspace copied elsewhere (with the same target directory) as fresh and
+/// does not rebuild xtask, so the compiled-in path can name the old copy.
+fn workspace_root() -> PathBuf {
+    let manifest_dir = env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest_dir
+        .parent()
+        .map_or_else(|| manifest_dir.clone(), Path::to_path_buf)
+}
+
+fn run_steps(task: &str, steps: &[Step]) -> Result<(), Error> {
+    let root = workspace_root();
+    let started = Instant::now();
+    let mut timings = Vec::with_capacity(steps.len());
+    let mut tests = Counts::default();
+    for (i, step) in steps.iter().enumerate() {
+        let command = step.display();
+        println!("==> [{}/{}] {}: {command}", i + 1, steps.len(), step.name);
+        let step_started = Instant::now();
+        let mut child = Command::new(cargo());
+        child
+            .args(&step.args)
+            .envs(step.env.iter().copied())
+            .current_dir(&root);
+        let spawned = if step.runs_tests {
+            tally::run_counting(&mut child).map(|(status, counts)| {
+                tests.add(counts);
+                status
+            })
+        } else {
+            child.status()
+        };
+        let status = spawned.map_err(|source| Error::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+        let elapsed = step_started.elapsed();
+        if !status.success() {
+            println!("<== {} failed after {}", step.name, seconds(elapsed));
+            return Err(Error::StepFailed {
+                step: step.name.to_owned(),
+                command,
+                status,
+            });
+        }
+        println!("<== {} ok in {}", step.name, seconds(elapsed));
+        timings.push((step.name, elapsed));
+    }
+    println!(
+        "xtask {task}: all {} steps passed in {}",
+        steps.len(),
+        seconds(started.elapsed())
+    );
+    for (name, elapsed) in timings {
+        println!("  {name:<20} {:>8}", seconds(elapsed));
+    }
+    if steps.iter().any(|s| s.runs_tests) {
+        // The last line: one total over every test step, in the plain
+        // `N passed, N failed` form any reader of the log understands.
+        println!(
+            "tests: {} passed, {} failed, {} skipped",
+            tests.passed, tests.failed, tests.skipped
+        );
+    }
+    Ok(())
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// `cargo metadata --format-version 1 --no-deps` of the workspace.
+fn workspace_metadata(root: &Path) -> Result<Value, Error> {
+    let command = "cargo metadata --format-version 1 --no-deps";
+    let output = Command::new(cargo())
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(root)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|source| Error::Spawn {
+            command: command.into(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(Error::StepFailed {
+            step: "metadata".into(),
+            command: command.into(),
+            status: output.status,
+        });
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| Error::Malformed {
+        what: "cargo metadata output",
+        message: e.to_string(),
+    })
+}
+
+fn bench(options: BenchOptions) -> Result<(), Error> {
+    let root = workspace_root();
+    let mut args = vec!["bench", "-p", "bdk-core", "--bench", "runtime"];
+    if options.quick {
+        args.extend(["--", "--quick"]);
+    }
+    let command = format!("cargo {}", args.join(" "));
+    println!("==> bench: {command}");
+    let started = Instant::now();
+    // The benchmark prints its report on stdout and its progress on stderr;
+    // only the report is captured.
+    let output = Command::new(cargo())
+        .args(&args)
+        .current_dir(&root)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|source| Error::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(Error::StepFailed {
+            step: "bench".into(),
+            command,
+            status: output.status,
+        });
+    }
+    let report = parse_report(&output.stdout)?;
+    let pretty = serde_json::to_string_pretty(&report).map_err(|e| Error::Malformed {
+        what: "benchmark report",
+        message: e.to_string(),
+    })?;
+    println!("{pretty}");
+
+    let target_dir = workspace_metadata(&root)?
+        .get("target_directory")
+        .and_then(Value::as_str)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let path = target_dir.join("bench-report.json");
+    std::fs::write(&path, format!("{pretty}\n")).map_err(|source| Error::Write {
+        path: path.clone(),
+        source,
+    })?;
+    println!(
+        "<== bench done in {}; report saved to {}",
+        seconds(started.elapsed()),
+        path.display()
+    );
+
+    let missed = missed_targets(&report);
+    if missed.is_empty() {
+        println!("every benchmark met its target");
+        Ok(())
+    } else if options.strict {
+        Err(Error::MissedTargets(missed))
+    } else {
+        println!("missed their target: {}", missed.join(", "));
+        Ok(())
+    }
+}
+
+/// Parses the benchmark's stdout: one JSON object with a `benchmarks` array.
+fn parse_report(stdout: &[u8]) -> Result<Value, Error> {
+    let malformed = |message: String| Error::Malformed {
+        what: "benchmark report",
+        message,
+    };
+    let report: Value = serde_json::from_slice(stdout).map_err(|e| {
+        malformed(format!(
+            "{e}; the benchmark printed: {}",
+            String::from_utf8_lossy(stdout).trim()
+        ))
+    })?;
+    if !report.get("benchmarks").is_some_and(Value::is_array) {
+        return Err(malformed("no `benchmarks` array".into()));
+    }
+    Ok(report)
+}
+
+/// Names of the benchmarks whose `meetsTarget` is not true.
+fn missed_targets(report: &Value) -> Vec<String> {
+    report
+        .get("benchmarks")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|b| b.get("meetsTarget") != Some(&Value::Bool(true)))
+        .map(|b| {
+            b.get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("<unnamed>")
+                .to_owned()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| (*a).to_owned()).collect()
+    }
+
+    #[test]
+    fn parses_each_command_and_rejects_the_rest() {
+        assert_eq!(parse(&args(&["test"])).unwrap(), Task::Test);
+        assert_eq!(parse(&args(&["lint"])).unwrap(), Task::Lint);
+        assert_eq!(
+            parse(&args(&["bench", "--strict"])).unwrap(),
+            Task::Bench(BenchOptions {
+                quick: false,
+                strict: true
+            })
+        );
+        assert_eq!(
+            parse(&args(&["bench", "--quick"])).unwrap(),
+            Task::Bench(BenchOptions {
+                quick: true,
+                strict: false
+            })
+        );
+        for bad in [
+            &[][..],
+            &["tset"],
+            &["test", "--fast"],
+            &["bench", "--slow"],
+        ] {
+            let err = parse(&args(bad)).unwrap_err();
+            assert!(matches!(err, Error::Usage(_)), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn test_steps_run_in_the_documented_order_with_shared_features() {
+        let steps = test_steps(&workspace_root());
+        let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
+        assert_eq!(names[..2], ["fmt", "clippy"]);
+        assert!(names[2].starts_with("tests ("), "{names:?}");
+        assert_eq!(names[3..], ["doc tests", "rustdoc"]);
+        // Every compiling step uses the same feature set, so they share artifacts.
+        for step in &steps[1..] {
+            assert!(
+                step.args.iter().any(|a| a == "--all-features"),
+                "{}",
+                step.display()
+            );
+            assert!(
+                step.args.iter().any(|a| a == "--workspace"),
+                "{}",
+                step.display()
+            );
+        }
+        assert_eq!(
+            steps[4].display(),
+            "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --all-features"
+        );
+    }
+
+    #[test]
+    fn a_failing_step_names_its_command() {
+        let step = Step::new("broken", &["no-such-cargo-subcommand-xtask"]);
+        let err = run_steps("test", &[step]).unwrap_err().to_string();
+        assert!(err.contains("step `broken` failed"), "{err}");
+        assert!(
+            err.contains("`cargo no-such-cargo-subcommand-xtask`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn report_parsing_finds_missed_targets() {
+        let report = parse_report(
+            br#"{"machine":{"cores":2},"benchmarks":[
+                {"name":"a","meetsTarget":true},
+                {"name":"b","meetsTarget":false},
+                {"name":"c"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(missed_targets(&report), ["b", "c"]);
+        assert!(missed_targets(&json!({"benchmarks": []})).is_empty());
+        assert!(parse_report(b"not json").is_err());
+        assert!(parse_report(br#"{"machine":{}}"#).is_err());
+    }
+}

@@ -42,7 +42,9 @@ impl Usage {
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
-        self.cache_read_tokens = self.cache_read_tokens.saturating_add(other.cache_read_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
         self.cache_write_tokens = self
             .cache_write_tokens
             .saturating_add(other.cache_write_tokens);
@@ -689,16 +691,26 @@ mod tests {
             match kind {
                 "session.failed" => json!({"message": "x"}),
                 "turn.failed" => json!({"message": "x", "status": "cancelled"}),
-                "turn.completed" => json!({"reply": "", "usage": {}, "model": "m", "durationMs": 0}),
+                "turn.completed" => {
+                    json!({"reply": "", "usage": {}, "model": "m", "durationMs": 0})
+                }
                 "ab.assigned" => json!({"experiment": "e", "arm": "a"}),
                 "agent.bound" => json!({"agentId": "a"}),
-                "actions.requested" => json!({"step": 1, "actions": [{"callId": "c", "name": "t", "input": {}}]}),
-                "action.result" => json!({"callId": "c", "name": "t", "isError": false, "output": 1, "durationMs": 0}),
-                "action.tool_retry" => json!({"callId": "c", "name": "t", "attempt": 2, "error": "e"}),
+                "actions.requested" => {
+                    json!({"step": 1, "actions": [{"callId": "c", "name": "t", "input": {}}]})
+                }
+                "action.result" => {
+                    json!({"callId": "c", "name": "t", "isError": false, "output": 1, "durationMs": 0})
+                }
+                "action.tool_retry" => {
+                    json!({"callId": "c", "name": "t", "attempt": 2, "error": "e"})
+                }
                 "action.approval_requested" => json!({"callId": "c", "name": "t", "input": {}}),
                 "action.approval_resolved" => json!({"callId": "c", "name": "t", "approved": true}),
                 "subagent.called" => json!({"callId": "c", "name": "s", "prompt": "p"}),
-                "subagent.completed" => json!({"callId": "c", "name": "s", "reply": "r", "isError": false}),
+                "subagent.completed" => {
+                    json!({"callId": "c", "name": "s", "reply": "r", "isError": false})
+                }
                 "artifact.tagged" => json!({"artifactId": "a", "kind": "k"}),
                 "message.received" | "nudge.delivered" => json!({"message": "m"}),
                 "turn.queued" => json!({"position": 1}),
@@ -713,10 +725,13 @@ mod tests {
         };
         assert_eq!(EVENT_TYPES.len(), 27);
         for kind in EVENT_TYPES {
-            let event = Event::from_parts(kind, minimal(kind))
-                .unwrap_or_else(|e| panic!("{kind}: {e}"));
+            let event =
+                Event::from_parts(kind, minimal(kind)).unwrap_or_else(|e| panic!("{kind}: {e}"));
             assert_eq!(event.kind(), *kind);
-            assert!(!matches!(event, Event::Unknown { .. }), "{kind} must be typed");
+            assert!(
+                !matches!(event, Event::Unknown { .. }),
+                "{kind} must be typed"
+            );
             let line = env(event.clone()).to_line().unwrap();
             let back: Envelope = serde_json::from_str(&line).unwrap();
             assert_eq!(back.event, event, "{kind}");
@@ -739,7 +754,9 @@ mod tests {
         let e: Envelope = serde_json::from_str(ok).unwrap();
         assert_eq!(e.event, Event::TurnQueued(TurnQueued { position: 2 }));
         let bad = r#"{"type":"turn.queued","index":1,"sessionId":"ses_a","at":"2026-11-30T18:00:00Z","data":{"position":"two"}}"#;
-        let err = serde_json::from_str::<Envelope>(bad).unwrap_err().to_string();
+        let err = serde_json::from_str::<Envelope>(bad)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("turn.queued"), "{err}");
     }
 }

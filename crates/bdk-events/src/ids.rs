@@ -142,7 +142,15 @@ mod tests {
     fn parse_rejects_foreign_and_hostile_ids() {
         let id = SessionId::generate();
         assert_eq!(SessionId::parse(id.as_str()), Some(id));
-        for bad in ["", "ses_", "turn_abc", "ses_../../etc", "ses_a/b", "sesx_abc", "ses_a b"] {
+        for bad in [
+            "",
+            "ses_",
+            "turn_abc",
+            "ses_../../etc",
+            "ses_a/b",
+            "sesx_abc",
+            "ses_a b",
+        ] {
             assert_eq!(SessionId::parse(bad), None, "{bad:?} must be rejected");
         }
     }

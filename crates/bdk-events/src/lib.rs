@@ -11,8 +11,8 @@ pub mod ids;
 pub mod ndjson;
 
 pub use event::{
-    ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult, ActionToolRetry,
-    ActionsCompleted, ActionsRequested, Admission, AgentBound, AbAssigned, ArtifactTagged,
+    AbAssigned, ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult,
+    ActionToolRetry, ActionsCompleted, ActionsRequested, Admission, AgentBound, ArtifactTagged,
     EVENT_TYPES, Envelope, Event, FailStatus, MessageAppended, MessageCompleted, MessageReceived,
     NudgeDelivered, ReasoningAppended, ReasoningCompleted, SessionCompleted, SessionFailed,
     SessionMode, SessionStarted, SessionWaiting, StepCompleted, StepStarted, SubagentCalled,

@@ -205,7 +205,10 @@ mod tests {
             let s = scan(&bytes[..cut]).unwrap();
             let complete = ends.iter().filter(|&&e| e <= cut).count();
             assert_eq!(s.events.len(), complete, "cut at {cut}");
-            assert_eq!(s.valid_len as usize, ends.get(complete.wrapping_sub(1)).copied().unwrap_or(0));
+            assert_eq!(
+                s.valid_len as usize,
+                ends.get(complete.wrapping_sub(1)).copied().unwrap_or(0)
+            );
             for (i, e) in s.events.iter().enumerate() {
                 assert_eq!(e.index, i as u64);
             }

@@ -1,0 +1,327 @@
+//! The crate-edge check: the layering of the workspace, written down and
+//! tested.
+//!
+//! Dependencies point one way: `bdk-events` <- `bdk-store` <- `bdk-core` <-
+//! {`bdk-mcp`, `bdk-scheduler`, `bdk-evals`} <- `bdk-http` <- `bdk-cli`.
+//! [`check_edges`] reads `cargo metadata --no-deps` and reports every
+//! dependency between workspace crates that the layering does not allow (of
+//! any kind: a test that reaches up the stack is still a crate naming one
+//! above it), every workspace crate without a rule here, and every crate but
+//! the owner that names an engine dependency only its owner may know (normal
+//! and build dependencies; a dev-dependency may use one to test against).
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+/// Which workspace crates a crate may depend on.
+enum Allowed {
+    /// Exactly these (possibly none).
+    Only(&'static [&'static str]),
+    /// Any workspace crate: the binary that composes everything.
+    Any,
+}
+
+const CORE_AND_BELOW: &[&str] = &["bdk-events", "bdk-store", "bdk-core"];
+
+/// The layering. A new workspace crate needs a line here before it builds.
+const RULES: &[(&str, Allowed)] = &[
+    ("bdk-events", Allowed::Only(&[])),
+    ("bdk-store", Allowed::Only(&["bdk-events"])),
+    ("bdk-core", Allowed::Only(&["bdk-events", "bdk-store"])),
+    ("bdk-mcp", Allowed::Only(CORE_AND_BELOW)),
+    ("bdk-scheduler", Allowed::Only(CORE_AND_BELOW)),
+    ("bdk-evals", Allowed::Only(CORE_AND_BELOW)),
+    (
+        "bdk-http",
+        Allowed::Only(&[
+            "bdk-events",
+            "bdk-store",
+            "bdk-core",
+            "bdk-mcp",
+            "bdk-scheduler",
+            "bdk-evals",
+        ]),
+    ),
+    ("bdk-cli", Allowed::Any),
+    // xtask drives cargo from the outside and links none of the product.
+    ("xtask", Allowed::Only(&[])),
+];
+
+/// External crate families only one workspace crate may name, as
+/// (family, owner): the invariants stated as absences.
+const OWNED: &[(&str, &str)] = &[
+    ("axum", "bdk-http"),
+    ("rmcp", "bdk-mcp"),
+    ("sqlx", "bdk-store"),
+];
+
+/// True when `dep` is `family` or one of its companion crates (`sqlx-core`,
+/// `axum-extra`, `rmcp-macros`, ...).
+fn in_family(dep: &str, family: &str) -> bool {
+    dep == family
+        || dep
+            .strip_prefix(family)
+            .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// Every layering problem in `metadata` (the JSON of
+/// `cargo metadata --format-version 1 --no-deps`), one message each, naming
+/// the offending edge. Empty when the workspace follows the rules.
+pub fn check_edges(metadata: &Value) -> Vec<String> {
+    let Some(packages) = metadata.get("packages").and_then(Value::as_array) else {
+        return vec!["cargo metadata has no `packages` array".to_owned()];
+    };
+    let ours: BTreeSet<&str> = packages
+        .iter()
+        .filter_map(|p| p.get("name").and_then(Value::as_str))
+        .collect();
+
+    let mut problems = Vec::new();
+    for package in packages {
+        let Some(name) = package.get("name").and_then(Value::as_str) else {
+            problems.push("a package in cargo metadata has no name".to_owned());
+            continue;
+        };
+        let Some((_, allowed)) = RULES.iter().find(|(crate_name, _)| *crate_name == name) else {
+            problems.push(format!(
+                "workspace crate {name} has no layering rule: add it to RULES in xtask/src/edges.rs"
+            ));
+            continue;
+        };
+        let deps = package
+            .get("dependencies")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for dep in deps {
+            let Some(dep_name) = dep.get("name").and_then(Value::as_str) else {
+                problems.push(format!("a dependency of {name} has no name"));
+                continue;
+            };
+            let kind = dep.get("kind").and_then(Value::as_str).unwrap_or("normal");
+            // A crate may name itself as a dev-dependency to turn on its own
+            // features in tests (bdk-store does, for its conformance suite).
+            if dep_name == name {
+                continue;
+            }
+            if ours.contains(dep_name) {
+                if let Allowed::Only(list) = allowed
+                    && !list.contains(&dep_name)
+                {
+                    let may = if list.is_empty() {
+                        "none of ours".to_owned()
+                    } else {
+                        list.join(", ")
+                    };
+                    problems.push(format!(
+                        "forbidden edge {name} -> {dep_name} ({kind} dependency): \
+                         {name} may depend on {may}"
+                    ));
+                }
+                continue;
+            }
+            if kind == "dev" {
+                continue;
+            }
+            for (family, owner) in OWNED {
+                if in_family(dep_name, family) && name != *owner {
+                    problems.push(format!(
+                        "forbidden edge {name} -> {dep_name} ({kind} dependency): \
+                         only {owner} may depend on {family}"
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// A fabricated `cargo metadata` document: (crate, [(dep, kind)]).
+    fn metadata(packages: &[(&str, &[(&str, &str)])]) -> Value {
+        let packages: Vec<Value> = packages
+            .iter()
+            .map(|(name, deps)| {
+                let deps: Vec<Value> = deps
+                    .iter()
+                    .map(|(dep, kind)| {
+                        let kind = if *kind == "normal" {
+                            Value::Null
+                        } else {
+                            json!(kind)
+                        };
+                        json!({"name": dep, "kind": kind, "rename": null, "optional": false})
+                    })
+                    .collect();
+                json!({"name": name, "version": "0.0.0", "dependencies": deps})
+            })
+            .collect();
+        json!({"packages": packages, "version": 1})
+    }
+
+    /// Every crate of the layering with every edge it is allowed, plus
+    /// dev-dependencies on engines, which are allowed anywhere, and a crate's
+    /// dev-dependency on itself.
+    fn allowed_workspace() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+        vec![
+            ("bdk-events", vec![("serde", "normal")]),
+            (
+                "bdk-store",
+                vec![
+                    ("bdk-events", "normal"),
+                    ("sqlx", "normal"),
+                    ("bdk-store", "dev"),
+                ],
+            ),
+            (
+                "bdk-core",
+                vec![
+                    ("bdk-events", "normal"),
+                    ("bdk-store", "normal"),
+                    ("bdk-store", "dev"),
+                    ("axum", "dev"),
+                ],
+            ),
+            ("bdk-mcp", vec![("bdk-core", "normal"), ("rmcp", "normal")]),
+            (
+                "bdk-scheduler",
+                vec![("bdk-core", "normal"), ("bdk-store", "normal")],
+            ),
+            (
+                "bdk-evals",
+                vec![("bdk-core", "normal"), ("bdk-events", "normal")],
+            ),
+            (
+                "bdk-http",
+                vec![
+                    ("bdk-mcp", "normal"),
+                    ("bdk-scheduler", "normal"),
+                    ("bdk-evals", "normal"),
+                    ("axum", "normal"),
+                    ("axum-extra", "normal"),
+                ],
+            ),
+            (
+                "bdk-cli",
+                vec![
+                    ("bdk-http", "normal"),
+                    ("bdk-core", "normal"),
+                    ("rmcp", "dev"),
+                ],
+            ),
+            ("xtask", vec![("serde_json", "normal")]),
+        ]
+    }
+
+    fn check_with(extra: &[(&'static str, (&'static str, &'static str))]) -> Vec<String> {
+        let mut workspace = allowed_workspace();
+        for (crate_name, dep) in extra {
+            match workspace.iter_mut().find(|(name, _)| name == crate_name) {
+                Some((_, deps)) => deps.push(*dep),
+                None => workspace.push((crate_name, vec![*dep])),
+            }
+        }
+        let packages: Vec<(&str, &[(&str, &str)])> = workspace
+            .iter()
+            .map(|(name, deps)| (*name, deps.as_slice()))
+            .collect();
+        check_edges(&metadata(&packages))
+    }
+
+    #[test]
+    fn the_workspace_follows_the_layering() {
+        let root = crate::workspace_root();
+        let metadata = crate::workspace_metadata(&root).unwrap();
+        // Guard against a vacuous pass: the metadata must show our crates.
+        let names: BTreeSet<&str> = metadata["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        for expected in ["bdk-events", "bdk-store", "bdk-core", "bdk-cli", "xtask"] {
+            assert!(
+                names.contains(expected),
+                "{expected} missing from {names:?}"
+            );
+        }
+        let problems = check_edges(&metadata);
+        assert!(
+            problems.is_empty(),
+            "crate edges break the layering:\n{}",
+            problems.join("\n")
+        );
+    }
+
+    #[test]
+    fn every_allowed_edge_passes() {
+        assert_eq!(check_with(&[]), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_upward_edge_fails_naming_it() {
+        let problems = check_with(&[("bdk-store", ("bdk-core", "normal"))]);
+        assert_eq!(
+            problems,
+            ["forbidden edge bdk-store -> bdk-core (normal dependency): \
+              bdk-store may depend on bdk-events"]
+        );
+    }
+
+    #[test]
+    fn sibling_and_dev_edges_are_checked_too() {
+        let problems = check_with(&[
+            ("bdk-mcp", ("bdk-scheduler", "normal")),
+            ("bdk-events", ("bdk-store", "dev")),
+            ("xtask", ("bdk-core", "build")),
+        ]);
+        assert_eq!(problems.len(), 3, "{problems:#?}");
+        assert!(problems[0].contains("bdk-events -> bdk-store (dev dependency)"));
+        assert!(problems[0].contains("may depend on none of ours"));
+        assert!(problems[1].contains("bdk-mcp -> bdk-scheduler"));
+        assert!(problems[2].contains("xtask -> bdk-core (build dependency)"));
+    }
+
+    #[test]
+    fn engine_crates_belong_to_their_owner() {
+        let problems = check_with(&[
+            ("bdk-core", ("axum", "normal")),
+            ("bdk-cli", ("sqlx-postgres", "normal")),
+            ("bdk-http", ("rmcp", "build")),
+        ]);
+        assert_eq!(
+            problems,
+            [
+                "forbidden edge bdk-core -> axum (normal dependency): only bdk-http may depend on axum",
+                "forbidden edge bdk-http -> rmcp (build dependency): only bdk-mcp may depend on rmcp",
+                "forbidden edge bdk-cli -> sqlx-postgres (normal dependency): only bdk-store may depend on sqlx",
+            ]
+        );
+        // A crate whose name merely starts with a family name is not in it.
+        assert!(check_with(&[("bdk-core", ("axumish", "normal"))]).is_empty());
+    }
+
+    #[test]
+    fn a_crate_without_a_rule_fails() {
+        let problems = check_with(&[("bdk-new", ("bdk-events", "normal"))]);
+        assert_eq!(problems.len(), 1);
+        assert!(
+            problems[0].contains("bdk-new has no layering rule"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn malformed_metadata_is_a_problem_not_a_pass() {
+        assert_eq!(check_edges(&json!({})).len(), 1);
+        assert_eq!(
+            check_edges(&json!({"packages": [{"dependencies": []}]})).len(),
+            1
+        );
+    }
+}
