@@ -40,10 +40,15 @@ type BenchFn = fn(&Env) -> Result<Vec<Bench>>;
 const BENCHMARKS: &[BenchFn] = &[
     store_append_throughput,
     store_subscribe_latency,
-    // TURN OVERHEAD goes here, written with the agent loop: one turn of the
-    // scripted model with one in-process tool call on FsStore, excluding
-    // model time; target p50 < 1 ms and p99 < 5 ms.
+    turn_overhead,
 ];
+
+/// Turns timed by the turn-overhead benchmark.
+const TURNS: usize = 2_000;
+/// Turns per session in the turn-overhead benchmark.
+const TURNS_PER_SESSION: usize = 10;
+/// Untimed turns first, so workspace creation and cold caches stay out.
+const TURN_WARMUP: usize = 50;
 
 /// Events appended by the throughput benchmark.
 const APPEND_EVENTS: usize = 200_000;
@@ -367,4 +372,95 @@ async fn delivery_latencies(store: &FsStore, count: usize) -> Result<Vec<Duratio
     reader.abort();
     result?;
     Ok(latencies)
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct EchoInput {
+    text: String,
+}
+
+/// (c) Runtime overhead of one turn: the scripted model (no delay) asks for
+/// one in-process read tool, then answers from its result; every event goes
+/// to FsStore (with the fsyncs at turn boundaries). Measured from the send to
+/// the recorded `turn.completed`, which is everything but model time.
+fn turn_overhead(env: &Env) -> Result<Vec<Bench>> {
+    let dir = env.scratch.path().join("turn-project");
+    let files = [
+        ("agent/agent.toml", "model = \"scripted\"\n"),
+        ("agent/instructions.md", "Benchmark agent.\n"),
+        (
+            "agent/scripted.toml",
+            "[[rules]]\ntool_result = \"echo\"\nreply = \"echoed {{ result_text }}\"\n\n[[rules]]\ntool_calls = [{ name = \"echo\", input = { text = \"{{ user }}\" } }]\n",
+        ),
+    ];
+    for (path, content) in files {
+        let p = dir.join(path);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(p, content)?;
+    }
+    let discovery = bdk_core::discover(&dir);
+    let valid = !discovery.has_errors();
+    let project = discovery
+        .project
+        .filter(|_| valid)
+        .ok_or("the benchmark project does not validate")?;
+    let turns = env.count(TURNS);
+    let mut latencies = env.runtime.block_on(async {
+        let store: std::sync::Arc<dyn Store> =
+            std::sync::Arc::new(FsStore::open(env.store_root("turns"))?);
+        let echo = bdk_core::tool::native::native_tool(
+            "echo",
+            "returns its input",
+            |i: EchoInput, _ctx| async move { Ok(json!({ "text": i.text })) },
+        )
+        .effect(bdk_core::tool::Effect::Read);
+        let host = bdk_core::host::Host::builder(project, store)
+            .tool(std::sync::Arc::new(echo))
+            .build()
+            .await?;
+        let mut session = host
+            .start_session(bdk_core::host::StartSession::default())
+            .await?
+            .session_id;
+        let mut latencies = Vec::with_capacity(turns);
+        for i in 0..TURN_WARMUP + turns {
+            // A fresh (untimed) session every few turns: this measures the
+            // cost of a turn, not of an ever longer conversation, which the
+            // model has to read in full on every step anyway.
+            if i % TURNS_PER_SESSION == 0 {
+                session = host
+                    .start_session(bdk_core::host::StartSession::default())
+                    .await?
+                    .session_id;
+            }
+            let start = Instant::now();
+            let sent = host
+                .send(
+                    &session,
+                    bdk_core::host::FollowUp {
+                        message: format!("turn {i}"),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            let turn = sent.turn_id.ok_or("the send did not start a turn")?;
+            let result = host
+                .wait_turn_from(&session, &turn, sent.index.unwrap_or(0))
+                .await?;
+            let elapsed = start.elapsed();
+            if !result.ok {
+                return Err(format!("turn failed: {}", result.reply).into());
+            }
+            host.wait_idle(&session).await;
+            if i >= TURN_WARMUP {
+                latencies.push(elapsed);
+            }
+        }
+        Ok::<_, BenchError>(latencies)
+    })?;
+    let mut bench = Bench::latency_ms("turn.overhead".into(), &mut latencies, 1.0);
+    bench.target = json!({ "p50": { "max": 1.0 }, "p99": { "max": 5.0 } });
+    Ok(vec![bench])
 }

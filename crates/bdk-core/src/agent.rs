@@ -259,9 +259,9 @@ struct Run<'a> {
 
 /// Runs one turn to its end. The caller records `turn.started` before and
 /// `turn.completed` / `turn.failed` after, from the outcome.
-pub async fn run_turn(input: TurnInput<'_>) -> TurnOutcome {
+pub async fn run_turn(mut input: TurnInput<'_>) -> TurnOutcome {
     let added_from = input.history.len();
-    let messages = input.history.clone();
+    let messages = std::mem::take(&mut input.history);
     let mut run = Run {
         input,
         messages,

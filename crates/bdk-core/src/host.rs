@@ -516,6 +516,10 @@ pub struct Started {
     pub turn_id: Option<TurnId>,
     /// The first message's delivery id.
     pub delivery_id: Option<String>,
+    /// The stream index of the turn's `message.received` (a good
+    /// `startIndex` for following the turn).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
 }
 
 /// Options for [`Host::send`].
@@ -549,6 +553,9 @@ pub struct Sent {
     /// The turn the message started; `None` when it was queued behind a
     /// running turn (coalesce).
     pub turn_id: Option<TurnId>,
+    /// The stream index of the turn's `message.received`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u64>,
 }
 
 /// A direct (model-less) tool call.
@@ -686,6 +693,15 @@ impl Host {
                 event,
             })
             .collect();
+        self.record_batch(id, batch).await
+    }
+
+    /// Appends events (recorded before anyone sees them), then hands them to hooks.
+    async fn record_batch(
+        &self,
+        id: &SessionId,
+        batch: Vec<NewEvent>,
+    ) -> HostResult<Vec<Envelope>> {
         let recorded = self.inner.store.append(id, batch).await?;
         self.inner.hooks.publish(&recorded);
         Ok(recorded)
@@ -814,6 +830,7 @@ impl Host {
                 continuation_token: token,
                 turn_id: None,
                 delivery_id: None,
+                index: None,
             });
         };
         let delivery = opts
@@ -822,7 +839,7 @@ impl Host {
         let slot = self.slot(&id);
         let _admission = slot.admission.lock().await;
         slot.state().transcript = Some(Vec::new());
-        let turn_id = self
+        let (turn_id, index) = self
             .begin_turn(
                 &record,
                 &slot,
@@ -837,6 +854,7 @@ impl Host {
             continuation_token: token,
             turn_id: Some(turn_id),
             delivery_id: Some(delivery),
+            index: Some(index),
         })
     }
 
@@ -902,6 +920,7 @@ impl Host {
                     continuation_token: new_token,
                     delivery_id: delivery,
                     turn_id: None,
+                    index: None,
                 });
             }
         }
@@ -918,12 +937,13 @@ impl Host {
                 None => break,
             }
         }
-        let turn_id = self.begin_turn(&record, &slot, vec![nudge]).await?;
+        let (turn_id, index) = self.begin_turn(&record, &slot, vec![nudge]).await?;
         Ok(Sent {
             session_id: id.clone(),
             continuation_token: new_token,
             delivery_id: delivery,
             turn_id: Some(turn_id),
+            index: Some(index),
         })
     }
 
@@ -954,7 +974,18 @@ impl Host {
 
     /// Waits until the given turn has ended and reads how.
     pub async fn wait_turn(&self, id: &SessionId, turn_id: &TurnId) -> HostResult<TurnResult> {
-        let mut stream = self.inner.store.subscribe(id, 0).await?;
+        self.wait_turn_from(id, turn_id, 0).await
+    }
+
+    /// Like [`Host::wait_turn`], reading the stream from `from` (the turn's
+    /// `index` from [`Started`] or [`Sent`]) instead of from the start.
+    pub async fn wait_turn_from(
+        &self,
+        id: &SessionId,
+        turn_id: &TurnId,
+        from: u64,
+    ) -> HostResult<TurnResult> {
+        let mut stream = self.inner.store.subscribe(id, from).await?;
         while let Some(item) = stream.next().await {
             let env = item?;
             if env.turn_id.as_ref() != Some(turn_id) {
@@ -1007,14 +1038,16 @@ impl Host {
         record: &SessionRecord,
         slot: &Arc<Slot>,
         messages: Vec<Nudge>,
-    ) -> HostResult<TurnId> {
+    ) -> HostResult<(TurnId, u64)> {
         let turn_id = TurnId::generate();
         let cancel = self.inner.shutdown.child_token();
         let reason = Arc::new(AtomicU8::new(REASON_NONE));
         let (done_tx, done_rx) = watch::channel(false);
         let received = received_event(&messages);
-        self.record(&record.id, Some(&turn_id), vec![received.into()])
+        let recorded = self
+            .record(&record.id, Some(&turn_id), vec![received.into()])
             .await?;
+        let index = recorded.first().map_or(0, |e| e.index);
         slot.state().running = Some(Running {
             turn_id: turn_id.clone(),
             cancel: cancel.clone(),
@@ -1029,7 +1062,7 @@ impl Host {
             host.drive(record, slot, first, messages, cancel, reason, done_tx)
                 .await;
         });
-        Ok(turn_id)
+        Ok((turn_id, index))
     }
 
     /// Runs turns back to back until nothing is queued, then rests the session.
@@ -1049,12 +1082,21 @@ impl Host {
     ) {
         let chat = record.mode == SessionMode::Chat;
         loop {
-            let end = self
+            let Outcome {
+                result: end,
+                end: end_event,
+            } = self
                 .run_one(&record, &slot, &turn_id, &messages, &cancel, &reason)
                 .await;
             // Follow-ups queued meanwhile drain into one more turn, with no
             // rest state in between.
             let mut next = chat.then(|| take_pending(&slot)).flatten();
+            if next.is_some()
+                && let Some(end_event) = end_event.clone()
+                && let Err(e) = self.record_batch(&record.id, vec![end_event]).await
+            {
+                tracing::error!(session_id = %record.id, error = %e, "failed to record the end of a turn");
+            }
             if next.is_none() {
                 let rest: Event = match (chat, &end) {
                     (true, _) => SessionWaiting {}.into(),
@@ -1067,8 +1109,10 @@ impl Host {
                     }
                     .into(),
                 };
-                if let Err(e) = self.record(&record.id, None, vec![rest]).await {
-                    tracing::error!(session_id = %record.id, error = %e, "failed to record the session's rest state");
+                let mut batch: Vec<NewEvent> = end_event.into_iter().collect();
+                batch.push(NewEvent::session(rest));
+                if let Err(e) = self.record_batch(&record.id, batch).await {
+                    tracing::error!(session_id = %record.id, error = %e, "failed to record the end of a turn and the session's rest state");
                 }
                 // Re-check under the lock: a follow-up may have been queued
                 // while the rest state was being recorded.
@@ -1134,7 +1178,7 @@ impl Host {
         messages: &[Nudge],
         cancel: &CancellationToken,
         reason: &AtomicU8,
-    ) -> Result<String, String> {
+    ) -> Outcome {
         let started = Instant::now();
         let id = &record.id;
         let fail = |message: String, status: FailStatus, usage: Option<Usage>| -> Event {
@@ -1176,14 +1220,14 @@ impl Host {
                     };
                     self.inner.queued.fetch_sub(1, Ordering::SeqCst);
                     if let Err(e) = queued {
-                        return Err(e.to_string());
+                        return Outcome::recorded(Err(e.to_string()));
                     }
                     match permit {
                         Some(p) => Some(p),
                         None => {
                             let (event, message) = cancelled_event(None);
                             let _ = self.record(id, Some(turn_id), vec![event]).await;
-                            return Err(message);
+                            return Outcome::recorded(Err(message));
                         }
                     }
                 }
@@ -1204,7 +1248,7 @@ impl Host {
             )
             .await
         {
-            return Err(e.to_string());
+            return Outcome::recorded(Err(e.to_string()));
         }
         let transcript = match self.transcript(slot, id, turn_id).await {
             Ok(t) => t,
@@ -1217,7 +1261,7 @@ impl Host {
                         vec![fail(message.clone(), FailStatus::Failed, None)],
                     )
                     .await;
-                return Err(message);
+                return Outcome::recorded(Err(message));
             }
         };
         // The model sees the turn's prompt exactly as `message.received`
@@ -1299,10 +1343,13 @@ impl Host {
                 (event, Err(message))
             }
         };
-        if let Err(e) = self.record(id, Some(turn_id), vec![event]).await {
-            tracing::error!(session_id = %id, turn_id = %turn_id, error = %e, "failed to record the end of a turn");
+        // The end event is recorded by the caller, together with the
+        // session's rest state when nothing is queued: one durable write
+        // (one fsync) for both.
+        Outcome {
+            result,
+            end: Some(NewEvent::turn(turn_id, event)),
         }
-        result
     }
 
     /// The conversation before the next turn: cached, or rebuilt from the
@@ -1680,6 +1727,20 @@ impl Host {
 async fn wait_done(mut done: watch::Receiver<bool>) {
     // An error means the turn task is gone, which also means it settled.
     let _ = done.wait_for(|d| *d).await;
+}
+
+/// How [`Host::run_one`] ended: the result, and the end event when it is
+/// still to be recorded.
+struct Outcome {
+    result: Result<String, String>,
+    end: Option<NewEvent>,
+}
+
+impl Outcome {
+    /// An outcome whose end event was already recorded.
+    fn recorded(result: Result<String, String>) -> Self {
+        Self { result, end: None }
+    }
 }
 
 fn take_pending(slot: &Slot) -> Option<Vec<Nudge>> {
