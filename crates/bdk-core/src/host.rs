@@ -44,6 +44,7 @@ use crate::agent::{
     self, AgentSpec, ApprovalGate, DEFAULT_MAX_STEPS, DEFAULT_TOOL_TIMEOUT, Decision, Nudge,
     RecordError, Recorder, Steering, TASK_TOOL, ToolEntry, TurnEnd, TurnEnv, TurnInput,
 };
+use crate::endpoint::{Endpoint, EndpointGrant};
 use crate::hooks::{Hook, HookBus, ManifestHook};
 use crate::model::scripted::ScriptedModel;
 use crate::model::{Message, Model, ModelError, ModelRequest, ModelStream};
@@ -380,6 +381,7 @@ impl HostBuilder {
             .iter()
             .map(|s| (s.name.clone(), s.body.clone()))
             .collect();
+        let endpoint = Endpoint::new(Arc::clone(&self.store));
         let inner = Arc::new(Inner {
             project,
             store: self.store,
@@ -393,6 +395,7 @@ impl HostBuilder {
             approvals: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             skills,
+            endpoint,
         });
         let host = Host { inner };
         if self.recover {
@@ -468,6 +471,8 @@ struct Inner {
     approvals: Mutex<HashMap<String, PendingApproval>>,
     shutdown: CancellationToken,
     skills: BTreeMap<String, String>,
+    /// The local socket for subprocess tools; started by the first grant.
+    endpoint: Endpoint,
 }
 
 /// The session runtime for one agent. Cheap to clone.
@@ -1285,7 +1290,7 @@ impl Host {
             as_of: record.as_of,
             services: Some(Arc::new(Services {
                 host: self.clone(),
-                session_id: id.clone(),
+                session_id: Some(id.clone()),
                 principal: record.principal.clone(),
             })),
         };
@@ -1469,7 +1474,7 @@ impl Host {
             cancel: self.inner.shutdown.child_token(),
             services: Some(Arc::new(Services {
                 host: self.clone(),
-                session_id: id.clone(),
+                session_id: Some(id.clone()),
                 principal: record.principal.clone(),
             })),
         };
@@ -1557,7 +1562,7 @@ impl Host {
                 id: None,
                 channel,
                 mode: SessionMode::Chat,
-                principal,
+                principal: principal.clone(),
             },
             workspace_dir: dir.clone(),
             state_root: self.inner.store.state_root(),
@@ -1566,7 +1571,11 @@ impl Host {
             dry_run: false,
             approved_by: None,
             cancel: self.inner.shutdown.child_token(),
-            services: None,
+            services: Some(Arc::new(Services {
+                host: self.clone(),
+                session_id: None,
+                principal,
+            })),
         };
         let timeout = entry.tool.spec().timeout(self.inner.root.tool_timeout);
         let started = Instant::now();
@@ -1673,6 +1682,7 @@ impl Host {
         if tokio::time::timeout(grace, all).await.is_err() {
             tracing::warn!("some turns did not settle within the shutdown grace period");
         }
+        self.inner.endpoint.close();
     }
 
     /// Records `turn.failed` (interrupted) for turns that never ended, so
@@ -1966,9 +1976,11 @@ impl ApprovalGate for Gate {
     }
 }
 
+#[derive(Clone)]
 struct Services {
     host: Host,
-    session_id: SessionId,
+    /// `None` for a direct call not bound to a session.
+    session_id: Option<SessionId>,
     principal: Option<String>,
 }
 
@@ -1987,10 +1999,13 @@ impl ToolServices for Services {
         content_type: &str,
         metadata: Value,
     ) -> Result<String, String> {
+        let Some(session_id) = &self.session_id else {
+            return Err("artifacts need a call bound to a session".to_owned());
+        };
         let id = new_id("art");
         let record = ArtifactRecord {
             id: id.clone(),
-            session_id: Some(self.session_id.clone()),
+            session_id: Some(session_id.clone()),
             principal: self.principal.clone(),
             kind: kind.to_owned(),
             name: name.to_owned(),
@@ -2007,14 +2022,14 @@ impl ToolServices for Services {
             .map_err(|e| e.to_string())?;
         let turn = self
             .host
-            .slot(&self.session_id)
+            .slot(session_id)
             .state()
             .running
             .as_ref()
             .map(|r| r.turn_id.clone());
         self.host
             .record(
-                &self.session_id,
+                session_id,
                 turn.as_ref(),
                 vec![
                     ArtifactTagged {
@@ -2029,6 +2044,22 @@ impl ToolServices for Services {
             .await
             .map_err(|e| e.to_string())?;
         Ok(id)
+    }
+
+    async fn endpoint(&self, ctx: &ToolContext) -> Option<EndpointGrant> {
+        match self
+            .host
+            .inner
+            .endpoint
+            .grant(ctx, Arc::new(self.clone()))
+            .await
+        {
+            Ok(grant) => Some(grant),
+            Err(e) => {
+                tracing::warn!(call_id = %ctx.call_id, error = %e, "host endpoint unavailable; the tool runs without it");
+                None
+            }
+        }
     }
 }
 

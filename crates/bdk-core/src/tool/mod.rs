@@ -137,6 +137,14 @@ pub trait ToolServices: Send + Sync {
         content_type: &str,
         metadata: Value,
     ) -> Result<String, String>;
+
+    /// A capability on the host's local endpoint for the call of `ctx`, so a
+    /// subprocess tool can reach host services over a socket; the token it
+    /// carries is revoked when the grant is dropped. `None` when the caller
+    /// offers no endpoint.
+    async fn endpoint(&self, _ctx: &ToolContext) -> Option<crate::endpoint::EndpointGrant> {
+        None
+    }
 }
 
 /// The outcome of a call: what the model sees.

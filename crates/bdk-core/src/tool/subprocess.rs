@@ -8,7 +8,9 @@
 //! envelope `{"content": ..., "isError": bool}`. Subprocesses start in the
 //! tool's folder in a process group of their own, so a timeout, a
 //! cancellation or an output flood kills every process the tool started, not
-//! only the first one; the group never outlives the call.
+//! only the first one; the group never outlives the call. When the caller
+//! offers host services, a command tool also gets `BDK_HOST_SOCKET` and a
+//! per-call `BDK_HOST_TOKEN` for the host endpoint ([`crate::endpoint`]).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -24,6 +26,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::endpoint::{SOCKET_ENV, TOKEN_ENV};
 use crate::project::{ToolManifest, ToolRunner};
 use crate::tool::{Tool, ToolContext, ToolOutput, ToolSpec};
 
@@ -110,17 +113,40 @@ impl Tool for CommandTool {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         env.extend(context_env(&ctx));
+        let mut env_remove = unbound_env(&ctx);
+        // The host endpoint capability for this call. It is held until
+        // `run_process` returns, which is after the leader is reaped and its
+        // process group killed, so the token dies with the last process that
+        // could have used it.
+        let grant = match &ctx.services {
+            Some(services) => services.endpoint(&ctx).await,
+            None => None,
+        };
+        match &grant {
+            Some(grant) => {
+                env.push((
+                    SOCKET_ENV.to_owned(),
+                    grant.socket.to_string_lossy().into_owned(),
+                ));
+                env.push((TOKEN_ENV.to_owned(), grant.token.clone()));
+            }
+            // Without a grant of its own, a tool must not inherit one from
+            // the host's environment (a host started by another host's tool).
+            None => env_remove.extend([SOCKET_ENV.to_owned(), TOKEN_ENV.to_owned()]),
+        }
         let spec = ProcessSpec {
             program: resolve_program(&self.dir, program),
             args: args.to_vec(),
             cwd: self.dir.clone(),
             env,
-            env_remove: unbound_env(&ctx),
+            env_remove,
             stdin: Some(stdin),
             max_stdout: self.max_output_bytes,
             timeout: self.timeout,
         };
-        match run_process(spec, &ctx.cancel).await {
+        let end = run_process(spec, &ctx.cancel).await;
+        drop(grant);
+        match end {
             ProcessEnd::Exited {
                 status,
                 stdout,

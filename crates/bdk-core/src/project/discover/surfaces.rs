@@ -161,8 +161,53 @@ fn mcp_transport(d: &mut Diags, path: &Path, table: &Table) -> Option<McpTranspo
 
 const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
 
-/// Discovers custom channels, sorted by name. The manifests' other keys
-/// belong to the HTTP layer, so unknown keys are kept rather than warned about.
+/// Channel-level keys. The auth keys set the default for every route that
+/// declares no `auth` of its own.
+const CHANNEL_KEYS: &[&str] = &[
+    "description",
+    "auth",
+    "secret_env",
+    "signature_header",
+    "token_env",
+    "routes",
+    "events",
+];
+
+/// Keys of one `[[routes]]` entry (the HTTP layer gives them behaviour).
+const ROUTE_KEYS: &[&str] = &[
+    "method",
+    "path",
+    "description",
+    "auth",
+    "secret_env",
+    "signature_header",
+    "token_env",
+    "body_schema",
+    "query_schema",
+    "message",
+    "continuation_key",
+    "delivery_id",
+    "admission",
+    "mode",
+];
+
+/// Keys of one `[[events]]` entry.
+const EVENT_KEYS: &[&str] = &[
+    "types",
+    "url",
+    "command",
+    "headers",
+    "attempts",
+    "backoff_ms",
+];
+
+/// The most delivery attempts an `[[events]]` entry may ask for.
+const MAX_EVENT_ATTEMPTS: u64 = 10;
+
+/// Discovers custom channels, sorted by name. The HTTP layer
+/// (`bdk_http::channels`) gives the manifest its behaviour; discovery checks
+/// everything that can be checked without serving: keys, methods, path
+/// syntax, auth settings, schemas, template syntax and the events map.
 pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
     let mut out = Vec::new();
     for entry in manifests(d, dir, "channels") {
@@ -180,8 +225,12 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
             continue;
         };
         let f = Fields::new(&table, path);
+        f.unknown_keys(d, CHANNEL_KEYS);
+        f.string(d, "description");
         check_auth(d, &f);
+        check_events(d, path, &table);
         let mut routes = Vec::new();
+        let mut shapes = RouteShapes::default();
         match table.get("routes") {
             None => d.error(
                 path,
@@ -205,6 +254,15 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
                         continue;
                     };
                     if let Some(r) = check_route(d, path, i, route) {
+                        if let Some((_, route_path)) = r.split_once(' ')
+                            && let Err(message) = shapes.add(route_path)
+                        {
+                            d.error(
+                                path,
+                                format!("`routes[{i}].path`: {message}"),
+                                "give a path parameter at one position the same name in every route",
+                            );
+                        }
                         if !seen.insert(r.clone()) {
                             d.error(
                                 path,
@@ -241,12 +299,21 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
 /// One route: method, path, optional auth and schemas. Returns `METHOD path`.
 fn check_route(d: &mut Diags, path: &Path, i: usize, route: &Table) -> Option<String> {
     let f = Fields::nested(route, path, format!("routes[{i}]."));
+    f.unknown_keys(d, ROUTE_KEYS);
+    f.string(d, "description");
     check_auth(d, &f);
     for key in ["body_schema", "query_schema"] {
         if let Some(t) = f.table(d, key) {
             check_schema(d, path, &f.key(key), &table_to_json(t));
         }
     }
+    for key in ["message", "continuation_key", "delivery_id"] {
+        if let Some(source) = f.nonempty_string(d, key) {
+            check_template(d, &f, key, &source);
+        }
+    }
+    check_choice(d, &f, "admission", &["preempt", "coalesce"]);
+    check_choice(d, &f, "mode", &["chat", "task"]);
     let method = match f.string(d, "method") {
         Some(m) if METHODS.contains(&m.as_str()) => Some(m),
         Some(m) => {
@@ -271,7 +338,17 @@ fn check_route(d: &mut Diags, path: &Path, i: usize, route: &Table) -> Option<St
         }
     };
     let route_path = match f.string(d, "path") {
-        Some(p) if p.starts_with('/') => Some(p),
+        Some(p) if p.starts_with('/') => match check_route_path(&p) {
+            Ok(()) => Some(p),
+            Err(message) => {
+                d.error(
+                    path,
+                    format!("`routes[{i}].path` `{p}` is invalid: {message}"),
+                    "use segments of letters, digits, `.`, `_`, `~` or `-`, or a whole-segment parameter such as `{id}`",
+                );
+                None
+            }
+        },
         Some(p) => {
             d.error(
                 path,
@@ -294,8 +371,232 @@ fn check_route(d: &mut Diags, path: &Path, i: usize, route: &Table) -> Option<St
     Some(format!("{} {}", method?, route_path?))
 }
 
-/// `auth = "default" | "bearer" | "hmac"`; hmac needs its secret and header.
+/// The syntax of a route path: `/`, or `/`-separated segments that are
+/// either literal (`[A-Za-z0-9._~-]+`) or one whole parameter (`{name}`, an
+/// identifier). The HTTP router refuses anything else, so it is refused here
+/// first.
+pub(crate) fn check_route_path(p: &str) -> Result<(), String> {
+    if p == "/" {
+        return Ok(());
+    }
+    let Some(rest) = p.strip_prefix('/') else {
+        return Err("it must start with `/`".into());
+    };
+    let mut names = BTreeSet::new();
+    for segment in rest.split('/') {
+        if segment.is_empty() {
+            return Err("it has an empty segment (`//` or a trailing `/`)".into());
+        }
+        if let Some(inner) = segment.strip_prefix('{') {
+            let Some(name) = inner.strip_suffix('}') else {
+                return Err(format!(
+                    "segment `{segment}` opens a parameter it never closes"
+                ));
+            };
+            let mut chars = name.chars();
+            let ident = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ident {
+                return Err(format!(
+                    "parameter `{{{name}}}` must be named with letters, digits and `_`"
+                ));
+            }
+            if !names.insert(name) {
+                return Err(format!("parameter `{{{name}}}` appears twice"));
+            }
+        } else if !segment
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '~' | '-'))
+        {
+            return Err(format!(
+                "segment `{segment}` may only hold letters, digits, `.`, `_`, `~` and `-`"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The routes of one channel as a tree of path segments. The router allows
+/// a literal and a parameter at the same position, but two parameters at the
+/// same position must share their name.
+#[derive(Default)]
+struct RouteShapes {
+    literal: std::collections::BTreeMap<String, RouteShapes>,
+    param: Option<(String, Box<RouteShapes>)>,
+}
+
+impl RouteShapes {
+    fn add(&mut self, route_path: &str) -> Result<(), String> {
+        let mut node = self;
+        for segment in route_path.split('/').filter(|s| !s.is_empty()) {
+            match segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                Some(name) => {
+                    let (existing, child) = node
+                        .param
+                        .get_or_insert_with(|| (name.to_owned(), Box::default()));
+                    if existing != name {
+                        return Err(format!(
+                            "parameter `{{{name}}}` sits where another route has `{{{existing}}}`"
+                        ));
+                    }
+                    node = child;
+                }
+                None => node = node.literal.entry(segment.to_owned()).or_default(),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A channel template must compile; rendering happens per request.
+fn check_template(d: &mut Diags, f: &Fields<'_>, key: &str, source: &str) {
+    let env = minijinja::Environment::new();
+    if let Err(e) = env.template_from_str(source) {
+        let k = f.key(key);
+        let detail = e
+            .detail()
+            .map_or_else(|| e.kind().to_string(), str::to_owned);
+        d.error(
+            f.path,
+            format!("`{k}` is not a valid template: {detail}"),
+            format!("fix the template syntax of `{k}` (minijinja, `{{{{ body.field }}}}`)"),
+        );
+    }
+}
+
+/// A string key limited to `choices`.
+fn check_choice(d: &mut Diags, f: &Fields<'_>, key: &str, choices: &[&str]) {
+    if let Some(value) = f.string(d, key)
+        && !choices.contains(&value.as_str())
+    {
+        let k = f.key(key);
+        let list = choices
+            .iter()
+            .map(|c| format!("\"{c}\""))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        d.error(
+            f.path,
+            format!("`{k}` must be {list}, found \"{value}\""),
+            format!("set `{k}` to {list}"),
+        );
+    }
+}
+
+/// `[[events]]`: which event types of the channel's sessions go where.
+fn check_events(d: &mut Diags, path: &Path, table: &Table) {
+    let items = match table.get("events") {
+        None => return,
+        Some(toml::Value::Array(items)) => items,
+        Some(other) => {
+            d.error(
+                path,
+                format!(
+                    "`events` must be an array of tables, found {}",
+                    other.type_str()
+                ),
+                "declare deliveries as `[[events]]` sections",
+            );
+            return;
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let Some(entry) = item.as_table() else {
+            d.error(
+                path,
+                format!("`events[{i}]` must be a table"),
+                "write each delivery as an `[[events]]` section",
+            );
+            continue;
+        };
+        let f = Fields::nested(entry, path, format!("events[{i}]."));
+        f.unknown_keys(d, EVENT_KEYS);
+        match f.strings(d, "types") {
+            None if !f.has("types") => d.error(
+                path,
+                format!("`events[{i}]` has no `types`"),
+                "add `types = [\"message.completed\"]` (event types) or `types = [\"*\"]`",
+            ),
+            None => {}
+            Some(types) if types.is_empty() => d.warn(
+                path,
+                format!("`events[{i}].types` is empty: nothing is delivered"),
+                "list the event types to deliver",
+            ),
+            Some(types) => {
+                for kind in types {
+                    if kind != "*" && !EVENT_TYPES.contains(&kind.as_str()) {
+                        d.warn(
+                            path,
+                            format!("`events[{i}].types` names unknown event type `{kind}`: it is never delivered"),
+                            "use an event type from the event vocabulary (for example `message.completed`)",
+                        );
+                    }
+                }
+            }
+        }
+        match (f.has("url"), f.has("command")) {
+            (true, true) => d.error(
+                path,
+                format!("`events[{i}]` sets both `url` and `command`"),
+                "keep exactly one of `url` and `command`",
+            ),
+            (false, false) => d.error(
+                path,
+                format!("`events[{i}]` has no target: set `url` or `command`"),
+                "add `url = \"https://...\"` or `command = [\"./notify.sh\"]`",
+            ),
+            (true, false) => {
+                if let Some(url) = f.nonempty_string(d, "url")
+                    && !(url.starts_with("http://") || url.starts_with("https://"))
+                {
+                    d.error(
+                        path,
+                        format!(
+                            "`events[{i}].url` must start with http:// or https://, found `{url}`"
+                        ),
+                        "write the full endpoint URL",
+                    );
+                }
+                f.string_map(d, "headers");
+            }
+            (false, true) => {
+                if let Some(argv) = f.strings(d, "command")
+                    && argv.first().is_none_or(|p| p.trim().is_empty())
+                {
+                    d.error(
+                        path,
+                        format!("`events[{i}].command` must start with a program"),
+                        "write `command = [\"program\", \"arg\", ...]`",
+                    );
+                }
+                if f.has("headers") {
+                    d.warn(
+                        path,
+                        format!("`events[{i}].headers` is ignored without `url`"),
+                        "remove `headers`, or deliver to a `url`",
+                    );
+                }
+            }
+        }
+        if let Some(n) = f.positive(d, "attempts")
+            && n > MAX_EVENT_ATTEMPTS
+        {
+            d.error(
+                path,
+                format!("`events[{i}].attempts` must be at most {MAX_EVENT_ATTEMPTS}, found {n}"),
+                format!("set `events[{i}].attempts` between 1 and {MAX_EVENT_ATTEMPTS}"),
+            );
+        }
+        f.positive(d, "backoff_ms");
+    }
+}
+
+/// `auth = "default" | "bearer" | "hmac"`; hmac needs its secret and header;
+/// bearer reads its token from `token_env` (default
+/// `BDK_CHANNEL_<NAME>_TOKEN`).
 fn check_auth(d: &mut Diags, f: &Fields<'_>) {
+    f.nonempty_string(d, "token_env");
     let Some(auth) = f.string(d, "auth") else {
         return;
     };
@@ -478,6 +779,150 @@ fn hook_target(d: &mut Diags, f: &Fields<'_>) -> Option<HookTarget> {
                 "keep exactly one of `command`, `url` and `file`",
             );
             None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::project::Severity;
+
+    /// Discovers one channel manifest and returns its diagnostics as
+    /// `(severity, message)` pairs.
+    fn check(toml: &str) -> (Vec<ChannelManifest>, Vec<(Severity, String)>) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("c.toml"), toml).unwrap();
+        let mut d = Diags::new(dir.path().to_path_buf());
+        let found = channels(&mut d, dir.path());
+        let diags = d
+            .into_sorted()
+            .into_iter()
+            .map(|x| (x.severity, x.message))
+            .collect();
+        (found, diags)
+    }
+
+    fn has(diags: &[(Severity, String)], severity: Severity, needle: &str) -> bool {
+        diags
+            .iter()
+            .any(|(s, m)| *s == severity && m.contains(needle))
+    }
+
+    #[test]
+    fn a_complete_channel_is_clean() {
+        let (found, diags) = check(
+            r#"
+description = "GitHub webhooks"
+auth = "hmac"
+secret_env = "S"
+signature_header = "X-Hub-Signature-256"
+
+[[routes]]
+method = "POST"
+path = "/github"
+body_schema = { type = "object" }
+message = "PR {{ body.number }}"
+continuation_key = "pr:{{ body.number }}"
+delivery_id = "{{ headers['x-github-delivery'] | default('') }}"
+admission = "coalesce"
+mode = "chat"
+
+[[routes]]
+method = "GET"
+path = "/items/{id}"
+auth = "bearer"
+token_env = "T"
+
+[[events]]
+types = ["message.completed", "turn.failed"]
+url = "http://127.0.0.1:9999/hook"
+headers = { X-A = "b" }
+attempts = 5
+backoff_ms = 100
+
+[[events]]
+types = ["*"]
+command = ["./notify.sh"]
+"#,
+        );
+        assert!(diags.is_empty(), "{diags:#?}");
+        assert_eq!(found[0].routes, ["POST /github", "GET /items/{id}"]);
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let (found, diags) = check(
+            r#"
+colour = "red"
+
+[[routes]]
+method = "POST"
+path = "/a/{x}"
+message = "{{ unclosed"
+admission = "later"
+mode = "batch"
+token_env = ""
+extra = 1
+
+[[routes]]
+method = "GET"
+path = "/a/{y}"
+
+[[routes]]
+method = "POST"
+path = "/bad/:id"
+
+[[events]]
+types = ["turn.exploded"]
+url = "ftp://x"
+command = ["x"]
+attempts = 11
+
+[[events]]
+url = "http://x"
+
+[[events]]
+types = []
+command = [""]
+headers = { A = "b" }
+"#,
+        );
+        assert!(found.is_empty());
+        use Severity::{Error as E, Warning as W};
+        for (severity, needle) in [
+            (W, "unknown key `colour`"),
+            (W, "unknown key `routes[0].extra`"),
+            (E, "`routes[0].message` is not a valid template"),
+            (
+                E,
+                "`routes[0].admission` must be \"preempt\" or \"coalesce\"",
+            ),
+            (E, "`routes[0].mode` must be \"chat\" or \"task\""),
+            (E, "`routes[0].token_env` is empty"),
+            (E, "parameter `{y}` sits where another route has `{x}`"),
+            (E, "`routes[2].path` `/bad/:id` is invalid"),
+            (W, "names unknown event type `turn.exploded`"),
+            (E, "`events[0]` sets both `url` and `command`"),
+            (E, "`events[0].attempts` must be at most 10"),
+            (E, "`events[1]` has no `types`"),
+            (W, "`events[2].types` is empty"),
+            (E, "`events[2].command` must start with a program"),
+            (W, "`events[2].headers` is ignored without `url`"),
+        ] {
+            assert!(has(&diags, severity, needle), "{needle}: {diags:#?}");
+        }
+    }
+
+    #[test]
+    fn route_paths() {
+        for ok in ["/", "/github", "/a/{id}/b", "/v1.2/x_y~z-"] {
+            assert_eq!(check_route_path(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "//", "/a/", "/{1x}", "/{a}/{a}", "/pr-{id}", "/{open", "/*rest", "/a b",
+        ] {
+            assert!(check_route_path(bad).is_err(), "{bad}");
         }
     }
 }

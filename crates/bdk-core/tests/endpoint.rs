@@ -1,0 +1,701 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The host endpoint end to end: a Python tool (no Rust) reaching host
+//! services over the Unix socket named in its environment, driven by model
+//! turns and by direct calls, and the endpoint's refusals checked from the
+//! test side of the socket.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bdk_core::discover;
+use bdk_core::host::{DirectCall, DirectOutcome, Host, StartSession};
+use bdk_events::{Event, SessionId};
+use bdk_store::{FsStore, Store};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+
+/// The tool program: runs the requests of its input on one connection, in
+/// order, and prints the answers with the socket and token it was given.
+const CLIENT_PY: &str = r#"
+import json, os, socket, sys
+
+request = json.loads(sys.stdin.readline())
+steps = request["input"]["requests"]
+path = os.environ["BDK_HOST_SOCKET"]
+token = os.environ["BDK_HOST_TOKEN"]
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(path)
+stream = conn.makefile("rwb")
+answers = []
+for n, step in enumerate(steps):
+    if "raw" in step:
+        line = step["raw"]
+    else:
+        message = {"token": step.get("token", token), "id": n, "op": step["op"]}
+        if "args" in step:
+            message["args"] = step["args"]
+        line = json.dumps(message)
+    stream.write(line.encode() + b"\n")
+    stream.flush()
+    answers.append(json.loads(stream.readline()))
+print(json.dumps({"socket": path, "token": token, "answers": answers}))
+"#;
+
+const CLIENT_TOML: &str = r#"
+description = "Runs requests against the host endpoint."
+effect = "read"
+command = ["python3", "client.py"]
+
+[input_schema]
+type = "object"
+required = ["requests"]
+properties = { requests = { type = "array" } }
+"#;
+
+/// A tool that proves its token works, leaves it in a file, then hangs until
+/// the runtime's timeout kills it.
+const HANG_PY: &str = r#"
+import json, os, socket, sys, time
+
+request = json.loads(sys.stdin.readline())
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(os.environ["BDK_HOST_SOCKET"])
+stream = conn.makefile("rwb")
+token = os.environ["BDK_HOST_TOKEN"]
+stream.write((json.dumps({"token": token, "id": 1, "op": "session.info"}) + "\n").encode())
+stream.flush()
+answer = json.loads(stream.readline())
+with open(request["input"]["out"], "w") as f:
+    json.dump({"socket": os.environ["BDK_HOST_SOCKET"], "token": token, "answer": answer}, f)
+time.sleep(120)
+"#;
+
+const HANG_TOML: &str = r#"
+description = "Hangs after reporting its token."
+effect = "read"
+command = ["python3", "hang.py"]
+timeout_ms = 4000
+
+[input_schema]
+type = "object"
+required = ["out"]
+properties = { out = { type = "string" } }
+"#;
+
+const RULES: &str = r##"
+[[rules]]
+user_contains = "remember"
+tool_calls = [{ name = "client", input = { requests = [
+    { op = "kv.put", args = { namespace = "notes", key = "color", value = { color = "teal" } } },
+    { op = "kv.get", args = { namespace = "notes", key = "color" } },
+    { op = "artifacts.tag", args = { kind = "report", name = "summary.md", content = "# Done", metadata = { from = "turn" } } },
+    { op = "session.info" },
+] } }]
+
+[[rules]]
+tool_result = "client"
+reply = "stored {{ result.answers[1].result.value.color }} as {{ result.answers[2].result.artifactId }}"
+"##;
+
+/// Writes the test project and returns its folder.
+fn project_dir() -> TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("agent/agent.toml", "model = \"scripted\"\n"),
+        ("agent/instructions.md", "You are a test agent.\n"),
+        ("agent/scripted.toml", RULES),
+        ("agent/tools/client.toml", CLIENT_TOML),
+        ("agent/tools/client.py", CLIENT_PY),
+        ("agent/tools/hang.toml", HANG_TOML),
+        ("agent/tools/hang.py", HANG_PY),
+    ];
+    for (path, content) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    dir
+}
+
+async fn host_at(project: &Path, state_root: &Path) -> Host {
+    let d = discover(project);
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(state_root).unwrap());
+    Host::builder(d.project.unwrap(), store)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// A project and a host over `<project>/state`.
+async fn setup() -> (TempDir, Host) {
+    let dir = project_dir();
+    let host = host_at(dir.path(), &dir.path().join("state")).await;
+    (dir, host)
+}
+
+/// Runs the client tool with `requests`, bound to `session` when given.
+async fn run_client(
+    host: &Host,
+    session: Option<&SessionId>,
+    principal: Option<&str>,
+    requests: Value,
+) -> DirectOutcome {
+    let out = host
+        .call_tool(DirectCall {
+            name: "client".into(),
+            input: json!({ "requests": requests }),
+            session_id: session.cloned(),
+            principal: principal.map(str::to_owned),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{:?}", out.result);
+    out
+}
+
+fn answers(out: &DirectOutcome) -> &Vec<Value> {
+    out.result["answers"].as_array().unwrap()
+}
+
+fn socket_of(out: &DirectOutcome) -> PathBuf {
+    PathBuf::from(out.result["socket"].as_str().unwrap())
+}
+
+fn token_of(out: &DirectOutcome) -> String {
+    out.result["token"].as_str().unwrap().to_owned()
+}
+
+/// One request line on a fresh connection; the answer line parsed.
+async fn ask(socket: &Path, line: &str) -> Value {
+    let mut stream = UnixStream::connect(socket).await.unwrap();
+    stream.write_all(line.as_bytes()).await.unwrap();
+    stream.write_all(b"\n").await.unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut answer = String::new();
+    reader.read_line(&mut answer).await.unwrap();
+    serde_json::from_str(&answer).unwrap()
+}
+
+fn assert_error(answer: &Value, code: &str) {
+    assert_eq!(answer["ok"], json!(false), "{answer}");
+    assert_eq!(answer["error"], json!(code), "{answer}");
+    assert!(
+        answer["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{answer}"
+    );
+}
+
+fn assert_ok(answer: &Value) -> &Value {
+    assert_eq!(answer["ok"], json!(true), "{answer}");
+    &answer["result"]
+}
+
+#[tokio::test]
+async fn bound_direct_call_reaches_every_service() {
+    let (dir, host) = setup().await;
+    let session = host
+        .start_session(StartSession {
+            principal: Some("alice".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .session_id;
+
+    let out = run_client(
+        &host,
+        Some(&session),
+        Some("alice"),
+        json!([
+            {"op": "kv.put", "args": {"namespace": "prefs", "key": "lang", "value": {"code": "it", "n": [1, 2]}}},
+            {"op": "kv.get", "args": {"namespace": "prefs", "key": "lang"}},
+            {"op": "kv.get", "args": {"namespace": "prefs", "key": "missing"}},
+            {"op": "kv.put", "args": {"namespace": "prefs", "key": "other", "value": 3}},
+            {"op": "kv.list", "args": {"namespace": "prefs"}},
+            {"op": "kv.delete", "args": {"namespace": "prefs", "key": "other"}},
+            {"op": "files.put", "args": {"path": "notes/a.txt", "content": "héllo"}},
+            {"op": "files.put", "args": {"path": "notes/b.bin", "contentBase64": "AP8B"}},
+            {"op": "files.get", "args": {"path": "notes/a.txt"}},
+            {"op": "files.get", "args": {"path": "notes/b.bin"}},
+            {"op": "files.get", "args": {"path": "notes/a.txt", "encoding": "base64"}},
+            {"op": "files.list", "args": {"prefix": "notes/"}},
+            {"op": "files.delete", "args": {"path": "notes/b.bin"}},
+            {"op": "files.get", "args": {"path": "notes/b.bin"}},
+            {"op": "artifacts.tag", "args": {"kind": "report", "name": "r.txt", "content": "all good", "metadata": {"score": 9}}},
+            {"op": "session.info"},
+            {"op": "kv.teleport", "args": {}},
+            {"raw": "{not json"},
+            {"op": "kv.get", "args": {"namespace": "prefs", "key": "lang"}},
+            {"op": "send", "args": {"channel": "http", "message": "hi"}},
+            {"op": "reminders.create", "args": {}},
+            {"op": "mcp.call_tool", "args": {}},
+            {"op": "kv.get", "token": "bht_forged", "args": {"namespace": "prefs", "key": "lang"}},
+            {"op": "kv.get", "args": {"namespace": "prefs"}},
+            {"op": "files.put", "args": {"path": "x", "content": "a", "contentBase64": "YQ=="}},
+            {"op": "kv.get", "args": "not an object"},
+            {"raw": "[1, 2]"},
+        ]),
+    )
+    .await;
+    let a = answers(&out);
+    // Every answer carries the id of its request (malformed ones get null).
+    for (n, answer) in a.iter().enumerate() {
+        let expected = if n == 17 || n == 26 {
+            Value::Null
+        } else {
+            json!(n)
+        };
+        assert_eq!(answer["id"], expected, "{answer}");
+    }
+    assert_ok(&a[0]);
+    assert_eq!(
+        assert_ok(&a[1]),
+        &json!({"found": true, "value": {"code": "it", "n": [1, 2]}})
+    );
+    assert_eq!(assert_ok(&a[2]), &json!({"found": false, "value": null}));
+    assert_eq!(assert_ok(&a[4]), &json!({"keys": ["lang", "other"]}));
+    assert_eq!(assert_ok(&a[5]), &json!({"deleted": true}));
+    assert_eq!(assert_ok(&a[6]), &json!({"size": 6}));
+    assert_eq!(assert_ok(&a[7]), &json!({"size": 3}));
+    assert_eq!(
+        assert_ok(&a[8]),
+        &json!({"found": true, "size": 6, "content": "héllo"})
+    );
+    assert_eq!(
+        assert_ok(&a[9]),
+        &json!({"found": true, "size": 3, "contentBase64": "AP8B"})
+    );
+    assert_eq!(
+        assert_ok(&a[10]),
+        &json!({"found": true, "size": 6, "contentBase64": "aMOpbGxv"})
+    );
+    assert_eq!(
+        assert_ok(&a[11]),
+        &json!({"paths": ["notes/a.txt", "notes/b.bin"]})
+    );
+    assert_eq!(assert_ok(&a[12]), &json!({"deleted": true}));
+    assert_eq!(assert_ok(&a[13]), &json!({"found": false}));
+    let artifact_id = assert_ok(&a[14])["artifactId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        assert_ok(&a[15]),
+        &json!({
+            "id": session.as_str(),
+            "channel": "http",
+            "mode": "chat",
+            "principal": "alice",
+            "callId": out.call_id,
+            "dryRun": false,
+        })
+    );
+    assert_error(&a[16], "unknown_op");
+    assert!(a[16]["message"].as_str().unwrap().contains("kv.teleport"));
+    assert_error(&a[17], "invalid_json");
+    // The connection survived the malformed line.
+    assert_eq!(assert_ok(&a[18])["value"]["code"], json!("it"));
+    for answer in &a[19..22] {
+        assert_error(answer, "unavailable");
+        assert!(
+            answer["message"].as_str().unwrap().contains("issue"),
+            "{answer}"
+        );
+    }
+    assert_error(&a[22], "unauthorized");
+    assert_error(&a[23], "invalid_args");
+    assert!(
+        a[23]["message"].as_str().unwrap().contains("key"),
+        "{}",
+        a[23]
+    );
+    assert_error(&a[24], "invalid_args");
+    assert_error(&a[25], "invalid_args");
+    assert_error(&a[26], "invalid_request");
+
+    // The writes are in the store, where Rust code and other tools see them.
+    let store = host.store();
+    assert_eq!(
+        store.kv_get("prefs", "lang").await.unwrap(),
+        Some(json!({"code": "it", "n": [1, 2]}))
+    );
+    assert_eq!(store.kv_get("prefs", "other").await.unwrap(), None);
+    assert_eq!(
+        store.file_get("notes/a.txt").await.unwrap(),
+        Some("héllo".as_bytes().to_vec())
+    );
+    // The artifact belongs to the session and its owner, like one tagged by
+    // the built-in tool, and the session records `artifact.tagged`.
+    let record = store.artifact_get(&artifact_id).await.unwrap().unwrap();
+    assert_eq!(record.session_id.as_ref(), Some(&session));
+    assert_eq!(record.principal.as_deref(), Some("alice"));
+    assert_eq!(record.kind, "report");
+    assert_eq!(record.name, "r.txt");
+    assert_eq!(record.content_type, "text/plain; charset=utf-8");
+    assert_eq!(record.metadata, json!({"score": 9}));
+    assert_eq!(
+        store.artifact_content(&artifact_id).await.unwrap(),
+        Some(b"all good".to_vec())
+    );
+    let events = host.events(&session, 0, None).await.unwrap();
+    let tagged: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ArtifactTagged(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(tagged.len(), 1);
+    assert_eq!(tagged[0].artifact_id, artifact_id);
+    assert_eq!(tagged[0].kind, "report");
+    assert_eq!(tagged[0].path.as_deref(), Some("r.txt"));
+
+    // The socket sits in the state root; the token died with its call.
+    let socket = socket_of(&out);
+    assert_eq!(socket, dir.path().join("state/host.sock"));
+    let late = ask(
+        &socket,
+        &json!({"token": token_of(&out), "id": "late", "op": "session.info"}).to_string(),
+    )
+    .await;
+    assert_eq!(late["id"], json!("late"));
+    assert_error(&late, "unauthorized");
+}
+
+#[tokio::test]
+async fn unbound_direct_calls_get_fresh_tokens_and_no_session() {
+    let (_dir, host) = setup().await;
+    let requests = json!([
+        {"op": "session.info"},
+        {"op": "kv.put", "args": {"namespace": "cache", "key": "k", "value": "v"}},
+        {"op": "kv.get", "args": {"namespace": "cache", "key": "k"}},
+        {"op": "artifacts.tag", "args": {"kind": "report", "content": "x"}},
+    ]);
+    let first = run_client(&host, None, Some("bob"), requests.clone()).await;
+    let a = answers(&first);
+    assert_eq!(
+        assert_ok(&a[0]),
+        &json!({
+            "id": null,
+            "channel": "direct",
+            "mode": "chat",
+            "principal": "bob",
+            "callId": first.call_id,
+            "dryRun": false,
+        })
+    );
+    assert_ok(&a[1]);
+    assert_eq!(assert_ok(&a[2]), &json!({"found": true, "value": "v"}));
+    assert_error(&a[3], "no_session");
+
+    let second = run_client(&host, None, None, requests).await;
+    assert_ne!(token_of(&first), token_of(&second));
+    assert_eq!(socket_of(&first), socket_of(&second));
+    assert_eq!(answers(&second)[0]["result"]["principal"], Value::Null);
+    for out in [&first, &second] {
+        let late = ask(
+            &socket_of(out),
+            &json!({"token": token_of(out), "op": "kv.get", "args": {"namespace": "cache", "key": "k"}})
+                .to_string(),
+        )
+        .await;
+        assert_eq!(late["id"], Value::Null);
+        assert_error(&late, "unauthorized");
+    }
+}
+
+#[tokio::test]
+async fn model_turn_tool_call_uses_the_endpoint() {
+    let (_dir, host) = setup().await;
+    let started = host
+        .start_session(StartSession {
+            message: Some("please remember my color".into()),
+            principal: Some("carol".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let turn = started.turn_id.clone().unwrap();
+    let result = host.wait_turn(&started.session_id, &turn).await.unwrap();
+    assert!(result.ok, "{result:?}");
+    let events = host.events(&started.session_id, 0, None).await.unwrap();
+    let tagged = events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ArtifactTagged(t) => Some((e, t)),
+            _ => None,
+        })
+        .expect("artifact.tagged recorded");
+    // Tagged inside the turn that called the tool.
+    assert_eq!(tagged.0.turn_id.as_ref(), Some(&turn));
+    assert_eq!(tagged.1.metadata, json!({"from": "turn"}));
+    assert_eq!(
+        result.reply,
+        format!("stored teal as {}", tagged.1.artifact_id)
+    );
+    let call = events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ActionResult(r) if r.name == "client" => Some(r),
+            _ => None,
+        })
+        .unwrap();
+    assert!(!call.is_error, "{:?}", call.output);
+    assert_eq!(
+        call.output["answers"][3]["result"],
+        json!({
+            "id": started.session_id.as_str(),
+            "channel": "http",
+            "mode": "chat",
+            "principal": "carol",
+            "callId": call.call_id,
+            "dryRun": false,
+        })
+    );
+    assert_eq!(
+        host.store().kv_get("notes", "color").await.unwrap(),
+        Some(json!({"color": "teal"}))
+    );
+    let record = host
+        .store()
+        .artifact_get(&tagged.1.artifact_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.session_id.as_ref(), Some(&started.session_id));
+    assert_eq!(record.principal.as_deref(), Some("carol"));
+}
+
+#[tokio::test]
+async fn dry_run_sessions_read_but_refuse_writes() {
+    let (_dir, host) = setup().await;
+    host.store()
+        .kv_put("prefs", "seen", json!(true))
+        .await
+        .unwrap();
+    let session = host
+        .start_session(StartSession {
+            dry_run: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .session_id;
+    let out = run_client(
+        &host,
+        Some(&session),
+        None,
+        json!([
+            {"op": "kv.get", "args": {"namespace": "prefs", "key": "seen"}},
+            {"op": "kv.put", "args": {"namespace": "prefs", "key": "new", "value": 1}},
+            {"op": "files.put", "args": {"path": "f.txt", "content": "x"}},
+            {"op": "artifacts.tag", "args": {"kind": "report", "content": "x"}},
+            {"op": "session.info"},
+        ]),
+    )
+    .await;
+    let a = answers(&out);
+    assert_eq!(assert_ok(&a[0]), &json!({"found": true, "value": true}));
+    for answer in &a[1..4] {
+        assert_error(answer, "dry_run");
+    }
+    assert_eq!(assert_ok(&a[4])["dryRun"], json!(true));
+    assert_eq!(host.store().kv_get("prefs", "new").await.unwrap(), None);
+    assert_eq!(host.store().file_get("f.txt").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn oversize_line_is_refused_and_its_connection_closed() {
+    let (_dir, host) = setup().await;
+    let out = run_client(&host, None, None, json!([{"op": "session.info"}])).await;
+    let socket = socket_of(&out);
+
+    let mut stream = UnixStream::connect(&socket).await.unwrap();
+    let line = vec![b'a'; bdk_core::endpoint::MAX_LINE_BYTES + 1];
+    // The endpoint may close before reading all of it; a failed write is the
+    // closed connection showing early.
+    let _ = stream.write_all(&line).await;
+    let mut reader = BufReader::new(stream);
+    let mut answer = String::new();
+    reader.read_line(&mut answer).await.unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_error(&answer, "line_too_long");
+    // Then the connection ends: end of file, or a reset because the endpoint
+    // closed with part of the line unread.
+    let mut rest = Vec::new();
+    match reader.read_to_end(&mut rest).await {
+        Ok(_) => assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest)),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
+    }
+
+    // Other connections are unaffected.
+    let fine = ask(
+        &socket,
+        &json!({"token": "bht_nope", "id": 7, "op": "kv.get"}).to_string(),
+    )
+    .await;
+    assert_eq!(fine["id"], json!(7));
+    assert_error(&fine, "unauthorized");
+}
+
+#[tokio::test]
+async fn token_is_revoked_when_a_call_times_out() {
+    let (dir, host) = setup().await;
+    let report = dir.path().join("hang.json");
+    let out = host
+        .call_tool(DirectCall {
+            name: "hang".into(),
+            input: json!({"out": report.to_string_lossy()}),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(out.is_error);
+    assert!(
+        out.result.as_str().unwrap().starts_with("tool timed out"),
+        "{:?}",
+        out.result
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    // The token worked while the tool ran, and is refused now it was killed.
+    assert_eq!(report["answer"]["ok"], json!(true), "{report}");
+    let late = ask(
+        Path::new(report["socket"].as_str().unwrap()),
+        &json!({"token": report["token"], "id": 1, "op": "session.info"}).to_string(),
+    )
+    .await;
+    assert_error(&late, "unauthorized");
+}
+
+#[tokio::test]
+async fn shutdown_removes_the_socket() {
+    let (dir, host) = setup().await;
+    let out = run_client(&host, None, None, json!([{"op": "session.info"}])).await;
+    let socket = socket_of(&out);
+    assert_eq!(socket, dir.path().join("state/host.sock"));
+    let mode = std::fs::symlink_metadata(&socket)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o077, 0, "socket mode {mode:o}");
+    host.shutdown(Duration::from_secs(5)).await;
+    assert!(!socket.exists());
+    assert!(UnixStream::connect(&socket).await.is_err());
+    // Tools still run after shutdown's endpoint close, without an endpoint:
+    // the call is cancelled with the host.
+    let after = host
+        .call_tool(DirectCall {
+            name: "client".into(),
+            input: json!({"requests": []}),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(after.is_error);
+    assert!(!socket.exists());
+}
+
+#[tokio::test]
+async fn long_state_roots_use_a_private_socket_dir() {
+    let dir = project_dir();
+    let state = dir.path().join("s".repeat(120));
+    let host = host_at(dir.path(), &state).await;
+    let out = run_client(&host, None, None, json!([{"op": "session.info"}])).await;
+    let socket = socket_of(&out);
+    assert!(socket.as_os_str().len() <= bdk_core::endpoint::MAX_SOCKET_PATH_BYTES);
+    assert!(socket.starts_with(std::env::temp_dir()), "{socket:?}");
+    let private = socket.parent().unwrap().to_path_buf();
+    let mode = std::fs::metadata(&private).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "dir mode {mode:o}");
+    host.shutdown(Duration::from_secs(5)).await;
+    assert!(!socket.exists());
+    assert!(!private.exists());
+}
+
+#[tokio::test]
+async fn a_live_socket_is_kept_and_a_stale_one_replaced() {
+    let dir = project_dir();
+    let state = dir.path().join("state");
+    let first = host_at(dir.path(), &state).await;
+    let a = run_client(&first, None, None, json!([{"op": "session.info"}])).await;
+    assert_eq!(socket_of(&a), state.join("host.sock"));
+
+    // A second host over the same state root must not take the first one's
+    // socket away.
+    let second = host_at(dir.path(), &state).await;
+    let b = run_client(&second, None, None, json!([{"op": "session.info"}])).await;
+    assert_ne!(socket_of(&b), socket_of(&a));
+    assert!(socket_of(&b).starts_with(std::env::temp_dir()));
+    let again = run_client(&first, None, None, json!([{"op": "session.info"}])).await;
+    assert_eq!(socket_of(&again), state.join("host.sock"));
+    assert_ok(&answers(&again)[0]);
+
+    // Closing the second host leaves the first one's socket alone.
+    second.shutdown(Duration::from_secs(5)).await;
+    assert!(state.join("host.sock").exists());
+    first.shutdown(Duration::from_secs(5)).await;
+    assert!(!state.join("host.sock").exists());
+
+    // A socket file nobody listens on (a crashed host) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(state.join("host.sock")).unwrap());
+    assert!(state.join("host.sock").exists());
+    let third = host_at(dir.path(), &state).await;
+    let c = run_client(&third, None, None, json!([{"op": "session.info"}])).await;
+    assert_eq!(socket_of(&c), state.join("host.sock"));
+    assert_ok(&answers(&c)[0]);
+}
+
+/// The Python example in docs/tools.md, run as written.
+#[tokio::test]
+async fn documented_python_example_works() {
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/tools.md"))
+            .unwrap();
+    let section = docs
+        .split_once("## Host services for subprocess tools")
+        .unwrap()
+        .1;
+    let example = section
+        .split_once("```python\n")
+        .unwrap()
+        .1
+        .split_once("```")
+        .unwrap()
+        .0;
+    let dir = project_dir();
+    let tools = dir.path().join("agent/tools");
+    std::fs::write(tools.join("lookups.py"), example).unwrap();
+    std::fs::write(
+        tools.join("lookups.toml"),
+        r#"
+description = "Counts lookups per city."
+command = ["python3", "lookups.py"]
+
+[input_schema]
+type = "object"
+required = ["city"]
+properties = { city = { type = "string" } }
+"#,
+    )
+    .unwrap();
+    let host = host_at(dir.path(), &dir.path().join("state")).await;
+    for expected in 1..=2 {
+        let out = host
+            .call_tool(DirectCall {
+                name: "lookups".into(),
+                input: json!({"city": "Oslo"}),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert!(!out.is_error, "{:?}", out.result);
+        assert_eq!(out.result, json!({"city": "Oslo", "lookups": expected}));
+    }
+    assert_eq!(
+        host.store().kv_get("lookups", "Oslo").await.unwrap(),
+        Some(json!(2))
+    );
+}
