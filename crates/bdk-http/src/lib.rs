@@ -1,5 +1,337 @@
-//! The HTTP surface of `bdk serve`: an axum router over the core host
-//! (sessions, streams, tools, discovery, MCP, evals, playground, docs).
+//! The HTTP surface of `bdk serve`: an axum router over the core host.
 //!
-//! Not built yet: this crate is reserved for the HTTP issue and exports
-//! nothing. It must stay the only crate that knows axum.
+//! [`app`] builds the whole application from one [`Mount`] per agent and a
+//! [`Config`]: per agent the session API (start, follow-up, NDJSON stream,
+//! events, stop, list, cost, approvals), direct tool calls, discovery
+//! (`/v1/info`, `/v1/tools`, `/v1/meta`, `/v1/health`, `/v1/logs`),
+//! artifacts and the agent's custom channel routes ([`channels`]); at the
+//! host root the agent index, health and `/docs`.
+//!
+//! Layout: when every mount has a slug, each agent lives under
+//! `/<slug>/v1/*` and the host routes sit at the root; one mount without a
+//! slug is served at `/v1/*` (`--mode single`).
+//!
+//! Every error is `{"ok": false, "error": "<code>", "message": "..."}`; the
+//! mapping from core error kinds to status codes lives in one place (the
+//! `error` module). Handlers are thin: extract, make one call into
+//! [`bdk_core::host::Host`], answer.
+//!
+//! This is the only crate that knows axum. It knows nothing of the CLI: the
+//! binary builds the hosts, the listener and the log pipeline, and runs the
+//! app with [`serve`], which hands peer addresses to the default auth
+//! policy and stops on the shutdown signal.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use bdk_core::Diagnostic;
+use bdk_core::host::Host;
+use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::trace::TraceLayer;
+
+mod artifacts;
+mod auth;
+pub mod channels;
+mod cost;
+mod discovery;
+mod docs;
+mod error;
+mod extract;
+mod logs;
+mod sessions;
+mod stream;
+mod tools;
+
+pub use logs::{LogBuffer, LogLine};
+pub use stream::open_streams;
+
+/// One agent served by the app.
+#[derive(Clone)]
+pub struct Mount {
+    /// URL slug; `None` in `--mode single` (routes at `/v1/*`).
+    pub slug: Option<String>,
+    /// The agent's session runtime.
+    pub host: Host,
+    /// Discovery diagnostics (warnings), served in `/v1/info`.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// Who may call the agent routes, and as which principal.
+#[derive(Clone, Debug, Default)]
+pub enum Auth {
+    /// Default: only direct loopback peers. A request carrying a
+    /// proxy-forwarding header (`Forwarded`, `Via`, `X-Real-IP`, any
+    /// `X-Forwarded-*`) or naming a non-loopback `Host` is refused with 401,
+    /// since it was relayed from somewhere else or comes from a page that
+    /// rebound a foreign name to 127.0.0.1. Principal `local`.
+    #[default]
+    LocalDevStrict,
+    /// `Authorization: Bearer <token>`, compared in constant time; each token
+    /// is its own principal. Missing or wrong: 401.
+    Bearer(Vec<BearerToken>),
+    /// Anyone; principal `anonymous`.
+    Anonymous,
+}
+
+/// One accepted bearer token and the principal it authenticates.
+#[derive(Clone)]
+pub struct BearerToken {
+    /// The principal name sessions created with this token belong to.
+    pub principal: String,
+    /// The secret.
+    pub token: String,
+}
+
+impl fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The secret never reaches a log line.
+        f.debug_struct("BearerToken")
+            .field("principal", &self.principal)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Settings of the whole app.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The auth policy of every agent route (health, meta, the index and docs run none).
+    pub auth: Auth,
+    /// `--dev`: loopback callers see every session, not only their own.
+    pub dev: bool,
+    /// The playground is mounted (adds `playgroundUrl` to responses).
+    pub playground: bool,
+    /// Serve `/docs`.
+    pub docs: bool,
+    /// Largest accepted request body; beyond it a request gets 413.
+    pub max_body_bytes: usize,
+    /// NDJSON stream keep-alive: a bare `"\n"` line after this long without
+    /// an event. `Duration::ZERO` turns heartbeats off.
+    pub heartbeat: Duration,
+    /// The ring buffer served at `/v1/logs`.
+    pub logs: LogBuffer,
+    /// Cancelled on shutdown: open streams end cleanly.
+    pub shutdown: CancellationToken,
+}
+
+/// The default body limit: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The default stream heartbeat: 15 seconds.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(15);
+/// The default capacity of the log ring buffer.
+pub const DEFAULT_LOG_LINES: usize = 2000;
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            auth: Auth::LocalDevStrict,
+            dev: false,
+            playground: false,
+            docs: true,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            heartbeat: DEFAULT_HEARTBEAT,
+            logs: LogBuffer::new(DEFAULT_LOG_LINES),
+            shutdown: CancellationToken::new(),
+        }
+    }
+}
+
+/// Path segments an agent slug may not take, because host routes use them.
+pub const RESERVED_SLUGS: &[&str] = &["v1", "playground", "docs"];
+
+/// Checks an agent slug: `[A-Za-z0-9][A-Za-z0-9_-]*`, at most 64 bytes, and
+/// not one of [`RESERVED_SLUGS`]. Returns why it is refused.
+pub fn check_slug(slug: &str) -> Result<(), String> {
+    let mut bytes = slug.bytes();
+    let shape = match bytes.next() {
+        Some(first) => {
+            first.is_ascii_alphanumeric()
+                && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        }
+        None => false,
+    };
+    if !shape || slug.len() > 64 {
+        return Err(format!(
+            "slug `{slug}` must match [A-Za-z0-9][A-Za-z0-9_-]* and be at most 64 characters"
+        ));
+    }
+    if RESERVED_SLUGS.contains(&slug) {
+        return Err(format!(
+            "slug `{slug}` is reserved for host routes; pick another name"
+        ));
+    }
+    Ok(())
+}
+
+/// State every request handler of one agent shares.
+pub(crate) struct Agent {
+    pub(crate) host: Host,
+    pub(crate) slug: Option<String>,
+    /// `/<slug>`, or empty in single mode.
+    pub(crate) prefix: String,
+    pub(crate) diagnostics: Vec<Diagnostic>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// App-wide settings, derived once from [`Config`].
+pub(crate) struct Shared {
+    pub(crate) auth: auth::Policy,
+    pub(crate) dev: bool,
+    pub(crate) playground: bool,
+    pub(crate) docs: bool,
+    pub(crate) heartbeat: Option<Duration>,
+    pub(crate) logs: LogBuffer,
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// Builds the whole app. Run it with [`serve`], or with
+/// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`:
+/// without the peer address the default auth policy admits no one.
+///
+/// Mounts that cannot be served are skipped with an error in the log (the
+/// CLI validates slugs before it gets here): in a multi-agent app a mount
+/// without a slug, a slug that fails [`check_slug`], or a repeated slug.
+pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
+    let shared = Arc::new(Shared {
+        auth: auth::Policy::new(&config.auth),
+        dev: config.dev,
+        playground: config.playground,
+        docs: config.docs,
+        heartbeat: (!config.heartbeat.is_zero()).then_some(config.heartbeat),
+        logs: config.logs.clone(),
+        shutdown: config.shutdown.clone(),
+    });
+
+    let single = mounts.len() == 1 && mounts.iter().all(|m| m.slug.is_none());
+    let mut router = Router::new();
+    if single {
+        for mount in mounts {
+            router = router.merge(agent_router(mount, &shared));
+        }
+    } else {
+        let mut index = Vec::new();
+        let mut seen = HashSet::new();
+        for mount in mounts {
+            let Some(slug) = mount.slug.clone() else {
+                tracing::error!(
+                    agent = %mount.host.project().name,
+                    "an agent without a slug cannot share the app with other agents; it is not served"
+                );
+                continue;
+            };
+            if let Err(reason) = check_slug(&slug) {
+                tracing::error!(agent = %mount.host.project().name, %reason, "agent not served");
+                continue;
+            }
+            if !seen.insert(slug.clone()) {
+                tracing::error!(%slug, "two agents share this slug; only the first is served");
+                continue;
+            }
+            index.push(discovery::IndexEntry::new(&mount, &slug));
+            let nested = agent_router(mount, &shared);
+            router = router.nest(&format!("/{slug}"), nested);
+        }
+        router = router.merge(discovery::host_routes(index, Arc::clone(&shared)));
+    }
+    if config.docs {
+        router = router.merge(docs::routes());
+    }
+
+    router
+        .fallback(error::not_found)
+        // Installed last so that it reaches every route registered above,
+        // nested ones included.
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(Extension(extract::BodyLimit(config.max_body_bytes)))
+        .layer(TraceLayer::new_for_http())
+        // A last resort: no input is meant to reach it (the tests check
+        // that every hostile request gets its documented code), but a bug
+        // must still answer with the JSON error shape, not a dropped
+        // connection.
+        .layer(CatchPanicLayer::custom(error::panicked))
+}
+
+/// Serves `app` on `listener` until `shutdown` fires, then stops accepting,
+/// lets open requests finish (streams end on the same signal when it is the
+/// app's [`Config::shutdown`]) and returns. Peer addresses reach the auth
+/// chain, which the default policy needs.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.cancelled_owned())
+    .await
+}
+
+/// The routes of one agent, relative to its prefix.
+fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
+    let prefix = mount
+        .slug
+        .as_ref()
+        .map_or_else(String::new, |s| format!("/{s}"));
+    let agent = Arc::new(Agent {
+        host: mount.host,
+        slug: mount.slug,
+        prefix,
+        diagnostics: mount.diagnostics,
+        shared: Arc::clone(shared),
+    });
+
+    let protected = Router::new()
+        .route("/v1/session", post(sessions::start))
+        .route("/v1/session/{id}", post(sessions::follow_up))
+        .route("/v1/session/{id}/stream", get(stream::stream))
+        .route("/v1/session/{id}/events", get(sessions::events))
+        .route("/v1/session/{id}/stop", post(sessions::stop))
+        .route("/v1/session/{id}/cost", get(cost::cost))
+        .route("/v1/session/{id}/approvals", get(sessions::approvals))
+        .route(
+            "/v1/session/{id}/approvals/{call_id}",
+            post(sessions::resolve_approval),
+        )
+        .route("/v1/sessions", get(sessions::list))
+        .route("/v1/tools", get(tools::list))
+        .route("/v1/tools/{name}", get(tools::describe).post(tools::call))
+        .route("/v1/info", get(discovery::info))
+        .route("/v1/logs", get(discovery::logs))
+        .route("/v1/artifacts", get(artifacts::list))
+        .route("/v1/artifacts/{id}/content", get(artifacts::content))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(shared),
+            auth::authenticate,
+        ));
+    let open = Router::new()
+        .route("/v1/health", get(discovery::health))
+        .route("/v1/meta", get(discovery::meta));
+
+    let mut router = protected.merge(open).with_state(Arc::clone(&agent));
+
+    // Custom channel routes, under `/v1/channels/<id>`. Routes declared with
+    // `auth = "default"` run this app's auth chain; bearer and HMAC routes
+    // check their own credentials, so the chain is applied per route by the
+    // channels module rather than around the whole nest.
+    let manifests = &agent.host.project().channels;
+    if !manifests.is_empty() {
+        let channels = channels::Channels::start(
+            agent.host.clone(),
+            manifests,
+            shared.shutdown.clone(),
+            channels::Options::default(),
+        );
+        let auth = axum::middleware::from_fn_with_state(Arc::clone(shared), auth::authenticate);
+        router = router.nest("/v1/channels", channels.router_with_auth(auth));
+    }
+    router
+}

@@ -1,0 +1,396 @@
+//! The events map: chosen events of the sessions a channel owns, delivered
+//! to a URL (POSTed JSON) or a command (one JSON line on stdin).
+//!
+//! One task per followed session reads the session's stream (replay, then
+//! live) and delivers matching events in order, each with bounded retries
+//! and exponential backoff. Delivery happens after the event is recorded
+//! and never feeds back into the session: a failing receiver costs a log
+//! line, never a turn.
+//!
+//! A durable cursor per session (the store's key-value area, namespace
+//! [`CURSOR_NAMESPACE`], key `<channel>/<sessionId>`) records the next
+//! index to look at, so after a restart delivery resumes where it stopped
+//! rather than replaying the whole history or skipping what happened while
+//! the server was down. Delivery is at least once: an event whose delivery
+//! was interrupted by shutdown is delivered again after the restart.
+//!
+//! A task ends on shutdown, when the session is deleted (its stream ends),
+//! or when a task session has ended (`session.completed` or
+//! `session.failed`: nothing follows those).
+
+use std::collections::HashSet;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bdk_core::host::Host;
+use bdk_events::{Envelope, Event, SessionId};
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{ChannelConfig, EventRule, Target};
+
+/// The key-value namespace of delivery cursors.
+pub const CURSOR_NAMESPACE: &str = "channel-events";
+
+/// How long one delivery attempt (a POST or a command) may take.
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How much of a failing command's stderr a log line quotes.
+const STDERR_QUOTE: usize = 500;
+
+/// Starts and tracks the per-session delivery tasks of every channel.
+#[derive(Clone)]
+pub(crate) struct Delivery {
+    host: Host,
+    shutdown: CancellationToken,
+    following: Arc<Mutex<HashSet<SessionId>>>,
+}
+
+/// Removes a session from the followed set when its task ends, however it ends.
+struct Followed {
+    following: Arc<Mutex<HashSet<SessionId>>>,
+    id: SessionId,
+}
+
+impl Drop for Followed {
+    fn drop(&mut self) {
+        self.following
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+/// Where a session's delivery task starts reading.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Start {
+    /// A session this process just created: from its first event.
+    New,
+    /// A session found at startup: from its cursor, or from the end of its
+    /// stream when it has none (events recorded before the channel had an
+    /// events map are not delivered after the fact).
+    Resume,
+}
+
+impl Delivery {
+    pub(crate) fn new(host: Host, shutdown: CancellationToken) -> Self {
+        Self {
+            host,
+            shutdown,
+            following: Arc::default(),
+        }
+    }
+
+    /// Follows a session of `channel` unless it is already followed or the
+    /// channel delivers nothing. The start index is settled before this
+    /// returns, so events recorded after it are never missed. Must be called
+    /// inside a Tokio runtime.
+    pub(crate) async fn follow(
+        &self,
+        channel: &Arc<ChannelConfig>,
+        id: &SessionId,
+        continuation_token: &str,
+        start: Start,
+    ) {
+        if channel.events.is_empty() || self.shutdown.is_cancelled() {
+            return;
+        }
+        let fresh = self
+            .following
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone());
+        if !fresh {
+            return;
+        }
+        let followed = Followed {
+            following: Arc::clone(&self.following),
+            id: id.clone(),
+        };
+        let task = Follower {
+            host: self.host.clone(),
+            shutdown: self.shutdown.clone(),
+            channel: Arc::clone(channel),
+            id: id.clone(),
+            token: continuation_token.to_owned(),
+        };
+        let Some(from) = task.start_index(start).await else {
+            return;
+        };
+        tokio::spawn(async move {
+            let _followed = followed;
+            task.run(from).await;
+        });
+    }
+
+    /// Follows the existing sessions of `channels` created before `before`
+    /// (later ones are followed by whoever creates them).
+    pub(crate) async fn resume(&self, channels: &[Arc<ChannelConfig>], before: DateTime<Utc>) {
+        let delivering: Vec<&Arc<ChannelConfig>> =
+            channels.iter().filter(|c| !c.events.is_empty()).collect();
+        if delivering.is_empty() {
+            return;
+        }
+        let sessions = match self.host.store().list_sessions().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list sessions; channel event delivery does not resume for existing sessions");
+                return;
+            }
+        };
+        for record in sessions {
+            if record.created_at > before {
+                continue;
+            }
+            if let Some(channel) = delivering.iter().find(|c| c.name == record.channel) {
+                self.follow(
+                    channel,
+                    &record.id,
+                    &record.continuation_token,
+                    Start::Resume,
+                )
+                .await;
+            }
+        }
+    }
+}
+
+/// The delivery task of one session.
+struct Follower {
+    host: Host,
+    shutdown: CancellationToken,
+    channel: Arc<ChannelConfig>,
+    id: SessionId,
+    token: String,
+}
+
+impl Follower {
+    fn cursor_key(&self) -> String {
+        format!("{}/{}", self.channel.name, self.id)
+    }
+
+    async fn run(self, from: u64) {
+        let store = Arc::clone(self.host.store());
+        let key = self.cursor_key();
+        let mut stream = match store.subscribe(&self.id, from).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot follow a channel session; its events are not delivered");
+                return;
+            }
+        };
+        loop {
+            let item = tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => return,
+                item = stream.next() => item,
+            };
+            let env = match item {
+                Some(Ok(env)) => env,
+                Some(Err(e)) => {
+                    tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "a channel session's stream failed; delivery stops");
+                    return;
+                }
+                None => break,
+            };
+            let rules: Vec<&EventRule> = self
+                .channel
+                .events
+                .iter()
+                .filter(|r| r.wants(env.kind()))
+                .collect();
+            if !rules.is_empty() {
+                let payload = self.payload(&env);
+                for rule in rules {
+                    if !self.deliver(rule, &env, &payload).await {
+                        // Shutdown: the cursor stays before this event, so it
+                        // is delivered again after a restart.
+                        return;
+                    }
+                }
+                if let Err(e) = store
+                    .kv_put(CURSOR_NAMESPACE, &key, json!({ "next": env.index + 1 }))
+                    .await
+                {
+                    tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot save the channel delivery cursor");
+                }
+            }
+            if matches!(
+                env.event,
+                Event::SessionCompleted(_) | Event::SessionFailed(_)
+            ) {
+                return;
+            }
+        }
+        // The stream ended: the session was deleted, and its cursor goes too.
+        if let Ok(None) = store.get_session(&self.id).await
+            && let Err(e) = store.kv_delete(CURSOR_NAMESPACE, &key).await
+        {
+            tracing::debug!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot remove a deleted session's delivery cursor");
+        }
+    }
+
+    /// The index to read from, recording it as the cursor when there is
+    /// none yet. `None` when the store cannot say.
+    async fn start_index(&self, start: Start) -> Option<u64> {
+        let store = self.host.store();
+        let key = self.cursor_key();
+        let saved = match store.kv_get(CURSOR_NAMESPACE, &key).await {
+            Ok(v) => v.and_then(|v| v.get("next").and_then(Value::as_u64)),
+            Err(e) => {
+                tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot read the channel delivery cursor");
+                None
+            }
+        };
+        if let Some(next) = saved {
+            return Some(next);
+        }
+        let from = match start {
+            Start::New => 0,
+            Start::Resume => match store.next_index(&self.id).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot resume channel event delivery");
+                    return None;
+                }
+            },
+        };
+        if let Err(e) = store
+            .kv_put(CURSOR_NAMESPACE, &key, json!({ "next": from }))
+            .await
+        {
+            tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot save the channel delivery cursor");
+        }
+        Some(from)
+    }
+
+    /// What a receiver gets: the channel's routing data and the event
+    /// envelope exactly as the NDJSON stream carries it.
+    fn payload(&self, env: &Envelope) -> Vec<u8> {
+        let body = json!({
+            "channel": self.channel.name,
+            "sessionId": self.id,
+            "continuationToken": self.token,
+            "event": env,
+        });
+        let mut bytes = serde_json::to_vec(&body).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    /// Delivers with retries. Returns false only when shutdown interrupted
+    /// it; a delivery that failed every attempt is logged and counts as done.
+    async fn deliver(&self, rule: &EventRule, env: &Envelope, payload: &[u8]) -> bool {
+        let mut wait = rule.backoff;
+        for attempt in 1..=rule.attempts {
+            let result = tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => return false,
+                r = attempt_once(rule, &self.channel, payload) => r,
+            };
+            let error = match result {
+                Ok(()) => return true,
+                Err(e) => e,
+            };
+            if attempt == rule.attempts {
+                tracing::warn!(
+                    channel = %self.channel.name,
+                    session_id = %self.id,
+                    event = env.kind(),
+                    index = env.index,
+                    target = %rule.describe(),
+                    attempts = rule.attempts,
+                    %error,
+                    "channel event delivery failed; giving up on this event"
+                );
+                return true;
+            }
+            tracing::debug!(
+                channel = %self.channel.name,
+                session_id = %self.id,
+                event = env.kind(),
+                target = %rule.describe(),
+                attempt,
+                %error,
+                "channel event delivery failed; retrying"
+            );
+            tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => return false,
+                () = tokio::time::sleep(wait) => {}
+            }
+            wait = wait.saturating_mul(2);
+        }
+        true
+    }
+}
+
+/// One attempt at one target.
+async fn attempt_once(
+    rule: &EventRule,
+    channel: &ChannelConfig,
+    payload: &[u8],
+) -> Result<(), String> {
+    match &rule.target {
+        Target::Url { url, headers } => {
+            let client = bdk_core::net::http_client().map_err(|e| e.to_string())?;
+            let mut request = client
+                .post(url)
+                .timeout(ATTEMPT_TIMEOUT)
+                .header("content-type", "application/json")
+                .body(payload.to_vec());
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let response = request.send().await.map_err(|e| e.to_string())?;
+            let status = response.status();
+            if status.is_success() {
+                Ok(())
+            } else {
+                Err(format!("the receiver answered {status}"))
+            }
+        }
+        Target::Command { argv } => {
+            let Some((program, args)) = argv.split_first() else {
+                return Err("the command is empty".into());
+            };
+            let mut child = tokio::process::Command::new(program)
+                .args(args)
+                .current_dir(&channel.dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            let run = async {
+                if let Some(mut stdin) = child.stdin.take() {
+                    // A program that exits without reading its input is its
+                    // own business; its exit status decides.
+                    let _ = stdin.write_all(payload).await;
+                }
+                child.wait_with_output().await
+            };
+            let out = tokio::time::timeout(ATTEMPT_TIMEOUT, run)
+                .await
+                .map_err(|_| {
+                    format!(
+                        "`{program}` timed out after {} s",
+                        ATTEMPT_TIMEOUT.as_secs()
+                    )
+                })?
+                .map_err(|e| format!("cannot wait for `{program}`: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let quoted: String = stderr.trim().chars().take(STDERR_QUOTE).collect();
+                Err(format!("`{program}` exited with {}: {quoted}", out.status))
+            }
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Tool routes: the catalog (`GET /v1/tools`, `GET /v1/tools/:name`) and
+//! direct calls with no model turn (`POST /v1/tools/:name`).
+//!
+//! A direct call binds to a session by `sessionId` or by continuation token
+//! (never both); the host decides the rest (owner check, busy session,
+//! scratch workspace) and its errors map through `error`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use bdk_core::host::DirectCall;
+use bdk_core::tool::ToolSpec;
+use bdk_events::SessionId;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::Agent;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{JsonBody, PathParam};
+
+/// Body of `POST /v1/tools/:name`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CallBody {
+    #[serde(default)]
+    input: Value,
+    session_id: Option<String>,
+    continuation_token: Option<String>,
+}
+
+fn view(spec: &ToolSpec) -> Value {
+    json!({
+        "name": spec.name,
+        "description": spec.description,
+        "effect": spec.effect,
+        "execution": spec.execution,
+        "needsApproval": spec.needs_approval,
+        "timeoutMs": spec.timeout_ms,
+        "inputSchema": spec.input_schema,
+        "outputSchema": spec.output_schema,
+    })
+}
+
+/// `GET /v1/tools`: the server tools a caller can run directly or bind to a
+/// session.
+pub(crate) async fn list(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
+    let tools: Vec<Value> = agent.host.tools().iter().map(view).collect();
+    Json(json!({"ok": true, "tools": tools}))
+}
+
+/// `GET /v1/tools/:name`: one tool, server or agent-execution.
+pub(crate) async fn describe(
+    State(agent): State<Arc<Agent>>,
+    _caller: Caller,
+    PathParam(name): PathParam,
+) -> Result<Json<Value>, ApiError> {
+    let server = agent.host.tools();
+    let found = server
+        .iter()
+        .chain(agent.host.agent_tools().iter())
+        .find(|t| t.name == name)
+        .map(view);
+    match found {
+        Some(tool) => Ok(Json(json!({"ok": true, "tool": tool}))),
+        None => Err(unknown_tool(&name, &server)),
+    }
+}
+
+fn unknown_tool(name: &str, server: &[ToolSpec]) -> ApiError {
+    let available: Vec<&str> = server.iter().map(|t| t.name.as_str()).collect();
+    ApiError::not_found(
+        "unknown_tool",
+        format!(
+            "unknown tool `{name}`; available tools: {}",
+            available.join(", ")
+        ),
+    )
+    .with("available", json!(available))
+}
+
+/// A channel continuation token: `<channelId>:<key>`, both parts non-empty.
+fn check_token(token: &str) -> Result<(), ApiError> {
+    match token.split_once(':') {
+        Some((channel, key)) if !channel.is_empty() && !key.is_empty() => Ok(()),
+        _ => Err(ApiError::bad_request(
+            "invalid_continuation_token",
+            "a continuation token looks like <channelId>:<key>, both parts non-empty",
+        )),
+    }
+}
+
+/// `POST /v1/tools/:name`: run a server tool with no model turn.
+pub(crate) async fn call(
+    State(agent): State<Arc<Agent>>,
+    caller: Caller,
+    PathParam(name): PathParam,
+    JsonBody(body): JsonBody<CallBody>,
+) -> Result<Json<Value>, ApiError> {
+    if body.session_id.is_some() && body.continuation_token.is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_continuation_token",
+            "pass sessionId or continuationToken, not both",
+        ));
+    }
+    if let Some(token) = &body.continuation_token {
+        check_token(token)?;
+    }
+    let session_id = match &body.session_id {
+        Some(raw) => Some(SessionId::parse(raw).ok_or_else(|| {
+            ApiError::not_found("session_not_found", format!("session {raw} not found"))
+        })?),
+        None => None,
+    };
+    let input = if body.input.is_null() {
+        json!({})
+    } else {
+        body.input
+    };
+    let outcome = agent
+        .host
+        .call_tool(DirectCall {
+            name,
+            input,
+            session_id,
+            continuation_token: body.continuation_token,
+            principal: caller.owner().map(str::to_owned),
+        })
+        .await?;
+    let mut out = serde_json::to_value(&outcome).map_err(|e| ApiError::internal(&e))?;
+    if let Value::Object(map) = &mut out {
+        map.insert("ok".into(), Value::Bool(true));
+    }
+    Ok(Json(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_shapes() {
+        assert!(check_token("http:abc").is_ok());
+        assert!(check_token("pr:owner/repo#1").is_ok());
+        assert!(check_token("slack:T1:C2").is_ok());
+        for bad in ["", "abc", ":abc", "abc:", ":"] {
+            assert!(check_token(bad).is_err(), "{bad:?}");
+        }
+    }
+}
