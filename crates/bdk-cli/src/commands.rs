@@ -22,7 +22,7 @@ const FAILED: u8 = 1;
 const UNUSABLE: u8 = 2;
 
 /// Runs one command and returns the process exit code.
-pub async fn dispatch(command: Command) -> ExitCode {
+pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
     let result = match command {
         Command::Init { dir } => init::run(&dir),
         Command::Validate {
@@ -57,6 +57,33 @@ pub async fn dispatch(command: Command) -> ExitCode {
             call(&dir, &root, tool, &input, session).await
         }
         Command::Trajectory { events } => trajectory(&events),
+        Command::Serve {
+            dirs,
+            dev,
+            port,
+            host,
+            mode,
+            state_root,
+            bearer_tokens,
+            allow_anonymous,
+            no_playground: _,
+            no_docs,
+            no_schedules,
+        } => {
+            let opts = crate::serve::ServeOptions {
+                dirs,
+                dev,
+                port,
+                host,
+                single: mode == "single",
+                state_root,
+                bearer_tokens,
+                allow_anonymous,
+                docs: !no_docs,
+                schedules: !no_schedules,
+            };
+            crate::serve::run(opts, logs).await
+        }
         Command::Sessions { project, json } => {
             let dir = project.dir(None);
             sessions(&project.state_root(&dir), json).await
@@ -84,7 +111,7 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
     Ok(())
 }
 
-fn print_diagnostics(diagnostics: &[Diagnostic], to_stderr: bool) {
+pub(crate) fn print_diagnostics(diagnostics: &[Diagnostic], to_stderr: bool) {
     for d in diagnostics {
         let level = match d.severity {
             Severity::Error => "error",
@@ -99,7 +126,7 @@ fn print_diagnostics(diagnostics: &[Diagnostic], to_stderr: bool) {
     }
 }
 
-fn counts(diagnostics: &[Diagnostic]) -> (usize, usize) {
+pub(crate) fn counts(diagnostics: &[Diagnostic]) -> (usize, usize) {
     let errors = diagnostics
         .iter()
         .filter(|d| d.severity == Severity::Error)

@@ -14,6 +14,8 @@ use clap::{Parser, Subcommand};
 mod commands;
 mod init;
 mod lock;
+mod logs;
+mod serve;
 
 /// Build, run and inspect BDK agents.
 #[derive(Parser, Debug)]
@@ -121,6 +123,42 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve agents over HTTP: `/<slug>/v1/*` per agent, host routes at `/`.
+    Serve {
+        /// Project directories (default: the current directory).
+        #[arg(value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        /// Development mode: every session is listed to loopback callers.
+        #[arg(long)]
+        dev: bool,
+        /// Port; 0 picks any free port; a busy port falls back to the next free one.
+        #[arg(long, default_value_t = 3000)]
+        port: u16,
+        /// Interface to bind.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// `single` serves one agent at `/v1/*`; `multi` (default) mounts each under its slug.
+        #[arg(long, value_parser = ["single", "multi"], default_value = "multi")]
+        mode: String,
+        /// State root (an agent's state goes under `<root>/<slug>` in multi mode).
+        #[arg(long, value_name = "DIR", env = "BDK_STATE_ROOT")]
+        state_root: Option<PathBuf>,
+        /// Require `Authorization: Bearer`; `principal=token` names the caller (repeatable).
+        #[arg(long = "bearer-token", value_name = "TOKEN", env = "BDK_BEARER_TOKEN")]
+        bearer_tokens: Vec<String>,
+        /// Admit every caller (no auth).
+        #[arg(long)]
+        allow_anonymous: bool,
+        /// Do not serve the web playground.
+        #[arg(long)]
+        no_playground: bool,
+        /// Do not serve `/docs`.
+        #[arg(long)]
+        no_docs: bool,
+        /// Do not fire schedules.
+        #[arg(long)]
+        no_schedules: bool,
+    },
     /// Show one stored session.
     Session {
         /// The session id.
@@ -135,13 +173,24 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let logs = bdk_http::LogBuffer::new(2000);
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        let filter = tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let stderr_filter = tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        use tracing_subscriber::Layer as _;
+        tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_filter(stderr_filter),
+            )
+            .with(logs::RingLayer::new(logs.clone()).with_filter(filter))
+            .init();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -152,7 +201,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = runtime.block_on(commands::dispatch(cli.command));
+    let code = runtime.block_on(commands::dispatch(cli.command, logs));
     // Turn tasks that outlive the command (none should) must not hold the
     // process open.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -1,0 +1,332 @@
+//! `bdk serve`: host one or more agents over HTTP.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bdk_core::host::Host;
+use bdk_http::{Auth, BearerToken, Config, LogBuffer, Mount};
+use bdk_store::FsStore;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::lock;
+
+/// How many ports after a busy preferred one are tried.
+const PORT_FALLBACKS: u16 = 20;
+/// How long running turns get to settle on shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// Slugs that would collide with host routes.
+const RESERVED_SLUGS: &[&str] = &["v1", "playground", "docs"];
+
+/// Options of `bdk serve`.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Project directories.
+    pub dirs: Vec<PathBuf>,
+    /// Dev mode.
+    pub dev: bool,
+    /// Preferred port (0 = any free port).
+    pub port: u16,
+    /// Interface to bind.
+    pub host: String,
+    /// One agent at `/v1/*`.
+    pub single: bool,
+    /// State root override.
+    pub state_root: Option<PathBuf>,
+    /// `principal=token` or bare tokens.
+    pub bearer_tokens: Vec<String>,
+    /// Admit every caller.
+    pub allow_anonymous: bool,
+    /// Serve `/docs`.
+    pub docs: bool,
+    /// Fire schedules (accepted; schedules arrive with the scheduler).
+    pub schedules: bool,
+}
+
+/// True for `[A-Za-z0-9][A-Za-z0-9_-]*` and not a reserved segment.
+pub fn valid_slug(slug: &str) -> bool {
+    let mut chars = slug.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && !RESERVED_SLUGS.contains(&slug)
+}
+
+fn parse_tokens(raw: &[String]) -> Result<Vec<BearerToken>> {
+    let mut out = Vec::new();
+    for (i, t) in raw.iter().enumerate() {
+        let (principal, token) = match t.split_once('=') {
+            Some((p, tok)) if !p.is_empty() => (p.to_owned(), tok.to_owned()),
+            _ => (
+                if raw.len() == 1 {
+                    "bearer".to_owned()
+                } else {
+                    format!("bearer-{}", i + 1)
+                },
+                t.clone(),
+            ),
+        };
+        if token.len() < 8 {
+            bail!(
+                "--bearer-token for `{principal}` is shorter than 8 characters; use a long random token"
+            );
+        }
+        out.push(BearerToken { principal, token });
+    }
+    Ok(out)
+}
+
+/// Binds `host:port`, or the next free port when it is busy.
+async fn bind(host: &str, port: u16) -> Result<TcpListener> {
+    let ip: IpAddr = host
+        .parse()
+        .with_context(|| format!("--host `{host}` is not an IP address"))?;
+    if port == 0 {
+        return TcpListener::bind(SocketAddr::new(ip, 0))
+            .await
+            .with_context(|| format!("cannot bind {host}"));
+    }
+    let mut last = None;
+    for candidate in port..=port.saturating_add(PORT_FALLBACKS) {
+        match TcpListener::bind(SocketAddr::new(ip, candidate)).await {
+            Ok(l) => {
+                if candidate != port {
+                    eprintln!("port {port} is busy; using {candidate} instead");
+                }
+                return Ok(l);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last = Some(e),
+            Err(e) => return Err(e).with_context(|| format!("cannot bind {host}:{candidate}")),
+        }
+    }
+    Err(anyhow::anyhow!(
+        "ports {port}-{} on {host} are all busy ({}); pass --port 0 for any free port",
+        port.saturating_add(PORT_FALLBACKS),
+        last.map(|e| e.to_string()).unwrap_or_default()
+    ))
+}
+
+/// Runs the server until SIGINT or SIGTERM. Returns the exit code.
+pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
+    let dirs = if opts.dirs.is_empty() {
+        vec![PathBuf::from(".")]
+    } else {
+        opts.dirs.clone()
+    };
+    if opts.single && dirs.len() != 1 {
+        eprintln!(
+            "error: --mode single serves exactly one agent; got {}",
+            dirs.len()
+        );
+        return Ok(2);
+    }
+    if opts.allow_anonymous && !opts.bearer_tokens.is_empty() {
+        eprintln!("error: --allow-anonymous and --bearer-token exclude each other");
+        return Ok(2);
+    }
+    let tokens = match parse_tokens(&opts.bearer_tokens) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(2);
+        }
+    };
+
+    // Discover everything first: one bad project stops the whole server.
+    let mut projects = Vec::new();
+    let mut failed = false;
+    let mut slugs = std::collections::BTreeSet::new();
+    for dir in &dirs {
+        let discovery = bdk_core::discover(dir);
+        crate::commands::print_diagnostics(&discovery.diagnostics, true);
+        let (errors, _) = crate::commands::counts(&discovery.diagnostics);
+        let Some(project) = discovery.project.filter(|_| errors == 0) else {
+            eprintln!(
+                "error: {} has validation errors; not serving",
+                dir.display()
+            );
+            failed = true;
+            continue;
+        };
+        let slug = slug_of(&project.root);
+        if !opts.single {
+            if !valid_slug(&slug) {
+                eprintln!(
+                    "error: `{slug}` ({}) is not a usable URL slug: use letters, digits, `_` and `-`, starting with a letter or digit, and not v1, playground or docs; rename the directory",
+                    dir.display()
+                );
+                failed = true;
+                continue;
+            }
+            if !slugs.insert(slug.clone()) {
+                eprintln!("error: two agents would be served at /{slug}; rename one directory");
+                failed = true;
+                continue;
+            }
+        }
+        projects.push((slug, project, discovery.diagnostics));
+    }
+    if failed {
+        return Ok(2);
+    }
+
+    let mut mounts = Vec::new();
+    let mut locks = Vec::new();
+    let mut hosts: Vec<Host> = Vec::new();
+    for (slug, project, diagnostics) in projects {
+        let root = match (&opts.state_root, opts.single) {
+            (Some(r), true) => r.clone(),
+            (Some(r), false) => r.join(&slug),
+            (None, _) => project.root.join(".bdk"),
+        };
+        locks.push(lock::acquire(&root)?);
+        let store = FsStore::open(&root)
+            .with_context(|| format!("failed to open the state root {}", root.display()))?;
+        let host = Host::builder(project, Arc::new(store))
+            .build()
+            .await
+            .with_context(|| format!("failed to start agent `{slug}`"))?;
+        hosts.push(host.clone());
+        mounts.push(Mount {
+            slug: (!opts.single).then(|| slug.clone()),
+            host,
+            diagnostics,
+        });
+    }
+
+    let shutdown = CancellationToken::new();
+    let config = Config {
+        auth: if opts.allow_anonymous {
+            Auth::Anonymous
+        } else if !tokens.is_empty() {
+            Auth::Bearer(tokens)
+        } else {
+            Auth::LocalDevStrict
+        },
+        dev: opts.dev,
+        playground: false,
+        docs: opts.docs,
+        max_body_bytes: 1024 * 1024,
+        heartbeat: Duration::from_secs(15),
+        logs,
+        shutdown: shutdown.clone(),
+    };
+    let names: Vec<(Option<String>, String)> = mounts
+        .iter()
+        .map(|m| (m.slug.clone(), m.host.project().name.clone()))
+        .collect();
+    let app = bdk_http::app(mounts, config);
+    let listener = bind(&opts.host, opts.port).await?;
+    let addr = listener.local_addr()?;
+    let base = format!("http://{addr}");
+    println!("listening on {base}");
+    for (slug, name) in &names {
+        match slug {
+            Some(s) => println!("  {name}: {base}/{s}/v1"),
+            None => println!("  {name}: {base}/v1"),
+        }
+    }
+    if opts.docs {
+        println!("  docs: {base}/docs");
+    }
+    if opts.schedules && !opts.dev {
+        let count: usize = hosts.iter().map(|h| h.project().schedules.len()).sum();
+        if count > 0 {
+            eprintln!(
+                "note: {count} schedule(s) discovered; the scheduler is not built yet, so they do not fire"
+            );
+        }
+    }
+    if !opts.dev
+        && !opts.allow_anonymous
+        && opts.bearer_tokens.is_empty()
+        && !addr.ip().is_loopback()
+    {
+        eprintln!(
+            "note: only loopback callers are admitted; pass --bearer-token to serve remote callers"
+        );
+    }
+
+    // On a signal, first interrupt running turns (recorded `turn.failed`,
+    // status interrupted) so open streams carry that, then end the streams
+    // and drain the server.
+    let signal = shutdown.clone();
+    let stopping = hosts.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        eprintln!("shutting down: recording running turns as interrupted and ending streams");
+        futures::future::join_all(stopping.iter().map(|h| h.shutdown(SHUTDOWN_GRACE))).await;
+        signal.cancel();
+    });
+    bdk_http::serve(listener, app, shutdown.clone())
+        .await
+        .context("the server failed")?;
+    drop(locks);
+    Ok(0)
+}
+
+fn slug_of(root: &Path) -> String {
+    root.canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "agent".to_owned())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate());
+        match term {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_follow_the_rules() {
+        for ok in ["weather", "a", "A1_b-c", "9lives"] {
+            assert!(valid_slug(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "-x",
+            "_x",
+            "v1",
+            "docs",
+            "playground",
+            "a b",
+            "a/b",
+            "é",
+        ] {
+            assert!(!valid_slug(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn bearer_tokens_name_their_principals() {
+        let t = parse_tokens(&["alice=aaaaaaaaaa".into(), "bbbbbbbbbb".into()]).unwrap();
+        assert_eq!(t[0].principal, "alice");
+        assert_eq!(t[0].token, "aaaaaaaaaa");
+        assert_eq!(t[1].principal, "bearer-2");
+        assert!(parse_tokens(&["short".into()]).is_err());
+    }
+}

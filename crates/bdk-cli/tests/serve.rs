@@ -1,0 +1,410 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! `bdk serve` as a real process on an ephemeral port, spoken to over HTTP.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == ".bdk" || name == "__pycache__" {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn weather() -> (TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("weather");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather"),
+        &dir,
+    );
+    (tmp, dir)
+}
+
+/// A running `bdk serve`; killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    fn start(args: &[&str], dirs: &[&Path]) -> Server {
+        let mut cmd = Command::cargo_bin("bdk").unwrap();
+        cmd.arg("serve").args(dirs).args(["--port", "0"]).args(args);
+        cmd.env_remove("BDK_STATE_ROOT")
+            .env_remove("BDK_BEARER_TOKEN");
+        Self::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Server {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let captured = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = captured.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(first)) = lines.next() {
+                let _ = tx.send(first);
+            }
+            for _ in lines {}
+        });
+        let first = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "serve printed no address; stderr:\n{}",
+                    captured.lock().unwrap()
+                )
+            });
+        let base = first
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+            .to_owned();
+        Server {
+            child,
+            base,
+            stderr: captured,
+        }
+    }
+
+    fn terminate(&mut self) -> i32 {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "serve did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::Client {
+    bdk_core::net::install_crypto_provider();
+    reqwest::Client::new()
+}
+
+async fn post(c: &reqwest::Client, url: &str, body: Value) -> (u16, Value) {
+    let r = c.post(url).json(&body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+/// Reads NDJSON lines from a streaming response until `stop` says so.
+async fn read_until(
+    resp: reqwest::Response,
+    mut stop: impl FnMut(&Value) -> bool,
+) -> (Vec<Value>, bool) {
+    let mut body = resp.bytes_stream();
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let chunk = tokio::time::timeout_at(deadline, body.next())
+            .await
+            .expect("stream stalled");
+        let Some(chunk) = chunk else {
+            return (out, true);
+        };
+        let Ok(chunk) = chunk else { return (out, true) };
+        buf.extend_from_slice(&chunk);
+        while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=nl).collect();
+            let text = String::from_utf8(line).unwrap();
+            if text.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(text.trim()).unwrap();
+            let done = stop(&v);
+            out.push(v);
+            if done {
+                return (out, false);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_over_http_streams_its_turn() {
+    let (_tmp, dir) = weather();
+    let server = Server::start(&[], &[&dir]);
+    let c = client();
+    let health = c
+        .get(format!("{}/v1/health", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let (status, started) = post(
+        &c,
+        &format!("{}/weather/v1/session", server.base),
+        json!({"message": "What's the weather in Paris?"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    let id = started["sessionId"].as_str().unwrap();
+    assert!(
+        started["continuationToken"]
+            .as_str()
+            .unwrap()
+            .starts_with("http:")
+    );
+    let resp = c
+        .get(format!(
+            "{}/weather/v1/session/{id}/stream?startIndex=0",
+            server.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (events, _) = read_until(resp, |e| e["type"] == "session.waiting").await;
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["index"], i as u64);
+    }
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "turn.completed")
+        .unwrap();
+    assert!(
+        completed["data"]["reply"]
+            .as_str()
+            .unwrap()
+            .contains("Paris")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "action.result" && e["data"]["name"] == "get_weather")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restart_in_the_middle_of_a_stream_loses_nothing() {
+    let (_tmp, dir) = weather();
+    let mut server = Server::start(&[], &[&dir]);
+    let c = client();
+    let (_, started) = post(
+        &c,
+        &format!("{}/weather/v1/session", server.base),
+        json!({"message": "Please be slow"}),
+    )
+    .await;
+    let id = started["sessionId"].as_str().unwrap().to_owned();
+    let resp = c
+        .get(format!("{}/weather/v1/session/{id}/stream", server.base))
+        .send()
+        .await
+        .unwrap();
+    let reader = tokio::spawn(read_until(resp, |_| false));
+    // Wait until the slow turn is running, then stop the server.
+    let events_file = dir.join(".bdk/sessions").join(&id).join("events.ndjson");
+    let start = Instant::now();
+    while !std::fs::read_to_string(&events_file)
+        .unwrap_or_default()
+        .contains("\"step.started\"")
+    {
+        assert!(start.elapsed() < Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let code = server.terminate();
+    assert_eq!(
+        code,
+        0,
+        "graceful shutdown exits 0; stderr:\n{}",
+        server.stderr.lock().unwrap()
+    );
+    let (seen, ended) = reader.await.unwrap();
+    assert!(ended, "the stream ends when the server stops");
+    let last = seen.last().unwrap()["index"].as_u64().unwrap();
+    assert!(
+        seen.iter()
+            .any(|e| e["type"] == "turn.failed" && e["data"]["status"] == "interrupted"),
+        "{seen:?}"
+    );
+
+    // Same state root, new process: resume right after the last seen index.
+    let server = Server::start(&[], &[&dir]);
+    let (status, sent) = post(
+        &c,
+        &format!("{}/weather/v1/session/{id}", server.base),
+        json!({"message": "What's the weather in Oslo?", "continuationToken": started["continuationToken"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let resp = c
+        .get(format!(
+            "{}/weather/v1/session/{id}/stream?startIndex={}",
+            server.base,
+            last + 1
+        ))
+        .send()
+        .await
+        .unwrap();
+    let (rest, _) = read_until(resp, |e| {
+        e["type"] == "session.waiting" && e["turnId"].is_null()
+    })
+    .await;
+    assert_eq!(
+        rest[0]["index"].as_u64().unwrap(),
+        last + 1,
+        "no gap and no duplicate at the seam"
+    );
+    for w in rest.windows(2) {
+        assert_eq!(
+            w[1]["index"].as_u64().unwrap(),
+            w[0]["index"].as_u64().unwrap() + 1
+        );
+    }
+    assert!(rest.iter().any(|e| e["type"] == "turn.completed"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_refuses_invalid_projects_and_bad_flags() {
+    let broken = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(broken.path().join("agent")).unwrap();
+    let out = Command::cargo_bin("bdk")
+        .unwrap()
+        .arg("serve")
+        .arg(broken.path())
+        .args(["--port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("instructions"));
+    let (_tmp, dir) = weather();
+    let out = Command::cargo_bin("bdk")
+        .unwrap()
+        .arg("serve")
+        .arg(&dir)
+        .arg(&dir)
+        .args(["--port", "0", "--mode", "single"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_port_falls_back_to_the_next_free_one_and_single_mode_serves_v1() {
+    let (_tmp, dir) = weather();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let mut cmd = Command::cargo_bin("bdk").unwrap();
+    cmd.arg("serve")
+        .arg(&dir)
+        .args(["--port", &port.to_string(), "--mode", "single"])
+        .env_remove("BDK_STATE_ROOT");
+    let server = Server::spawn(cmd);
+    assert_ne!(server.base, format!("http://127.0.0.1:{port}"));
+    let c = client();
+    let (status, body) = post(
+        &c,
+        &format!("{}/v1/session", server.base),
+        json!({"message": "hi"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // Give the stderr reader a moment to see the fallback note it printed first.
+    let start = Instant::now();
+    while !server.stderr.lock().unwrap().contains("busy") {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no fallback note"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(taken);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bearer_tokens_make_principals_own_their_sessions() {
+    let (_tmp, dir) = weather();
+    let server = Server::start(
+        &[
+            "--bearer-token",
+            "alice=alice-secret-1",
+            "--bearer-token",
+            "bob=bob-secret-22",
+        ],
+        &[&dir],
+    );
+    let c = client();
+    let url = format!("{}/weather/v1/session", server.base);
+    let r = c
+        .post(&url)
+        .json(&json!({"message": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c
+        .post(&url)
+        .bearer_auth("alice-secret-1")
+        .json(&json!({"message": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let id = body["sessionId"].as_str().unwrap();
+    let r = c
+        .get(format!("{}/weather/v1/session/{id}/events", server.base))
+        .bearer_auth("bob-secret-22")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = c
+        .get(format!(
+            "{}/weather/v1/session/{id}/events?format=json",
+            server.base
+        ))
+        .bearer_auth("alice-secret-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
