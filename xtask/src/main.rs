@@ -7,9 +7,12 @@
 //!   (`tests: N passed, N failed, N skipped`). If it passes locally, CI
 //!   (`.ci/run`) is green.
 //! - `cargo xtask lint` runs only the formatting and clippy gates.
-//! - `cargo xtask bench` builds and runs the runtime benchmarks in release
-//!   mode (the only release build of the project) and prints their JSON
-//!   report, also saving it as `bench-report.json` in the target directory.
+//! - `cargo xtask bench` builds and runs the benchmark programs in release
+//!   mode (the only release build of the project): the runtime benchmarks of
+//!   `bdk-core` and the HTTP benchmarks of `bdk-cli` (which also time the
+//!   release `bdk` binary cargo builds for them). It merges their reports
+//!   into one JSON report, prints it and saves it as `bench-report.json` in
+//!   the target directory.
 //!
 //! Every step runs with the same profile and `--all-features`, so clippy,
 //! tests and rustdoc share the one target directory and reuse each other's
@@ -42,8 +45,8 @@ usage: cargo xtask <command>
 commands:
   test             fmt check, clippy, tests (nextest when installed), doc tests, rustdoc
   lint             fmt check and clippy only
-  bench [options]  run the runtime benchmarks (release build) and print their JSON report,
-                   also saved as bench-report.json in the target directory
+  bench [options]  run the runtime and HTTP benchmarks (release build) and print one JSON
+                   report, also saved as bench-report.json in the target directory
       --quick      smaller sample counts, for a fast smoke run of the benchmarks
       --strict     exit non-zero when a benchmark misses its target
   help             print this text";
@@ -87,7 +90,7 @@ enum Error {
     Spawn { command: String, source: io::Error },
     /// A file could not be written.
     Write { path: PathBuf, source: io::Error },
-    /// Cargo's metadata or the benchmark report was not what we expect.
+    /// Cargo's metadata or a benchmark report was not what we expect.
     Malformed { what: &'static str, message: String },
     /// `--strict` benchmarks missed a target.
     MissedTargets(Vec<String>),
@@ -398,17 +401,35 @@ fn workspace_metadata(root: &Path) -> Result<Value, Error> {
     })
 }
 
-fn bench(options: BenchOptions) -> Result<(), Error> {
-    let root = workspace_root();
-    let mut args = vec!["bench", "-p", "bdk-core", "--bench", "runtime"];
-    if options.quick {
+/// The benchmark programs, as (package, bench target). Each is a plain
+/// program (no harness) that prints one JSON report on stdout.
+const BENCH_PROGRAMS: &[(&str, &str)] = &[("bdk-core", "runtime"), ("bdk-cli", "http")];
+
+/// `cargo bench` arguments running every benchmark program. One invocation
+/// builds them all with one feature resolution, so the programs share their
+/// release artifacts instead of each package building its own.
+fn bench_args(quick: bool) -> Vec<&'static str> {
+    let mut args = vec!["bench"];
+    for (package, _) in BENCH_PROGRAMS {
+        args.extend(["-p", package]);
+    }
+    for (_, target) in BENCH_PROGRAMS {
+        args.extend(["--bench", target]);
+    }
+    if quick {
         args.extend(["--", "--quick"]);
     }
+    args
+}
+
+fn bench(options: BenchOptions) -> Result<(), Error> {
+    let root = workspace_root();
+    let args = bench_args(options.quick);
     let command = format!("cargo {}", args.join(" "));
     println!("==> bench: {command}");
     let started = Instant::now();
-    // The benchmark prints its report on stdout and its progress on stderr;
-    // only the report is captured.
+    // The benchmarks print their reports on stdout and their progress on
+    // stderr; only the reports are captured.
     let output = Command::new(cargo())
         .args(&args)
         .current_dir(&root)
@@ -425,7 +446,7 @@ fn bench(options: BenchOptions) -> Result<(), Error> {
             status: output.status,
         });
     }
-    let report = parse_report(&output.stdout)?;
+    let report = merge_reports(parse_reports(&output.stdout)?, BENCH_PROGRAMS.len())?;
     let pretty = serde_json::to_string_pretty(&report).map_err(|e| Error::Malformed {
         what: "benchmark report",
         message: e.to_string(),
@@ -460,22 +481,61 @@ fn bench(options: BenchOptions) -> Result<(), Error> {
     }
 }
 
-/// Parses the benchmark's stdout: one JSON object with a `benchmarks` array.
-fn parse_report(stdout: &[u8]) -> Result<Value, Error> {
+/// Parses the benchmarks' stdout: one JSON object per program, each with a
+/// `benchmarks` array, one after the other.
+fn parse_reports(stdout: &[u8]) -> Result<Vec<Value>, Error> {
     let malformed = |message: String| Error::Malformed {
         what: "benchmark report",
         message,
     };
-    let report: Value = serde_json::from_slice(stdout).map_err(|e| {
-        malformed(format!(
-            "{e}; the benchmark printed: {}",
-            String::from_utf8_lossy(stdout).trim()
-        ))
-    })?;
-    if !report.get("benchmarks").is_some_and(Value::is_array) {
-        return Err(malformed("no `benchmarks` array".into()));
+    let mut reports = Vec::new();
+    for report in serde_json::Deserializer::from_slice(stdout).into_iter::<Value>() {
+        let report = report.map_err(|e| {
+            malformed(format!(
+                "{e}; the benchmarks printed: {}",
+                String::from_utf8_lossy(stdout).trim()
+            ))
+        })?;
+        if !report.get("benchmarks").is_some_and(Value::is_array) {
+            return Err(malformed("no `benchmarks` array".into()));
+        }
+        reports.push(report);
     }
-    Ok(report)
+    Ok(reports)
+}
+
+/// One report from the programs' reports, in the shape each of them has:
+/// the first one's `machine`, `profile` and `quick`, and every program's
+/// benchmarks in order. A program that printed no report (or two) is an
+/// error rather than a report with silently missing benchmarks.
+fn merge_reports(reports: Vec<Value>, programs: usize) -> Result<Value, Error> {
+    if reports.len() != programs {
+        return Err(Error::Malformed {
+            what: "benchmark output",
+            message: format!(
+                "expected {programs} reports, one per benchmark program, got {}",
+                reports.len()
+            ),
+        });
+    }
+    let mut reports = reports.into_iter();
+    let Some(mut merged) = reports.next() else {
+        return Err(Error::Malformed {
+            what: "benchmark output",
+            message: "no report".into(),
+        });
+    };
+    let mut benchmarks = match merged.get_mut("benchmarks").map(Value::take) {
+        Some(Value::Array(all)) => all,
+        _ => Vec::new(),
+    };
+    for report in reports {
+        if let Some(Value::Array(more)) = report.get("benchmarks") {
+            benchmarks.extend(more.iter().cloned());
+        }
+    }
+    merged["benchmarks"] = Value::Array(benchmarks);
+    Ok(merged)
 }
 
 /// Names of the benchmarks whose `meetsTarget` is not true.
@@ -572,16 +632,53 @@ mod tests {
 
     #[test]
     fn report_parsing_finds_missed_targets() {
-        let report = parse_report(
+        let reports = parse_reports(
             br#"{"machine":{"cores":2},"benchmarks":[
                 {"name":"a","meetsTarget":true},
                 {"name":"b","meetsTarget":false},
                 {"name":"c"}]}"#,
         )
         .unwrap();
+        let report = merge_reports(reports, 1).unwrap();
         assert_eq!(missed_targets(&report), ["b", "c"]);
         assert!(missed_targets(&json!({"benchmarks": []})).is_empty());
-        assert!(parse_report(b"not json").is_err());
-        assert!(parse_report(br#"{"machine":{}}"#).is_err());
+        assert!(parse_reports(b"not json").is_err());
+        assert!(parse_reports(br#"{"machine":{}}"#).is_err());
+        assert!(parse_reports(br#"{"benchmarks":[]} {"machine":{}}"#).is_err());
+    }
+
+    #[test]
+    fn reports_of_every_program_merge_into_one() {
+        let stdout = br#"{"machine":{"cores":2},"profile":"release","quick":false,"benchmarks":[{"name":"a","meetsTarget":true}]}
+{"machine":{"cores":2},"profile":"release","quick":false,"benchmarks":[{"name":"b","meetsTarget":false},{"name":"c","meetsTarget":true}]}
+"#;
+        let merged = merge_reports(parse_reports(stdout).unwrap(), 2).unwrap();
+        assert_eq!(
+            merged,
+            json!({
+                "machine": {"cores": 2}, "profile": "release", "quick": false,
+                "benchmarks": [
+                    {"name": "a", "meetsTarget": true},
+                    {"name": "b", "meetsTarget": false},
+                    {"name": "c", "meetsTarget": true},
+                ],
+            })
+        );
+        assert_eq!(missed_targets(&merged), ["b"]);
+        // A program that printed nothing is an error, not a shorter report.
+        let one = parse_reports(br#"{"benchmarks":[]}"#).unwrap();
+        assert!(merge_reports(one, 2).is_err());
+        assert!(merge_reports(Vec::new(), 0).is_err());
+    }
+
+    #[test]
+    fn bench_runs_every_program_in_one_cargo_invocation() {
+        assert_eq!(
+            bench_args(false),
+            [
+                "bench", "-p", "bdk-core", "-p", "bdk-cli", "--bench", "runtime", "--bench", "http"
+            ]
+        );
+        assert_eq!(bench_args(true)[9..], ["--", "--quick"]);
     }
 }

@@ -4,8 +4,9 @@
 //! [`Config`]: per agent the session API (start, follow-up, NDJSON stream,
 //! events, stop, list, cost, approvals), direct tool calls, discovery
 //! (`/v1/info`, `/v1/tools`, `/v1/meta`, `/v1/health`, `/v1/logs`),
-//! artifacts and the agent's custom channel routes ([`channels`]); at the
-//! host root the agent index, health and `/docs`.
+//! artifacts, the agent's custom channel routes ([`channels`]) and the
+//! OpenAPI document ([`openapi`]); at the host root the agent index,
+//! health, the OpenAPI document and `/docs`.
 //!
 //! Layout: when every mount has a slug, each agent lives under
 //! `/<slug>/v1/*` and the host routes sit at the root; one mount without a
@@ -44,6 +45,7 @@ mod docs;
 mod error;
 mod extract;
 mod logs;
+pub mod openapi;
 mod sessions;
 mod stream;
 mod tools;
@@ -216,6 +218,7 @@ pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
         }
     } else {
         let mut index = Vec::new();
+        let mut slugs = Vec::new();
         let mut seen = HashSet::new();
         for mount in mounts {
             let Some(slug) = mount.slug.clone() else {
@@ -234,10 +237,12 @@ pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
                 continue;
             }
             index.push(discovery::IndexEntry::new(&mount, &slug));
+            slugs.push(slug.clone());
             let nested = agent_router(mount, &shared);
             router = router.nest(&format!("/{slug}"), nested);
         }
         router = router.merge(discovery::host_routes(index, Arc::clone(&shared)));
+        router = router.merge(openapi::host_routes(slugs));
     }
     if config.docs {
         router = router.merge(docs::routes());
@@ -267,6 +272,14 @@ pub async fn serve(
     app: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    // Streams write small NDJSON lines; without TCP_NODELAY, Nagle's
+    // algorithm meeting the client's delayed ACK holds a line back ~40 ms.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "failed to set TCP_NODELAY");
+        }
+    });
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
@@ -314,7 +327,8 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
         ));
     let open = Router::new()
         .route("/v1/health", get(discovery::health))
-        .route("/v1/meta", get(discovery::meta));
+        .route("/v1/meta", get(discovery::meta))
+        .route("/v1/openapi.json", get(openapi::agent_document));
 
     let mut router = protected.merge(open).with_state(Arc::clone(&agent));
 

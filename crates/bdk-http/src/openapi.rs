@@ -1,0 +1,1780 @@
+//! The OpenAPI 3.1 description of the whole HTTP surface, served at
+//! `GET /v1/openapi.json`.
+//!
+//! The document is built by hand here, as a `serde_json::Value`, rather than
+//! derived from the handlers: the handlers answer with `json!` values, so
+//! there is nothing typed to derive from, and a hand-written description
+//! reads better. What keeps it honest is `tests/openapi.rs`: it scans this
+//! crate's source for every registered route and method and checks the
+//! document lists exactly those, serves the app and checks that every
+//! documented operation reaches a handler and answers with a documented
+//! status and a body that matches the documented schema, and checks the
+//! error-code enum against the codes the source can produce.
+//!
+//! The document describes one agent's routes relative to its base path
+//! (`/<slug>`, or nothing in single mode), plus the host routes. Where each
+//! path is served is said by the `x-bdk-mount` extension of its path item:
+//! `agent` (under every agent's base path), `host` (at the server root in
+//! the multi-agent layout) and `server` (at the server root in every
+//! layout). Paths not served under the agent base carry a path-level
+//! `servers` entry of `/`. The copies served by the app add a top-level
+//! `servers` entry pointing at the agent (or, at the root of a multi-agent
+//! server, a `{slug}` variable listing the agents).
+//!
+//! The document holds nothing about any particular agent (channels are
+//! described generically), so it is served without auth, like `/docs`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use serde_json::{Map, Value, json};
+
+use crate::Agent;
+
+/// The generic document, built once.
+static DOCUMENT: LazyLock<Value> = LazyLock::new(build);
+
+/// The OpenAPI 3.1 document of the HTTP surface, without a top-level
+/// `servers` entry (the served copies add one for where they are served).
+pub fn document() -> Value {
+    DOCUMENT.clone()
+}
+
+/// `GET /v1/openapi.json` under an agent's base path: the document, with
+/// the agent's base path as its server.
+pub(crate) async fn agent_document(State(agent): State<Arc<Agent>>) -> Json<Value> {
+    let url = if agent.prefix.is_empty() {
+        "/".to_owned()
+    } else {
+        agent.prefix.clone()
+    };
+    let mut server = json!({ "url": url });
+    if let Some(slug) = &agent.slug {
+        server["description"] = json!(format!("the agent `{slug}`"));
+    }
+    Json(with_servers(json!([server])))
+}
+
+/// The host route of a multi-agent app: `GET /v1/openapi.json` at the root,
+/// whose server names the agent with a `{slug}` variable.
+pub(crate) fn host_routes(slugs: Vec<String>) -> Router {
+    let servers = match slugs.first() {
+        Some(first) => json!([{
+            "url": "/{slug}",
+            "description": "one of the agents this server hosts",
+            "variables": {"slug": {"default": first, "enum": slugs}},
+        }]),
+        None => json!([{ "url": "/" }]),
+    };
+    let body = Arc::new(with_servers(servers));
+    Router::new().route(
+        "/v1/openapi.json",
+        get(move || {
+            let body = Arc::clone(&body);
+            async move { Json(Value::clone(&body)) }
+        }),
+    )
+}
+
+fn with_servers(servers: Value) -> Value {
+    let mut doc = document();
+    doc["servers"] = servers;
+    doc
+}
+
+/// Every `error` code of the API, with its status and meaning. Each code
+/// has exactly one status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Code {
+    InvalidJson,
+    InvalidRequest,
+    InvalidAsOf,
+    InvalidContinuationToken,
+    InvalidToolInput,
+    ToolNotCallable,
+    InvalidBody,
+    InvalidQuery,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+    SessionNotFound,
+    InvalidSessionId,
+    UnknownTool,
+    ApprovalNotFound,
+    MethodNotAllowed,
+    StaleContinuationToken,
+    TaskSession,
+    SessionBusy,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    WorkspaceUnavailable,
+    Internal,
+}
+
+impl Code {
+    const ALL: &[Code] = &[
+        Code::InvalidJson,
+        Code::InvalidRequest,
+        Code::InvalidAsOf,
+        Code::InvalidContinuationToken,
+        Code::InvalidToolInput,
+        Code::ToolNotCallable,
+        Code::InvalidBody,
+        Code::InvalidQuery,
+        Code::Unauthorized,
+        Code::Forbidden,
+        Code::NotFound,
+        Code::SessionNotFound,
+        Code::InvalidSessionId,
+        Code::UnknownTool,
+        Code::ApprovalNotFound,
+        Code::MethodNotAllowed,
+        Code::StaleContinuationToken,
+        Code::TaskSession,
+        Code::SessionBusy,
+        Code::PayloadTooLarge,
+        Code::UnsupportedMediaType,
+        Code::WorkspaceUnavailable,
+        Code::Internal,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Code::InvalidJson => "invalid_json",
+            Code::InvalidRequest => "invalid_request",
+            Code::InvalidAsOf => "invalid_as_of",
+            Code::InvalidContinuationToken => "invalid_continuation_token",
+            Code::InvalidToolInput => "invalid_tool_input",
+            Code::ToolNotCallable => "tool_not_callable",
+            Code::InvalidBody => "invalid_body",
+            Code::InvalidQuery => "invalid_query",
+            Code::Unauthorized => "unauthorized",
+            Code::Forbidden => "forbidden",
+            Code::NotFound => "not_found",
+            Code::SessionNotFound => "session_not_found",
+            Code::InvalidSessionId => "invalid_session_id",
+            Code::UnknownTool => "unknown_tool",
+            Code::ApprovalNotFound => "approval_not_found",
+            Code::MethodNotAllowed => "method_not_allowed",
+            Code::StaleContinuationToken => "stale_continuation_token",
+            Code::TaskSession => "task_session",
+            Code::SessionBusy => "session_busy",
+            Code::PayloadTooLarge => "payload_too_large",
+            Code::UnsupportedMediaType => "unsupported_media_type",
+            Code::WorkspaceUnavailable => "workspace_unavailable",
+            Code::Internal => "internal",
+        }
+    }
+
+    fn status(self) -> u16 {
+        match self {
+            Code::InvalidJson
+            | Code::InvalidRequest
+            | Code::InvalidAsOf
+            | Code::InvalidContinuationToken
+            | Code::InvalidToolInput
+            | Code::ToolNotCallable
+            | Code::InvalidBody
+            | Code::InvalidQuery => 400,
+            Code::Unauthorized => 401,
+            Code::Forbidden => 403,
+            Code::NotFound
+            | Code::SessionNotFound
+            | Code::InvalidSessionId
+            | Code::UnknownTool
+            | Code::ApprovalNotFound => 404,
+            Code::MethodNotAllowed => 405,
+            Code::StaleContinuationToken | Code::TaskSession | Code::SessionBusy => 409,
+            Code::PayloadTooLarge => 413,
+            Code::UnsupportedMediaType => 415,
+            Code::WorkspaceUnavailable | Code::Internal => 500,
+        }
+    }
+
+    fn meaning(self) -> &'static str {
+        match self {
+            Code::InvalidJson => "the body is not valid JSON",
+            Code::InvalidRequest => {
+                "a field or query parameter has the wrong type or value (a blank message, a workspace path that leaves the workspace, a template that cannot be rendered)"
+            }
+            Code::InvalidAsOf => "`asOf` is not an RFC 3339 instant with a zone",
+            Code::InvalidContinuationToken => {
+                "the token is not `<channelId>:<key>` with both parts non-empty, or came together with `sessionId`"
+            }
+            Code::InvalidToolInput => {
+                "the input fails the tool's schema; `errors` lists the violations"
+            }
+            Code::ToolNotCallable => {
+                "an agent-execution tool, which only runs as a script inside the session workspace"
+            }
+            Code::InvalidBody => "the body fails the channel route's `body_schema`; see `errors`",
+            Code::InvalidQuery => {
+                "the query parameters fail the channel route's `query_schema`; see `errors`"
+            }
+            Code::Unauthorized => "no auth policy admitted the request",
+            Code::Forbidden => "the session belongs to another principal",
+            Code::NotFound => "no route, artifact, documentation page or resource by this name",
+            Code::SessionNotFound => "no session has this id",
+            Code::InvalidSessionId => "the id is malformed, so it names no session",
+            Code::UnknownTool => "no callable tool has this name; `available` lists those that do",
+            Code::ApprovalNotFound => "no call with this id is waiting for a decision",
+            Code::MethodNotAllowed => "the path exists, but not with this method",
+            Code::StaleContinuationToken => "the continuation token is not the current one",
+            Code::TaskSession => "task sessions take no follow-up messages",
+            Code::SessionBusy => {
+                "a session-bound write call while a turn runs; retry after the turn"
+            }
+            Code::PayloadTooLarge => "the body is over the server's limit (1 MiB by default)",
+            Code::UnsupportedMediaType => "the body is not sent as `application/json`",
+            Code::WorkspaceUnavailable => {
+                "the session workspace cannot be created for a session-bound write call"
+            }
+            Code::Internal => "a failure inside the server; the details are in the server log",
+        }
+    }
+}
+
+fn schema(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn nullable(kind: &str, description: &str) -> Value {
+    json!({ "type": [kind, "null"], "description": description })
+}
+
+fn text(description: &str) -> Value {
+    json!({ "type": "string", "description": description })
+}
+
+/// Builds one operation object.
+struct Op {
+    op: Map<String, Value>,
+    parameters: Vec<Value>,
+    responses: BTreeMap<String, Value>,
+    codes: Vec<Code>,
+}
+
+impl Op {
+    fn new(id: &str, tag: &str, summary: &str, description: &str) -> Self {
+        let mut op = Map::new();
+        op.insert("operationId".into(), json!(id));
+        op.insert("tags".into(), json!([tag]));
+        op.insert("summary".into(), json!(summary));
+        op.insert("description".into(), json!(description));
+        Op {
+            op,
+            parameters: Vec::new(),
+            responses: BTreeMap::new(),
+            codes: Vec::new(),
+        }
+    }
+
+    fn param(mut self, parameter: Value) -> Self {
+        self.parameters.push(parameter);
+        self
+    }
+
+    /// A JSON request body of the named schema.
+    fn body(mut self, name: &str, required: bool, description: &str, example: Value) -> Self {
+        self.op.insert(
+            "requestBody".into(),
+            json!({
+                "required": required,
+                "description": description,
+                "content": {"application/json": {"schema": schema(name), "example": example}},
+            }),
+        );
+        self
+    }
+
+    fn response(mut self, status: &str, response: Value) -> Self {
+        self.responses.insert(status.to_owned(), response);
+        self
+    }
+
+    /// A JSON success answer of the named schema.
+    fn json(self, status: &str, description: &str, name: &str) -> Self {
+        self.response(
+            status,
+            json!({
+                "description": description,
+                "content": {"application/json": {"schema": schema(name)}},
+            }),
+        )
+    }
+
+    fn errors(mut self, codes: &[Code]) -> Self {
+        self.codes.extend_from_slice(codes);
+        self
+    }
+
+    /// The errors of every route behind the auth chain.
+    fn protected(self) -> Self {
+        self.errors(&[Code::Unauthorized])
+    }
+
+    /// The errors of every route that reads a JSON body.
+    fn json_body_errors(self) -> Self {
+        self.errors(&[
+            Code::InvalidJson,
+            Code::InvalidRequest,
+            Code::PayloadTooLarge,
+            Code::UnsupportedMediaType,
+        ])
+    }
+
+    /// The route runs no auth.
+    fn open(mut self) -> Self {
+        self.op.insert("security".into(), json!([]));
+        self
+    }
+
+    fn build(mut self) -> Value {
+        if !self.codes.contains(&Code::Internal) {
+            self.codes.push(Code::Internal);
+        }
+        let mut by_status: BTreeMap<u16, Vec<Code>> = BTreeMap::new();
+        for code in Code::ALL {
+            if self.codes.contains(code) {
+                by_status.entry(code.status()).or_default().push(*code);
+            }
+        }
+        for (status, codes) in by_status {
+            self.responses
+                .insert(status.to_string(), error_response(&codes));
+        }
+        if !self.parameters.is_empty() {
+            self.op
+                .insert("parameters".into(), Value::Array(self.parameters));
+        }
+        self.op.insert(
+            "responses".into(),
+            Value::Object(self.responses.into_iter().collect()),
+        );
+        Value::Object(self.op)
+    }
+}
+
+/// An error answer restricted to `codes` (all of one status).
+fn error_response(codes: &[Code]) -> Value {
+    let description = codes
+        .iter()
+        .map(|c| format!("`{}`: {}", c.name(), c.meaning()))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let names: Vec<&str> = codes.iter().map(|c| c.name()).collect();
+    let mut response = json!({
+        "description": description,
+        "content": {"application/json": {"schema": {
+            "allOf": [
+                schema("Error"),
+                {"properties": {"error": {"enum": names}}},
+            ],
+        }}},
+    });
+    if codes.contains(&Code::Unauthorized) {
+        response["headers"] = json!({
+            "WWW-Authenticate": {
+                "description": "Always `Bearer`.",
+                "schema": {"type": "string", "const": "Bearer"},
+            },
+        });
+    }
+    response
+}
+
+fn path_param(name: &str, value: Value, description: &str) -> Value {
+    json!({
+        "name": name,
+        "in": "path",
+        "required": true,
+        "description": description,
+        "schema": value,
+    })
+}
+
+fn query_param(name: &str, value: Value, description: &str) -> Value {
+    json!({
+        "name": name,
+        "in": "query",
+        "required": false,
+        "description": description,
+        "schema": value,
+    })
+}
+
+fn session_id_param() -> Value {
+    path_param(
+        "sessionId",
+        schema("SessionId"),
+        "The session. A malformed id is `404 invalid_session_id`.",
+    )
+}
+
+/// One path of the surface: where it is served and its operations.
+struct PathItem {
+    path: &'static str,
+    mount: &'static [&'static str],
+    operations: Vec<(&'static str, Value)>,
+}
+
+const AGENT: &[&str] = &["agent"];
+const AGENT_AND_HOST: &[&str] = &["agent", "host"];
+const HOST: &[&str] = &["host"];
+const SERVER: &[&str] = &["server"];
+
+/// The methods a channel route may declare.
+const CHANNEL_METHODS: &[&str] = &["get", "post", "put", "patch", "delete"];
+
+fn build() -> Value {
+    let mut paths = Map::new();
+    for item in path_items() {
+        let mut entry = Map::new();
+        entry.insert("x-bdk-mount".into(), json!(item.mount));
+        if !item.mount.contains(&"agent") {
+            entry.insert(
+                "servers".into(),
+                json!([{"url": "/", "description": "the server root"}]),
+            );
+        }
+        for (method, operation) in item.operations {
+            entry.insert(method.to_owned(), operation);
+        }
+        paths.insert(item.path.to_owned(), Value::Object(entry));
+    }
+    json!({
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
+        "info": {
+            "title": "BDK HTTP API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "summary": "Durable agent sessions, NDJSON event streams, direct tool calls and discovery, as served by `bdk serve`.",
+            "description": INFO_DESCRIPTION,
+            "license": {"name": env!("CARGO_PKG_LICENSE"), "identifier": env!("CARGO_PKG_LICENSE")},
+        },
+        "tags": [
+            {"name": "sessions", "description": "Start sessions, send follow-ups, follow and dump their events, stop turns, list sessions, read their cost."},
+            {"name": "approvals", "description": "Decide tool calls that wait for a person."},
+            {"name": "tools", "description": "The tool catalog and direct tool calls with no model turn."},
+            {"name": "discovery", "description": "What the agent is and what the server runs."},
+            {"name": "artifacts", "description": "Durable outputs that sessions tagged."},
+            {"name": "channels", "description": "Routes an agent declares in `agent/channels/<name>.toml`."},
+            {"name": "host", "description": "Routes of the server as a whole."},
+            {"name": "docs", "description": "The user documentation, rendered as HTML."},
+        ],
+        "security": [{"bearerAuth": []}, {}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": security_schemes(),
+            "schemas": schemas(),
+        },
+    })
+}
+
+const INFO_DESCRIPTION: &str = "\
+Every agent served by `bdk serve` answers the same JSON-over-HTTP interface. \
+The paths below are relative to an agent's base path: `/<slug>` when several \
+agents share a server (the default), nothing with `--mode single`. The \
+`x-bdk-mount` extension of each path says where it is served: `agent` under \
+every agent's base path, `host` at the server root of a multi-agent server, \
+`server` at the server root in either layout (the `/docs` pages, unless \
+`--no-docs`).\n\n\
+Errors always have the body `{\"ok\": false, \"error\": \"<code>\", \"message\": \"...\"}` \
+(see the `Error` and `ErrorCode` schemas); `error` is stable, `message` is for \
+people. A path no route matches answers `404 not_found`, a known path with \
+another method `405 method_not_allowed`.\n\n\
+Request bodies are JSON (`application/json`, any `application/*+json`, any \
+charset). A request with no body and no content type counts as `{}`. Unknown \
+fields are ignored, and responses may gain fields: ignore the ones you do not \
+know.\n\n\
+Auth: by default only clients connecting directly from a loopback address are \
+admitted (requests carrying proxy headers or a non-loopback `Host` are refused); \
+`--bearer-token` requires `Authorization: Bearer <token>`; `--allow-anonymous` \
+admits everyone. Routes whose `security` is empty never require auth. The \
+principal that starts a session owns it; other principals get `403 forbidden`.\n\n\
+Streams: `GET /v1/session/{sessionId}/stream` answers `application/x-ndjson`, one \
+event envelope (the `Envelope` schema) per line, and stays open; blank lines \
+are keep-alives.";
+
+fn security_schemes() -> Value {
+    json!({
+        "bearerAuth": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "Required when the server runs with `--bearer-token`: each configured token authenticates its own principal. The default policy (loopback clients only) and `--allow-anonymous` need no credentials, which is why every protected operation also lists the empty requirement.",
+        },
+        "channelBearer": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A channel route with `auth = \"bearer\"`: the token is read from the environment variable the route names in `token_env`.",
+        },
+        "channelSignature": {
+            "type": "apiKey",
+            "in": "header",
+            "name": "X-Hub-Signature-256",
+            "description": "A channel route with `auth = \"hmac\"`: `sha256=<hex HMAC-SHA256 of the raw body>` under the secret in `secret_env`. The header is the one the route names in `signature_header`; `X-Hub-Signature-256` is GitHub's.",
+        },
+    })
+}
+
+fn path_items() -> Vec<PathItem> {
+    let mut items = session_items();
+    items.extend(tool_items());
+    items.extend(discovery_items());
+    items.extend(artifact_items());
+    items.extend(channel_items());
+    items.extend(host_items());
+    items
+}
+
+fn session_items() -> Vec<PathItem> {
+    vec![
+        PathItem {
+            path: "/v1/session",
+            mount: AGENT,
+            operations: vec![(
+                "post",
+                Op::new(
+                    "startSession",
+                    "sessions",
+                    "Start a session",
+                    "Creates a chat session on the `http` channel, owned by the caller. With a `message` the first turn starts in the background and the answer comes as soon as the message is accepted; without one the session is created idle and waits for a follow-up.",
+                )
+                .body(
+                    "StartSessionRequest",
+                    false,
+                    "Every field is optional; an empty body counts as `{}`.",
+                    json!({"message": "What is the weather in Paris?"}),
+                )
+                .json("200", "The session was created.", "StartSessionResponse")
+                .json_body_errors()
+                .errors(&[Code::InvalidAsOf])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/session/{sessionId}",
+            mount: AGENT,
+            operations: vec![(
+                "post",
+                Op::new(
+                    "sendMessage",
+                    "sessions",
+                    "Send a follow-up message",
+                    "Sends a message to a chat session. Every accepted follow-up replaces the continuation token; of two sends racing with the same token exactly one is accepted.",
+                )
+                .param(session_id_param())
+                .body(
+                    "FollowUpRequest",
+                    true,
+                    "The message and, optionally, the current continuation token.",
+                    json!({"message": "And in Tokyo?", "continuationToken": "http:…"}),
+                )
+                .json("200", "The message was accepted.", "FollowUpResponse")
+                .json_body_errors()
+                .errors(&[
+                    Code::Forbidden,
+                    Code::SessionNotFound,
+                    Code::InvalidSessionId,
+                    Code::StaleContinuationToken,
+                    Code::TaskSession,
+                ])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/session/{sessionId}/stream",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "streamEvents",
+                    "sessions",
+                    "Follow a session's events",
+                    "Replays the session's events from `startIndex`, then sends new ones as they are recorded. The connection stays open until the client closes it, the session is deleted or the server shuts down. To resume after a disconnect, pass the last index received plus one.",
+                )
+                .param(session_id_param())
+                .param(query_param(
+                    "startIndex",
+                    json!({"type": "integer", "minimum": 0, "default": 0}),
+                    "The first event index to send; an index past the end waits for that event.",
+                ))
+                .response(
+                    "200",
+                    json!({
+                        "description": "An NDJSON stream: one `Envelope` per line. While nothing happens an empty line is written every 15 seconds; skip blank lines.",
+                        "headers": {
+                            "Cache-Control": {"schema": {"type": "string", "const": "no-cache"}},
+                            "X-Accel-Buffering": {
+                                "description": "Asks reverse proxies not to buffer the stream.",
+                                "schema": {"type": "string", "const": "no"},
+                            },
+                        },
+                        "content": {"application/x-ndjson": {"schema": schema("Envelope")}},
+                    }),
+                )
+                .errors(&[
+                    Code::InvalidRequest,
+                    Code::Forbidden,
+                    Code::SessionNotFound,
+                    Code::InvalidSessionId,
+                ])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/session/{sessionId}/events",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "listEvents",
+                    "sessions",
+                    "Dump a session's recorded events",
+                    "The events recorded so far, without following: NDJSON by default, one JSON document with `format=json`.",
+                )
+                .param(session_id_param())
+                .param(query_param(
+                    "format",
+                    json!({"type": "string", "enum": ["ndjson", "json"], "default": "ndjson"}),
+                    "`ndjson` (one `Envelope` per line) or `json` (an `EventsResponse`).",
+                ))
+                .response(
+                    "200",
+                    json!({
+                        "description": "The recorded events.",
+                        "content": {
+                            "application/x-ndjson": {"schema": schema("Envelope")},
+                            "application/json": {"schema": schema("EventsResponse")},
+                        },
+                    }),
+                )
+                .errors(&[
+                    Code::InvalidRequest,
+                    Code::Forbidden,
+                    Code::SessionNotFound,
+                    Code::InvalidSessionId,
+                ])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/session/{sessionId}/stop",
+            mount: AGENT,
+            operations: vec![(
+                "post",
+                Op::new(
+                    "stopTurn",
+                    "sessions",
+                    "Stop the running turn",
+                    "Interrupts the running turn without sending anything: it ends with `turn.failed`, status `cancelled`, and queued coalesced messages are dropped. The session stays a chat session. Answers once the turn has settled. Any request body is ignored.",
+                )
+                .param(session_id_param())
+                .json("200", "`stopped` is false when no turn was running.", "StopResponse")
+                .errors(&[Code::Forbidden, Code::SessionNotFound, Code::InvalidSessionId])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/session/{sessionId}/cost",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getCost",
+                    "sessions",
+                    "Token usage and estimated cost",
+                    "One entry per ended turn (from `turn.completed` and `turn.failed`) and the totals. `estimatedCostUsd` is null for a model without a known price, and the total is null when any turn's is.",
+                )
+                .param(session_id_param())
+                .json("200", "The session's usage.", "CostResponse")
+                .errors(&[Code::Forbidden, Code::SessionNotFound, Code::InvalidSessionId])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/session/{sessionId}/approvals",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "listApprovals",
+                    "approvals",
+                    "Calls waiting for a decision",
+                    "Calls of tools declared with `needs_approval` that are parked until someone approves or denies them.",
+                )
+                .param(session_id_param())
+                .json("200", "The parked calls.", "ApprovalsResponse")
+                .errors(&[Code::Forbidden, Code::SessionNotFound, Code::InvalidSessionId])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/session/{sessionId}/approvals/{callId}",
+            mount: AGENT,
+            operations: vec![(
+                "post",
+                Op::new(
+                    "resolveApproval",
+                    "approvals",
+                    "Approve or deny a parked call",
+                    "Records the decision and the approver's principal on `action.approval_resolved`; a denied call reaches the model as an error result.",
+                )
+                .param(session_id_param())
+                .param(path_param(
+                    "callId",
+                    json!({"type": "string"}),
+                    "The parked call, as listed by the approvals route.",
+                ))
+                .body(
+                    "ApprovalDecision",
+                    true,
+                    "The decision.",
+                    json!({"decision": "approve"}),
+                )
+                .json("200", "The decision was recorded.", "OkResponse")
+                .json_body_errors()
+                .errors(&[
+                    Code::Forbidden,
+                    Code::NotFound,
+                    Code::SessionNotFound,
+                    Code::InvalidSessionId,
+                    Code::ApprovalNotFound,
+                ])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/sessions",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "listSessions",
+                    "sessions",
+                    "List sessions",
+                    "The caller's sessions, newest first (every session for a caller that sees everything: loopback callers under `--dev`, and everyone under `--allow-anonymous`). `continuationToken` is only included on sessions the caller owns.",
+                )
+                .json("200", "The sessions.", "SessionsResponse")
+                .protected()
+                .build(),
+            )],
+        },
+    ]
+}
+
+fn tool_items() -> Vec<PathItem> {
+    let name = || {
+        path_param(
+            "name",
+            json!({"type": "string"}),
+            "The tool's name, as in the catalog.",
+        )
+    };
+    vec![
+        PathItem {
+            path: "/v1/tools",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "listTools",
+                    "tools",
+                    "The tool catalog",
+                    "The server tools: manifest tools with a `command` or a `url`, native tools and the enabled built-ins; everything that can be called directly or bound to a session.",
+                )
+                .json("200", "The tools.", "ToolsResponse")
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/tools/{name}",
+            mount: AGENT,
+            operations: vec![
+                (
+                    "get",
+                    Op::new(
+                        "getTool",
+                        "tools",
+                        "Describe one tool",
+                        "One server tool or agent-execution tool.",
+                    )
+                    .param(name())
+                    .json("200", "The tool.", "ToolResponse")
+                    .errors(&[Code::UnknownTool, Code::NotFound])
+                    .protected()
+                    .build(),
+                ),
+                (
+                    "post",
+                    Op::new(
+                        "callTool",
+                        "tools",
+                        "Call a tool directly",
+                        "Runs a server tool with no model involved, after validating the input against the tool's schema. Bind the call to a session with `sessionId` or `continuationToken` (not both) to run it in that session's workspace and record it on its stream; otherwise it runs in a temporary workspace. A tool that fails is still a 200, with `isError: true`.",
+                    )
+                    .param(name())
+                    .body(
+                        "ToolCallRequest",
+                        false,
+                        "The input and, optionally, the session to bind to.",
+                        json!({"input": {"city": "Paris"}}),
+                    )
+                    .json("200", "The tool ran.", "ToolCallResponse")
+                    .json_body_errors()
+                    .errors(&[
+                        Code::InvalidToolInput,
+                        Code::ToolNotCallable,
+                        Code::InvalidContinuationToken,
+                        Code::Forbidden,
+                        Code::UnknownTool,
+                        Code::SessionNotFound,
+                        Code::NotFound,
+                        Code::SessionBusy,
+                        Code::WorkspaceUnavailable,
+                    ])
+                    .protected()
+                    .build(),
+                ),
+            ],
+        },
+    ]
+}
+
+fn discovery_items() -> Vec<PathItem> {
+    vec![
+        PathItem {
+            path: "/v1/info",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getInfo",
+                    "discovery",
+                    "The agent's surface",
+                    "Model, tools with their schemas, skills, subagents, MCP connections, channels, hooks, schedules, sandbox files and discovery diagnostics: the same JSON `bdk info --json` prints (it has no `ok` field).",
+                )
+                .json("200", "The agent's surface.", "Info")
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/meta",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getMeta",
+                    "discovery",
+                    "What a client needs first",
+                    "The agent's name, base path, auth policy and server settings: what a browser client reads before its first call.",
+                )
+                .open()
+                .json("200", "The agent's meta data.", "Meta")
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/health",
+            mount: AGENT_AND_HOST,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getHealth",
+                    "discovery",
+                    "Liveness",
+                    "Answers as long as the server runs. Served under each agent and at the root of a multi-agent server.",
+                )
+                .open()
+                .json("200", "The server is up.", "Health")
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/openapi.json",
+            mount: AGENT_AND_HOST,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getOpenApi",
+                    "discovery",
+                    "This document",
+                    "The OpenAPI description of the HTTP surface. Under an agent its `servers` entry is the agent's base path; at the root of a multi-agent server it is `/{slug}` with the agents as the variable's values.",
+                )
+                .open()
+                .json("200", "The OpenAPI 3.1 document.", "OpenApiDocument")
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/logs",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getLogs",
+                    "discovery",
+                    "Recent server log lines",
+                    "Lines with a cursor above `after`, oldest first. Poll again with `after` set to `next`. The server keeps the most recent lines only.",
+                )
+                .param(query_param(
+                    "after",
+                    json!({"type": "integer", "minimum": 0, "default": 0}),
+                    "Only lines with a greater cursor.",
+                ))
+                .param(query_param(
+                    "limit",
+                    json!({"type": "integer", "minimum": 1, "maximum": 1000, "default": 200}),
+                    "At most this many lines.",
+                ))
+                .json("200", "The lines.", "LogsResponse")
+                .errors(&[Code::InvalidRequest])
+                .protected()
+                .build(),
+            )],
+        },
+    ]
+}
+
+fn artifact_items() -> Vec<PathItem> {
+    vec![
+        PathItem {
+            path: "/v1/artifacts",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "listArtifacts",
+                    "artifacts",
+                    "List artifacts",
+                    "The artifacts the caller may see (its own, or all of them for a caller that sees every session), newest first.",
+                )
+                .param(query_param(
+                    "kind",
+                    json!({"type": "string"}),
+                    "Only artifacts of this kind.",
+                ))
+                .param(query_param(
+                    "sessionId",
+                    json!({"type": "string"}),
+                    "Only artifacts of this session.",
+                ))
+                .param(query_param(
+                    "limit",
+                    json!({"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+                    "At most this many artifacts.",
+                ))
+                .json("200", "The artifacts.", "ArtifactsResponse")
+                .errors(&[Code::InvalidRequest])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/artifacts/{id}/content",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getArtifactContent",
+                    "artifacts",
+                    "Download an artifact",
+                    "The bytes, as an attachment with the recorded content type and headers that keep a browser from running them as a page of this server. An unknown id, a malformed one and another principal's artifact all answer `404 not_found`.",
+                )
+                .param(path_param(
+                    "id",
+                    json!({"type": "string"}),
+                    "The artifact id (`art_…`).",
+                ))
+                .response(
+                    "200",
+                    json!({
+                        "description": "The artifact's bytes, with its recorded content type.",
+                        "headers": {
+                            "Content-Disposition": {"schema": {"type": "string"}, "description": "`attachment` with a sanitized file name."},
+                            "X-Content-Type-Options": {"schema": {"type": "string", "const": "nosniff"}},
+                            "Content-Security-Policy": {"schema": {"type": "string"}, "description": "A sandboxing policy."},
+                        },
+                        "content": {"*/*": {"schema": {}}},
+                    }),
+                )
+                .errors(&[Code::NotFound])
+                .protected()
+                .build(),
+            )],
+        },
+    ]
+}
+
+fn channel_operation(method: &str, with_path: bool) -> Value {
+    let upper = method.to_ascii_uppercase();
+    let suffix = if with_path { "Route" } else { "Root" };
+    let mut op = Op::new(
+        &format!("{method}Channel{suffix}"),
+        "channels",
+        &format!("A channel route declared with `method = \"{upper}\"`"),
+        "Turns the request into a message for a session: authenticate (the server's policy, the route's own bearer token, or an HMAC signature of the raw body), validate the body and query against the route's schemas, render the message, continuation key and delivery id from the route's templates, then continue the session whose token is `<channel>:<key>` or start one. The turn runs in the background. Only the methods and paths the agent's channel manifests declare exist; the others answer `404 not_found` or `405 method_not_allowed`.",
+    )
+    .param(path_param(
+        "channel",
+        json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]*$"}),
+        "The channel: the file name of `agent/channels/<channel>.toml`.",
+    ));
+    if with_path {
+        op = op.param(path_param(
+            "path",
+            json!({"type": "string"}),
+            "The route's `path` from the manifest, without its leading `/`. It may span several segments (`task/{id}`), despite the single-segment template.",
+        ));
+    }
+    if method != "get" && method != "delete" {
+        op.op.insert(
+            "requestBody".into(),
+            json!({
+                "required": false,
+                "description": "Any JSON value, checked against the route's `body_schema` when it has one. An empty body reads as `null`.",
+                "content": {"application/json": {"schema": {}}},
+            }),
+        );
+    }
+    op.op.insert(
+        "security".into(),
+        json!([{"bearerAuth": []}, {"channelBearer": []}, {"channelSignature": []}, {}]),
+    );
+    op.json("202", "The message was accepted.", "ChannelAccepted")
+        .errors(&[
+            Code::InvalidJson,
+            Code::InvalidBody,
+            Code::InvalidQuery,
+            Code::InvalidRequest,
+            Code::Unauthorized,
+            Code::Forbidden,
+            Code::NotFound,
+            Code::SessionNotFound,
+            Code::MethodNotAllowed,
+            Code::TaskSession,
+            Code::PayloadTooLarge,
+            Code::UnsupportedMediaType,
+        ])
+        .build()
+}
+
+fn channel_items() -> Vec<PathItem> {
+    vec![
+        PathItem {
+            path: "/v1/channels/{channel}",
+            mount: AGENT,
+            operations: CHANNEL_METHODS
+                .iter()
+                .map(|m| (*m, channel_operation(m, false)))
+                .collect(),
+        },
+        PathItem {
+            path: "/v1/channels/{channel}/{path}",
+            mount: AGENT,
+            operations: CHANNEL_METHODS
+                .iter()
+                .map(|m| (*m, channel_operation(m, true)))
+                .collect(),
+        },
+    ]
+}
+
+fn html(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": {"text/html": {"schema": {"type": "string"}}},
+    })
+}
+
+fn host_items() -> Vec<PathItem> {
+    vec![
+        PathItem {
+            path: "/",
+            mount: HOST,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getIndex",
+                    "host",
+                    "The agents, as a web page",
+                    "An HTML list of the agents this server hosts (multi-agent layout only).",
+                )
+                .open()
+                .response("200", html("The index page."))
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/agents",
+            mount: HOST,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "listAgents",
+                    "host",
+                    "The agents, as JSON",
+                    "The agents this server hosts (multi-agent layout only).",
+                )
+                .open()
+                .json("200", "The agents.", "AgentsResponse")
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/docs",
+            mount: SERVER,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "docsRedirect",
+                    "docs",
+                    "The documentation",
+                    "Redirects to `/docs/`. Absent with `--no-docs`.",
+                )
+                .open()
+                .response(
+                    "308",
+                    json!({
+                        "description": "A permanent redirect.",
+                        "headers": {"Location": {"schema": {"type": "string", "const": "/docs/"}}},
+                    }),
+                )
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/docs/",
+            mount: SERVER,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "docsIndex",
+                    "docs",
+                    "The documentation index",
+                    "The documentation's index page, rendered from Markdown. Absent with `--no-docs`.",
+                )
+                .open()
+                .response("200", html("The index page."))
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/docs/{path}",
+            mount: SERVER,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "docsPage",
+                    "docs",
+                    "One documentation page",
+                    "A page of the documentation, named with or without `.md`, rendered from Markdown. Absent with `--no-docs`.",
+                )
+                .open()
+                .param(path_param(
+                    "path",
+                    json!({"type": "string"}),
+                    "The page, for example `http-api` or `http-api.md`; it may span several segments.",
+                ))
+                .response("200", html("The page."))
+                .errors(&[Code::NotFound])
+                .build(),
+            )],
+        },
+    ]
+}
+
+fn ok_true() -> Value {
+    json!({"const": true})
+}
+
+fn schemas() -> Value {
+    let mut s = Map::new();
+    let mut put = |name: &str, value: Value| {
+        s.insert(name.to_owned(), value);
+    };
+
+    put(
+        "ErrorCode",
+        json!({
+            "type": "string",
+            "description": "The stable code of an error.",
+            "enum": Code::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
+        }),
+    );
+    put(
+        "Error",
+        json!({
+            "type": "object",
+            "description": "The body of every error answer.",
+            "required": ["ok", "error", "message"],
+            "properties": {
+                "ok": {"const": false},
+                "error": schema("ErrorCode"),
+                "message": text("For people; may change between versions."),
+                "available": {
+                    "type": "array", "items": {"type": "string"},
+                    "description": "With `unknown_tool`: the tools that can be called.",
+                },
+                "errors": {
+                    "type": "array", "items": {"type": "string"},
+                    "description": "With `invalid_tool_input`, `invalid_body` and `invalid_query`: one entry per violation.",
+                },
+            },
+        }),
+    );
+    put(
+        "SessionId",
+        json!({"type": "string", "pattern": "^ses_.+", "examples": ["ses_01jh8k3m2n4p5q6r7s8t9v0w1x"]}),
+    );
+    put("TurnId", json!({"type": "string", "pattern": "^turn_.+"}));
+    put(
+        "ContinuationToken",
+        json!({
+            "type": "string",
+            "description": "`http:…` (opaque, rotated on every accepted follow-up) for sessions of this API; `<channelId>:<key>` for channel sessions.",
+        }),
+    );
+    put(
+        "DeliveryId",
+        json!({
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 256,
+            "description": "The id of one send: the caller's (1-256 characters, no control characters) or a generated `dlv_…`.",
+        }),
+    );
+    put(
+        "SessionMode",
+        json!({"type": "string", "enum": ["chat", "task"]}),
+    );
+    put(
+        "Admission",
+        json!({
+            "type": "string",
+            "enum": ["preempt", "coalesce"],
+            "default": "preempt",
+            "description": "`preempt` interrupts a running turn, waits for it to settle, then runs the message; `coalesce` queues it, to be picked up at the running turn's next tool boundary or as the next turn.",
+        }),
+    );
+    put(
+        "WorkspaceFiles",
+        json!({
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "Files written into the session workspace before the turn: relative path to content. An absolute path, a `\\` or a `..` that leaves the workspace is `400 invalid_request`.",
+        }),
+    );
+    put(
+        "StartSessionRequest",
+        json!({
+            "type": "object",
+            "properties": {
+                "message": text("The first message; must not be blank. Without it the session is created idle."),
+                "title": text("A display title."),
+                "dryRun": {"type": "boolean", "default": false, "description": "Run read tools, stub write tools."},
+                "asOf": {"type": "string", "format": "date-time", "description": "An RFC 3339 instant with a zone; tools see it as now, and time arguments later than it are refused."},
+                "workspaceFiles": schema("WorkspaceFiles"),
+                "purpose": text("Free-form; `eval` marks regression traffic."),
+                "deliveryId": schema("DeliveryId"),
+            },
+        }),
+    );
+    put(
+        "StartSessionResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "sessionId", "continuationToken", "traceUrl"],
+            "properties": {
+                "ok": ok_true(),
+                "sessionId": schema("SessionId"),
+                "continuationToken": schema("ContinuationToken"),
+                "deliveryId": schema("DeliveryId"),
+                "turnId": schema("TurnId"),
+                "traceUrl": text("Where the session's events can be read, absolute when the request named a usable host."),
+                "playgroundUrl": text("The session in the playground, when it is mounted."),
+            },
+        }),
+    );
+    put(
+        "FollowUpRequest",
+        json!({
+            "type": "object",
+            "required": ["message"],
+            "properties": {
+                "message": text("The message; must not be blank."),
+                "continuationToken": {
+                    "allOf": [schema("ContinuationToken")],
+                    "description": "The token of the last accepted send. Optional; when given it must be current.",
+                },
+                "admission": schema("Admission"),
+                "deliveryId": schema("DeliveryId"),
+                "workspaceFiles": schema("WorkspaceFiles"),
+            },
+        }),
+    );
+    put(
+        "FollowUpResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "sessionId", "continuationToken", "deliveryId"],
+            "properties": {
+                "ok": ok_true(),
+                "sessionId": schema("SessionId"),
+                "continuationToken": {
+                    "allOf": [schema("ContinuationToken")],
+                    "description": "The new token: keep it for the next follow-up.",
+                },
+                "deliveryId": schema("DeliveryId"),
+                "turnId": {
+                    "allOf": [schema("TurnId")],
+                    "description": "Absent when a coalesced message was queued behind the running turn.",
+                },
+            },
+        }),
+    );
+    put(
+        "EventType",
+        json!({
+            "type": "string",
+            "description": "The event vocabulary; `docs/events.md` describes each type's `data`.",
+            "enum": bdk_events::EVENT_TYPES,
+        }),
+    );
+    put(
+        "Envelope",
+        json!({
+            "type": "object",
+            "description": "One recorded event. `index` starts at 0 and grows by exactly one per session.",
+            "required": ["type", "index", "sessionId", "at", "data"],
+            "properties": {
+                "type": schema("EventType"),
+                "index": {"type": "integer", "minimum": 0},
+                "sessionId": schema("SessionId"),
+                "turnId": schema("TurnId"),
+                "at": {"type": "string", "format": "date-time"},
+                "data": {"type": "object", "description": "The event's fields; their shape depends on `type`."},
+            },
+        }),
+    );
+    put(
+        "EventsResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "sessionId", "events"],
+            "properties": {
+                "ok": ok_true(),
+                "sessionId": schema("SessionId"),
+                "events": {"type": "array", "items": schema("Envelope")},
+                "playgroundUrl": text("The session in the playground, when it is mounted."),
+            },
+        }),
+    );
+    put(
+        "StopResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "stopped"],
+            "properties": {"ok": ok_true(), "stopped": {"type": "boolean"}},
+        }),
+    );
+    put(
+        "SessionSummary",
+        json!({
+            "type": "object",
+            "required": ["sessionId", "mode", "channel", "title", "principal", "createdAt", "updatedAt"],
+            "properties": {
+                "sessionId": schema("SessionId"),
+                "mode": schema("SessionMode"),
+                "channel": text("`http`, `cli` or a custom channel id."),
+                "title": nullable("string", "The display title."),
+                "principal": nullable("string", "The owner; null for sessions created without one."),
+                "createdAt": {"type": "string", "format": "date-time"},
+                "updatedAt": {"type": "string", "format": "date-time"},
+                "continuationToken": {
+                    "allOf": [schema("ContinuationToken")],
+                    "description": "Only on sessions the caller owns.",
+                },
+            },
+        }),
+    );
+    put(
+        "SessionsResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "sessions"],
+            "properties": {
+                "ok": ok_true(),
+                "sessions": {"type": "array", "items": schema("SessionSummary")},
+            },
+        }),
+    );
+    put(
+        "Usage",
+        json!({
+            "type": "object",
+            "required": ["inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens"],
+            "properties": {
+                "inputTokens": {"type": "integer", "minimum": 0},
+                "outputTokens": {"type": "integer", "minimum": 0},
+                "cacheReadTokens": {"type": "integer", "minimum": 0},
+                "cacheWriteTokens": {"type": "integer", "minimum": 0},
+            },
+        }),
+    );
+    put(
+        "CostTurn",
+        json!({
+            "type": "object",
+            "required": ["turnId", "status", "model", "usage", "durationMs", "estimatedCostUsd"],
+            "properties": {
+                "turnId": {"oneOf": [schema("TurnId"), {"type": "null"}]},
+                "status": {"type": "string", "enum": ["completed", "failed", "cancelled", "interrupted"]},
+                "model": nullable("string", "`provider/model`; null when the turn never reached a model."),
+                "usage": schema("Usage"),
+                "durationMs": nullable("integer", "Null when the turn's start was not recorded."),
+                "estimatedCostUsd": nullable("number", "Null when the model has no known price."),
+            },
+        }),
+    );
+    put(
+        "CostResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "sessionId", "turns", "totals"],
+            "properties": {
+                "ok": ok_true(),
+                "sessionId": schema("SessionId"),
+                "turns": {"type": "array", "items": schema("CostTurn")},
+                "totals": {
+                    "type": "object",
+                    "required": ["turns", "usage", "durationMs", "estimatedCostUsd"],
+                    "properties": {
+                        "turns": {"type": "integer", "minimum": 0},
+                        "usage": schema("Usage"),
+                        "durationMs": {"type": "integer", "minimum": 0},
+                        "estimatedCostUsd": nullable("number", "Null when any turn's cost is unknown."),
+                    },
+                },
+            },
+        }),
+    );
+    put(
+        "Approval",
+        json!({
+            "type": "object",
+            "required": ["callId", "name", "input", "requestedAt"],
+            "properties": {
+                "callId": {"type": "string"},
+                "name": text("The tool."),
+                "input": {"description": "The validated input."},
+                "requestedAt": {"type": "string", "format": "date-time"},
+            },
+        }),
+    );
+    put(
+        "ApprovalsResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "approvals"],
+            "properties": {
+                "ok": ok_true(),
+                "approvals": {"type": "array", "items": schema("Approval")},
+            },
+        }),
+    );
+    put(
+        "ApprovalDecision",
+        json!({
+            "type": "object",
+            "required": ["decision"],
+            "properties": {
+                "decision": {"type": "string", "enum": ["approve", "deny"]},
+                "reason": text("Why; recorded with the decision."),
+            },
+        }),
+    );
+    put(
+        "OkResponse",
+        json!({"type": "object", "required": ["ok"], "properties": {"ok": ok_true()}}),
+    );
+    put(
+        "Tool",
+        json!({
+            "type": "object",
+            "required": ["name", "description", "effect", "execution", "needsApproval", "timeoutMs", "inputSchema", "outputSchema"],
+            "properties": {
+                "name": {"type": "string"},
+                "description": {"type": "string"},
+                "effect": {"type": "string", "enum": ["read", "write"]},
+                "execution": {"type": "string", "enum": ["server", "agent"]},
+                "needsApproval": {"type": "boolean"},
+                "timeoutMs": nullable("integer", "The tool's own timeout; null for the default."),
+                "inputSchema": {"description": "The JSON Schema of the input."},
+                "outputSchema": {"description": "The JSON Schema of the output, or null when none is declared."},
+            },
+        }),
+    );
+    put(
+        "ToolsResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "tools"],
+            "properties": {"ok": ok_true(), "tools": {"type": "array", "items": schema("Tool")}},
+        }),
+    );
+    put(
+        "ToolResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "tool"],
+            "properties": {"ok": ok_true(), "tool": schema("Tool")},
+        }),
+    );
+    put(
+        "ToolCallRequest",
+        json!({
+            "type": "object",
+            "properties": {
+                "input": {"description": "The tool input; omitted or null means `{}`."},
+                "sessionId": text("Run inside this session: its workspace, its owner check, the call recorded on its stream."),
+                "continuationToken": text("Or bind by token, `<channelId>:<key>` (as `/v1/sessions` shows it). Not together with `sessionId`; a token that matches no session runs the call in a temporary workspace with the token as its identity."),
+            },
+        }),
+    );
+    put(
+        "ToolCallResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "toolName", "callId", "isError", "result", "durationMs"],
+            "properties": {
+                "ok": ok_true(),
+                "toolName": {"type": "string"},
+                "callId": text("`tool_<name>_…`."),
+                "isError": {"type": "boolean", "description": "True when the tool failed; `result` is then the failure, as the model would see it."},
+                "result": {"description": "The tool's result."},
+                "durationMs": {"type": "integer", "minimum": 0},
+                "scratchWorkspace": {"type": "boolean", "description": "Present (true) when a session-bound read ran in a temporary workspace because the session's could not be created."},
+                "sessionId": schema("SessionId"),
+            },
+        }),
+    );
+    put(
+        "Info",
+        json!({
+            "type": "object",
+            "description": "The agent's surface, as `bdk info --json` prints it.",
+            "required": ["name", "model", "tools", "skills", "subagents", "mcpConnections", "channels", "hooks", "schedules", "diagnostics"],
+            "properties": {
+                "name": {"type": "string"},
+                "description": nullable("string", "From `agent.toml`."),
+                "model": nullable("string", "`provider/model` from `agent.toml`; null for the default."),
+                "effort": nullable("string", "Reasoning effort."),
+                "maxSteps": nullable("integer", "Step limit of a turn."),
+                "maxRunningTurns": nullable("integer", "Turns beyond it are queued."),
+                "builtinTools": {"type": "object", "description": "Which built-in tools are on."},
+                "instructions": {
+                    "type": "object",
+                    "properties": {
+                        "files": {"type": "array", "items": {"type": "string"}},
+                        "chars": {"type": "integer", "minimum": 0},
+                    },
+                },
+                "tools": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {
+                    "name": {"type": "string"},
+                    "runner": {"type": "string", "enum": ["command", "url", "script"]},
+                    "file": {"type": "string"},
+                }}},
+                "skills": {"type": "array", "items": {"type": "object"}},
+                "subagents": {"type": "array", "items": {"type": "object"}},
+                "mcpConnections": {"type": "array", "items": {"type": "object"}},
+                "channels": {"type": "array", "items": {"type": "object", "properties": {
+                    "name": {"type": "string"},
+                    "routes": {"type": "array"},
+                }}},
+                "hooks": {"type": "array", "items": {"type": "object"}},
+                "schedules": {"type": "array", "items": {"type": "object"}},
+                "sandboxFiles": {"type": "array", "items": {"type": "string"}},
+                "scriptedRules": {"type": "array", "items": {"type": "string"}},
+                "evals": {"type": "boolean"},
+                "diagnostics": {"type": "array", "items": {"type": "object", "properties": {
+                    "severity": {"type": "string"},
+                    "file": {"type": "string"},
+                    "message": {"type": "string"},
+                    "fix": {"type": "string"},
+                }}},
+            },
+        }),
+    );
+    put(
+        "Meta",
+        json!({
+            "type": "object",
+            "required": ["ok", "agent", "slug", "description", "dev", "basePath", "auth", "playground", "version"],
+            "properties": {
+                "ok": ok_true(),
+                "agent": text("The agent's name."),
+                "slug": nullable("string", "Null in single mode."),
+                "description": nullable("string", "From `agent.toml`."),
+                "dev": {"type": "boolean", "description": "The server runs with `--dev`."},
+                "basePath": text("`/<slug>`, or empty in single mode."),
+                "auth": {"type": "string", "enum": ["localDevStrict", "bearer", "anonymous"]},
+                "playground": {"type": "boolean"},
+                "version": text("The server's version."),
+            },
+        }),
+    );
+    put(
+        "Health",
+        json!({"type": "object", "required": ["ok"], "properties": {"ok": ok_true()}}),
+    );
+    put(
+        "LogLine",
+        json!({
+            "type": "object",
+            "required": ["cursor", "at", "level", "target", "message"],
+            "properties": {
+                "cursor": {"type": "integer", "minimum": 1},
+                "at": {"type": "string", "format": "date-time"},
+                "level": text("`error`, `warn`, `info`, `debug` or `trace`."),
+                "target": text("The component that logged the line."),
+                "message": {"type": "string"},
+            },
+        }),
+    );
+    put(
+        "LogsResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "lines", "next"],
+            "properties": {
+                "ok": ok_true(),
+                "lines": {"type": "array", "items": schema("LogLine")},
+                "next": {"type": "integer", "minimum": 0, "description": "Pass it as `after` to poll for newer lines."},
+            },
+        }),
+    );
+    put(
+        "Artifact",
+        json!({
+            "type": "object",
+            "required": ["id", "kind", "name", "contentType", "size", "createdAt"],
+            "properties": {
+                "id": text("`art_…`."),
+                "sessionId": schema("SessionId"),
+                "principal": {"type": "string"},
+                "kind": {"type": "string"},
+                "name": {"type": "string"},
+                "contentType": {"type": "string"},
+                "size": {"type": "integer", "minimum": 0},
+                "metadata": {"description": "Free-form."},
+                "createdAt": {"type": "string", "format": "date-time"},
+            },
+        }),
+    );
+    put(
+        "ArtifactsResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "artifacts"],
+            "properties": {"ok": ok_true(), "artifacts": {"type": "array", "items": schema("Artifact")}},
+        }),
+    );
+    put(
+        "AgentEntry",
+        json!({
+            "type": "object",
+            "required": ["slug", "name", "description", "model", "basePath"],
+            "properties": {
+                "slug": {"type": "string"},
+                "name": {"type": "string"},
+                "description": nullable("string", "From `agent.toml`."),
+                "model": nullable("string", "From `agent.toml`."),
+                "basePath": text("`/<slug>`."),
+                "playgroundPath": text("When the playground is mounted."),
+            },
+        }),
+    );
+    put(
+        "AgentsResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "agents"],
+            "properties": {"ok": ok_true(), "agents": {"type": "array", "items": schema("AgentEntry")}},
+        }),
+    );
+    put(
+        "ChannelAccepted",
+        json!({
+            "type": "object",
+            "required": ["ok", "sessionId", "continuationToken", "deliveryId", "created"],
+            "properties": {
+                "ok": ok_true(),
+                "sessionId": schema("SessionId"),
+                "continuationToken": text("`<channel>:<key>`; channel tokens never rotate."),
+                "deliveryId": schema("DeliveryId"),
+                "turnId": {
+                    "allOf": [schema("TurnId")],
+                    "description": "Absent when a coalesced message was queued behind a running turn.",
+                },
+                "created": {"type": "boolean", "description": "True when this request started the session."},
+            },
+        }),
+    );
+    put(
+        "OpenApiDocument",
+        json!({
+            "type": "object",
+            "description": "An OpenAPI 3.1 document.",
+            "required": ["openapi", "info", "paths"],
+            "properties": {"openapi": {"type": "string", "pattern": "^3\\.1\\."}},
+        }),
+    );
+    Value::Object(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique() {
+        let mut names: Vec<&str> = Code::ALL.iter().map(|c| c.name()).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len());
+    }
+
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc = document();
+        let mut ids = Vec::new();
+        for item in doc["paths"].as_object().unwrap().values() {
+            for (key, op) in item.as_object().unwrap() {
+                if let Some(id) = op.get("operationId") {
+                    ids.push((key.clone(), id.as_str().unwrap().to_owned()));
+                }
+            }
+        }
+        let mut names: Vec<&str> = ids.iter().map(|(_, id)| id.as_str()).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "{ids:?}");
+    }
+}
