@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 
 use crate::{Command, init, lock};
 
-const OK: u8 = 0;
-const FAILED: u8 = 1;
-const UNUSABLE: u8 = 2;
+pub(crate) const OK: u8 = 0;
+pub(crate) const FAILED: u8 = 1;
+pub(crate) const UNUSABLE: u8 = 2;
 
 /// Runs one command and returns the process exit code.
 pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
@@ -41,10 +41,18 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             session,
             dry_run,
             as_of,
+            record,
         } => {
             let dir = project.dir(None);
             let root = project.state_root(&dir);
-            run(&dir, &root, message, session, dry_run, as_of).await
+            let opts = RunOptions {
+                message,
+                session,
+                dry_run,
+                as_of,
+                record,
+            };
+            run(&dir, &root, opts).await
         }
         Command::Call {
             tool,
@@ -55,6 +63,14 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             let dir = project.dir(None);
             let root = project.state_root(&dir);
             call(&dir, &root, tool, &input, session).await
+        }
+        Command::Cost {
+            project,
+            session,
+            json,
+        } => {
+            let dir = project.dir(None);
+            crate::cost::run(&dir, &project.state_root(&dir), session.as_deref(), json).await
         }
         Command::Trajectory { events } => trajectory(&events),
         Command::Serve {
@@ -106,7 +122,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
     }
 }
 
-fn print_json(value: &impl serde::Serialize) -> Result<()> {
+pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
@@ -285,7 +301,7 @@ fn info(dir: &Path, json: bool) -> Result<u8> {
     Ok(OK)
 }
 
-fn parse_session_id(id: &str) -> std::result::Result<SessionId, u8> {
+pub(crate) fn parse_session_id(id: &str) -> std::result::Result<SessionId, u8> {
     SessionId::parse(id).ok_or_else(|| {
         eprintln!("error: `{id}` is not a session id (expected ses_...)");
         UNUSABLE
@@ -295,6 +311,7 @@ fn parse_session_id(id: &str) -> std::result::Result<SessionId, u8> {
 async fn open_host(
     dir: &Path,
     state_root: &Path,
+    record: Option<&Path>,
 ) -> Result<std::result::Result<(Host, lock::StateLock), u8>> {
     let project = match load(dir) {
         Ok(p) => p,
@@ -303,21 +320,40 @@ async fn open_host(
     let guard = lock::acquire(state_root)?;
     let store = FsStore::open(state_root)
         .with_context(|| format!("failed to open the state root {}", state_root.display()))?;
-    let host = Host::builder(project, Arc::new(store))
-        .build()
-        .await
-        .context("failed to start the agent runtime")?;
+    let mut builder = Host::builder(project, Arc::new(store));
+    if let Some(path) = record {
+        builder = builder.record_to(path);
+    }
+    let host = match builder.build().await {
+        Ok(h) => h,
+        // A recording file that cannot be opened or is not a recording is
+        // a bad argument, not a runtime failure.
+        Err(e @ HostError::InvalidRequest(_)) if record.is_some() => {
+            eprintln!("error: --record: {e}");
+            return Ok(Err(UNUSABLE));
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context("failed to start the agent runtime")),
+    };
     Ok(Ok((host, guard)))
 }
 
-async fn run(
-    dir: &Path,
-    state_root: &Path,
+/// The arguments of `bdk run`.
+struct RunOptions {
     message: String,
     session: Option<String>,
     dry_run: bool,
     as_of: Option<String>,
-) -> Result<u8> {
+    record: Option<PathBuf>,
+}
+
+async fn run(dir: &Path, state_root: &Path, opts: RunOptions) -> Result<u8> {
+    let RunOptions {
+        message,
+        session,
+        dry_run,
+        as_of,
+        record,
+    } = opts;
     let as_of = match as_of.as_deref().map(parse_as_of).transpose() {
         Ok(v) => v,
         Err(e) => {
@@ -329,9 +365,13 @@ async fn run(
         Ok(s) => s,
         Err(code) => return Ok(code),
     };
-    let (host, _lock) = match open_host(dir, state_root).await? {
+    let (host, _lock) = match open_host(dir, state_root, record.as_deref()).await? {
         Ok(h) => h,
         Err(code) => return Ok(code),
+    };
+    let recorded_before = match host.recording() {
+        Some(r) => r.steps().await,
+        None => 0,
     };
     let (session_id, turn_id) = match session {
         Some(id) => {
@@ -389,6 +429,17 @@ async fn run(
     let mut value = serde_json::to_value(&summary)?;
     if let Value::Object(map) = &mut value {
         map.insert("trace".into(), Value::String(trace.display().to_string()));
+        if let Some(r) = host.recording() {
+            let steps = r.steps().await;
+            map.insert(
+                "recording".into(),
+                json!({
+                    "path": r.path().display().to_string(),
+                    "steps": steps,
+                    "recordedNow": steps - recorded_before,
+                }),
+            );
+        }
     }
     print_json(&value)?;
     Ok(if ok { OK } else { FAILED })
@@ -449,7 +500,7 @@ async fn call(
         Ok(s) => s,
         Err(code) => return Ok(code),
     };
-    let (host, _lock) = match open_host(dir, state_root).await? {
+    let (host, _lock) = match open_host(dir, state_root, None).await? {
         Ok(h) => h,
         Err(code) => return Ok(code),
     };

@@ -12,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod cost;
 mod init;
 mod lock;
 mod logs;
@@ -95,6 +96,11 @@ enum Command {
         /// Pin "now" for tools (RFC 3339 with a zone, e.g. 2026-01-15T09:00:00Z).
         #[arg(long)]
         as_of: Option<String>,
+        /// Record every model step (request and streamed response) to FILE as
+        /// JSON lines, appending to an existing recording; play it back with
+        /// `model = "replay/<FILE>"`.
+        #[arg(long, value_name = "FILE")]
+        record: Option<PathBuf>,
     },
     /// Call a server tool without a model turn.
     Call {
@@ -158,6 +164,17 @@ enum Command {
         /// Do not fire schedules.
         #[arg(long)]
         no_schedules: bool,
+    },
+    /// Token usage and estimated cost per session, with totals.
+    Cost {
+        #[command(flatten)]
+        project: ProjectArgs,
+        /// Only this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Show one stored session.
     Session {

@@ -44,8 +44,11 @@ use crate::agent::{
     self, AgentSpec, ApprovalGate, DEFAULT_MAX_STEPS, DEFAULT_TOOL_TIMEOUT, Decision, Nudge,
     RecordError, Recorder, Steering, TASK_TOOL, ToolEntry, TurnEnd, TurnEnv, TurnInput,
 };
+use crate::context::{BudgetedModel, context_window};
 use crate::endpoint::{Endpoint, EndpointGrant};
 use crate::hooks::{Hook, HookBus, ManifestHook};
+use crate::model::prices::PriceTable;
+use crate::model::replay::{Recording, RecordingModel, ReplayModel};
 use crate::model::scripted::ScriptedModel;
 use crate::model::{Message, Model, ModelError, ModelRequest, ModelStream};
 use crate::project::Project;
@@ -144,9 +147,12 @@ pub trait ModelResolver: Send + Sync + 'static {
     fn resolve(&self, model: &str, project: &Project) -> Result<Arc<dyn Model>, ModelError>;
 }
 
-/// The providers this build knows: `scripted` (offline rules files).
-/// Remote providers arrive with the providers issue; until then a remote
-/// model string resolves to a clear configuration error at turn time.
+/// The providers this build knows: `scripted` (offline rules files) and the
+/// remote ones of [`crate::model::http::resolve_remote`] (`xai`, `openai`,
+/// `ollama`, `vllm`, `openai-compatible`, `anthropic`), whose keys and base
+/// URLs come from the process environment and `[provider]` in `agent.toml`.
+/// A remote model that lacks its key resolves anyway and fails each step
+/// with a message naming the variable to set.
 #[derive(Default)]
 pub struct BuiltinModels;
 
@@ -170,9 +176,9 @@ impl ModelResolver for BuiltinModels {
                     format!("scripted/{name}"),
                 )?))
             }
-            other => Err(ModelError::Config(format!(
-                "no provider `{other}` in this build for model `{model}`: remote model providers are not available yet; set model = \"scripted\" in agent/agent.toml to run offline"
-            ))),
+            _ => Ok(crate::model::http::resolve_remote(model, project, &|var| {
+                std::env::var(var).ok()
+            })),
         }
     }
 }
@@ -216,6 +222,7 @@ pub struct HostBuilder {
     hooks: Vec<Arc<dyn Hook>>,
     models: Arc<dyn ModelResolver>,
     recover: bool,
+    record_to: Option<PathBuf>,
 }
 
 impl HostBuilder {
@@ -228,6 +235,7 @@ impl HostBuilder {
             hooks: Vec::new(),
             models: Arc::new(BuiltinModels),
             recover: true,
+            record_to: None,
         }
     }
 
@@ -246,6 +254,13 @@ impl HostBuilder {
     /// Replaces the model resolver.
     pub fn models(mut self, models: Arc<dyn ModelResolver>) -> Self {
         self.models = models;
+        self
+    }
+
+    /// Records every model step of every session to `path` (JSON lines, see
+    /// [`crate::model::replay`]), appending to an existing recording.
+    pub fn record_to(mut self, path: impl Into<PathBuf>) -> Self {
+        self.record_to = Some(path.into());
         self
     }
 
@@ -304,18 +319,61 @@ impl HostBuilder {
             .model
             .clone()
             .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+        // `replay/<file>` models are loaded here, before the synchronous
+        // resolver runs, so reading a recording never blocks the runtime.
+        let mut replays: HashMap<String, Result<Arc<dyn Model>, String>> = HashMap::new();
+        let named = project
+            .subagents
+            .iter()
+            .filter_map(|s| s.config.model.as_ref());
+        for m in std::iter::once(&root_model).chain(named) {
+            let (provider, file) = split_model(m);
+            if provider == "replay" && !replays.contains_key(m) {
+                let replay = load_replay(&project, m, file).await;
+                replays.insert(m.clone(), replay);
+            }
+        }
+        let recording = match &self.record_to {
+            Some(path) => Some(Recording::open(path).await.map_err(|e| {
+                HostError::InvalidRequest(format!("cannot record model steps: {e}"))
+            })?),
+            None => None,
+        };
         let mut model_cache: HashMap<String, Arc<dyn Model>> = HashMap::new();
         let mut model_for = |m: &str| -> Arc<dyn Model> {
             model_cache
                 .entry(m.to_owned())
-                .or_insert_with(|| match self.models.resolve(m, &project) {
-                    Ok(model) => model,
-                    Err(e) => Arc::new(Unavailable {
-                        id: m.to_owned(),
-                        message: e.to_string(),
-                    }),
+                .or_insert_with(|| {
+                    let resolved = match replays.get(m) {
+                        Some(replay) => replay.clone(),
+                        None => self.models.resolve(m, &project).map_err(|e| match e {
+                            // `Unavailable` answers with `ModelError::Config`
+                            // again: keep only the inner text, so the turn
+                            // failure does not repeat the prefix.
+                            ModelError::Config(message) => message,
+                            other => other.to_string(),
+                        }),
+                    };
+                    let model: Arc<dyn Model> = match resolved {
+                        Ok(model) => model,
+                        Err(message) => Arc::new(Unavailable {
+                            id: m.to_owned(),
+                            message,
+                        }),
+                    };
+                    match &recording {
+                        Some(r) => Arc::new(RecordingModel::new(model, Arc::clone(r))),
+                        None => model,
+                    }
                 })
                 .clone()
+        };
+        // Every step's request is fitted to the model's context window (see
+        // `crate::context`); the window follows the id the model reports, so
+        // a replay is budgeted like the model it recorded.
+        let budgeted = |model: Arc<dyn Model>, configured: Option<u64>| -> Arc<dyn Model> {
+            let window = context_window(model.id(), configured);
+            Arc::new(BudgetedModel::new(model, window))
         };
 
         let catalog = skill_catalog(&project);
@@ -331,7 +389,16 @@ impl HostBuilder {
                 AgentSpec {
                     name: sub.name.clone(),
                     system: format!("{}{catalog}", sub.instructions.trim_end()),
-                    model: model_for(&model),
+                    // A subagent on the root's model also takes the root's
+                    // `context_window`; one on its own model only its own.
+                    model: budgeted(
+                        model_for(&model),
+                        sub.config.context_window.or(if sub.config.model.is_none() {
+                            config.context_window
+                        } else {
+                            None
+                        }),
+                    ),
                     model_name: split_model(&model).1.to_owned(),
                     effort: sub.config.effort.clone().or_else(|| config.effort.clone()),
                     max_steps: sub.config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
@@ -359,7 +426,7 @@ impl HostBuilder {
         let root = AgentSpec {
             name: project.name.clone(),
             system,
-            model: model_for(&root_model),
+            model: budgeted(model_for(&root_model), config.context_window),
             model_name: split_model(&root_model).1.to_owned(),
             effort: config.effort.clone(),
             max_steps: config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
@@ -382,6 +449,7 @@ impl HostBuilder {
             .map(|s| (s.name.clone(), s.body.clone()))
             .collect();
         let endpoint = Endpoint::new(Arc::clone(&self.store));
+        let prices = PriceTable::with_overrides(&config.prices);
         let inner = Arc::new(Inner {
             project,
             store: self.store,
@@ -396,12 +464,34 @@ impl HostBuilder {
             shutdown: CancellationToken::new(),
             skills,
             endpoint,
+            prices,
+            recording,
         });
         let host = Host { inner };
         if self.recover {
             host.recover().await?;
         }
         Ok(host)
+    }
+}
+
+/// Loads the recording of a `replay/<file>` model (`file` relative to the
+/// agent folder). A failure becomes the model's turn failure, like any
+/// other model that cannot be resolved.
+async fn load_replay(project: &Project, model: &str, file: &str) -> Result<Arc<dyn Model>, String> {
+    if file.is_empty() {
+        return Err(format!(
+            "model `{model}` names no recording; write it as `replay/<file>` with a path relative to {}",
+            project.agent_dir.display()
+        ));
+    }
+    let path = project.agent_dir.join(file);
+    match ReplayModel::load(&path).await {
+        Ok(replay) => Ok(Arc::new(replay)),
+        Err(e) => {
+            tracing::warn!(model, error = %e, "failed to load a replay recording");
+            Err(format!("model `{model}` cannot load its recording: {e}"))
+        }
     }
 }
 
@@ -471,6 +561,10 @@ struct Inner {
     approvals: Mutex<HashMap<String, PendingApproval>>,
     shutdown: CancellationToken,
     skills: BTreeMap<String, String>,
+    /// Built-in prices with the project's `[prices]` overrides.
+    prices: PriceTable,
+    /// Where model steps are recorded, when they are.
+    recording: Option<Arc<Recording>>,
     /// The local socket for subprocess tools; started by the first grant.
     endpoint: Endpoint,
 }
@@ -668,6 +762,18 @@ impl Host {
     /// The root agent's model id.
     pub fn model_id(&self) -> &str {
         self.inner.root.model.id()
+    }
+
+    /// Prices for cost estimates: the built-in table with the project's
+    /// `[prices]` overrides.
+    pub fn prices(&self) -> &PriceTable {
+        &self.inner.prices
+    }
+
+    /// The recording model steps go to, when the host was built with
+    /// [`HostBuilder::record_to`].
+    pub fn recording(&self) -> Option<&Arc<Recording>> {
+        self.inner.recording.as_ref()
     }
 
     /// Failed hook deliveries since start.

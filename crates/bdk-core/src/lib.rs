@@ -8,6 +8,7 @@
 //! model providers, `url` tools and `url` hooks.
 
 pub mod agent;
+pub mod context;
 pub mod endpoint;
 pub mod hooks;
 pub mod host;

@@ -6,8 +6,9 @@
 //! turns these into session events and decides what happens next.
 //!
 //! Providers live beside this module: [`scripted`] (offline, deterministic,
-//! driven by a rules file) today; the remote providers arrive with the
-//! providers issue.
+//! driven by a rules file), [`openai`] (OpenAI-compatible Chat Completions)
+//! and [`anthropic`] (Anthropic Messages), the last two over the shared
+//! transport of [`http`].
 
 use async_trait::async_trait;
 use bdk_events::Usage;
@@ -16,6 +17,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+pub mod anthropic;
+pub mod http;
+pub mod openai;
+pub mod prices;
+pub mod replay;
 pub mod scripted;
 
 /// One message of the conversation sent to a model.

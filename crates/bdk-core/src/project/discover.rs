@@ -139,7 +139,9 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
             continue;
         }
         match name {
-            "agent.toml" | "scripted.toml" | "lib" => {}
+            // `recordings/` holds model recordings for `replay/` models; like
+            // `lib/`, it is never discovered.
+            "agent.toml" | "scripted.toml" | "lib" | "recordings" => {}
             _ if is_instructions_entry(name) => {}
             "evals" => d.warn(
                 &entry.path,

@@ -118,6 +118,27 @@ pub struct AgentConfig {
     pub local: LocalConfig,
     /// `[builtin_tools]`.
     pub builtin_tools: BuiltinTools,
+    /// `[provider]`: where the agent's remote model is reached.
+    pub provider: ProviderConfig,
+    /// How long one model step may take, retries included (default 300000).
+    pub step_timeout_ms: Option<u64>,
+    /// The model's context window in tokens, overriding the built-in table
+    /// (see [`crate::context`]).
+    pub context_window: Option<u64>,
+    /// `[prices."provider/model"]`: prices added to or replacing the
+    /// built-in table (see [`crate::model::prices`]).
+    pub prices: BTreeMap<String, crate::model::prices::Price>,
+}
+
+/// `[provider]` of `agent.toml`: overrides of the model provider's preset.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ProviderConfig {
+    /// The API base URL, replacing the preset's (for OpenAI-compatible
+    /// providers up to and including the version, e.g. `http://host:8000/v1`).
+    pub base_url: Option<String>,
+    /// The name of the environment variable holding the API key (never the
+    /// key itself); naming one makes the key required.
+    pub api_key_env: Option<String>,
 }
 
 /// How a manifest tool runs.

@@ -9,7 +9,7 @@ use serde_json::json;
 use toml::Table;
 
 use super::util::{Diags, Fields, Kind, list_dir, path_kind, read_text, report_other};
-use crate::project::{AgentConfig, BuiltinTools, LocalConfig};
+use crate::project::{AgentConfig, BuiltinTools, LocalConfig, ProviderConfig};
 
 /// The keys `agent.toml` understands.
 const AGENT_KEYS: &[&str] = &[
@@ -22,8 +22,13 @@ const AGENT_KEYS: &[&str] = &[
     "tool_timeout_ms",
     "local",
     "builtin_tools",
+    "provider",
+    "step_timeout_ms",
+    "context_window",
+    "prices",
 ];
 const LOCAL_KEYS: &[&str] = &["cwd"];
+const PROVIDER_KEYS: &[&str] = &["base_url", "api_key_env"];
 const BUILTIN_KEYS: &[&str] = &["workspace", "shell", "reminders", "artifacts"];
 
 /// Parses an `agent.toml` table. A relative `local.cwd` is resolved against
@@ -74,6 +79,12 @@ pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Pat
         }
     }
 
+    let step_timeout_ms = f.positive(d, "step_timeout_ms");
+    let provider = f
+        .table(d, "provider")
+        .map(|t| parse_provider(d, path, t))
+        .unwrap_or_default();
+
     AgentConfig {
         name,
         description,
@@ -84,6 +95,147 @@ pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Pat
         tool_timeout_ms,
         local,
         builtin_tools,
+        provider,
+        step_timeout_ms,
+        context_window: f.positive(d, "context_window"),
+        prices: f
+            .table(d, "prices")
+            .map(|t| parse_prices(d, path, t))
+            .unwrap_or_default(),
+    }
+}
+
+/// The keys of one `[prices."provider/model"]` table.
+const PRICE_KEYS: &[&str] = &["input", "output", "cache_read", "cache_write"];
+
+/// Parses `[prices]`: one table per `provider/model` (or `provider/*`) with
+/// non-negative USD-per-million-token rates. `input` and `output` are
+/// required; a missing cache rate is the input rate, which never
+/// underestimates.
+fn parse_prices(
+    d: &mut Diags,
+    path: &Path,
+    table: &Table,
+) -> BTreeMap<String, crate::model::prices::Price> {
+    let mut out = BTreeMap::new();
+    for (model, value) in table {
+        let key = format!("prices.\"{model}\"");
+        let shape_ok = model.split_once('/').is_some_and(|(p, m)| {
+            !p.is_empty() && !m.is_empty() && !model.chars().any(char::is_whitespace)
+        });
+        if !shape_ok {
+            d.error(
+                path,
+                format!("`[{key}]` must name a model as `provider/model` or `provider/*`"),
+                "write the key as the model string, for example `[prices.\"xai/grok-4.3\"]`",
+            );
+            continue;
+        }
+        let toml::Value::Table(rates) = value else {
+            d.error(
+                path,
+                format!("`{key}` must be a table of rates, found {}", value.type_str()),
+                format!("write `[{key}]` with `input = 3.0` and `output = 15.0` (USD per million tokens)"),
+            );
+            continue;
+        };
+        let f = Fields::nested(rates, path, format!("{key}."));
+        f.unknown_keys(d, PRICE_KEYS);
+        let mut rate = |name: &str| -> Result<Option<f64>, ()> {
+            let Some(v) = rates.get(name) else {
+                return Ok(None);
+            };
+            let n = match v {
+                toml::Value::Float(x) => *x,
+                toml::Value::Integer(i) => *i as f64,
+                other => {
+                    d.error(
+                        path,
+                        format!(
+                            "`{key}.{name}` must be a number, found {}",
+                            other.type_str()
+                        ),
+                        format!("write it as `{name} = 3.0` (USD per million tokens)"),
+                    );
+                    return Err(());
+                }
+            };
+            if !n.is_finite() || n < 0.0 {
+                d.error(
+                    path,
+                    format!("`{key}.{name}` must be a non-negative number, found {n}"),
+                    format!("set `{name}` to the price in USD per million tokens (0 for free)"),
+                );
+                return Err(());
+            }
+            Ok(Some(n))
+        };
+        let (input, output, cache_read, cache_write) = (
+            rate("input"),
+            rate("output"),
+            rate("cache_read"),
+            rate("cache_write"),
+        );
+        let (Ok(input), Ok(output), Ok(cache_read), Ok(cache_write)) =
+            (input, output, cache_read, cache_write)
+        else {
+            continue;
+        };
+        let (Some(input), Some(output)) = (input, output) else {
+            d.error(
+                path,
+                format!("`[{key}]` needs both `input` and `output`"),
+                "add the missing rate in USD per million tokens",
+            );
+            continue;
+        };
+        out.insert(
+            model.clone(),
+            crate::model::prices::Price::new(
+                input,
+                output,
+                cache_read.unwrap_or(input),
+                cache_write.unwrap_or(input),
+            ),
+        );
+    }
+    out
+}
+
+/// Parses `[provider]`: an http(s) `base_url` and the *name* of the variable
+/// holding the key, so a key never has to be written into the project.
+fn parse_provider(d: &mut Diags, path: &Path, table: &Table) -> ProviderConfig {
+    let f = Fields::nested(table, path, "provider.");
+    f.unknown_keys(d, PROVIDER_KEYS);
+    let base_url = f.nonempty_string(d, "base_url").filter(|url| {
+        let ok = reqwest::Url::parse(url.trim())
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some());
+        if !ok {
+            d.error(
+                path,
+                format!("`provider.base_url` must be an http or https URL, found `{url}`"),
+                "write the API base, for example `base_url = \"http://127.0.0.1:11434/v1\"`",
+            );
+        }
+        ok
+    });
+    let api_key_env = f.nonempty_string(d, "api_key_env").filter(|var| {
+        let ok = var.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        // The value is not quoted back: a value that is not a variable name
+        // is most likely the key itself, which must not land in logs.
+        if !ok {
+            d.error(
+                path,
+                "`provider.api_key_env` must be the name of an environment variable (letters, digits and `_`)",
+                "set it to the variable's name, for example `api_key_env = \"MY_GATEWAY_KEY\"`, and export the key in that variable; never write the key itself into agent.toml",
+            );
+        }
+        ok
+    });
+    ProviderConfig {
+        base_url: base_url.map(|u| u.trim().to_owned()),
+        api_key_env,
     }
 }
 

@@ -1,0 +1,628 @@
+//! The Anthropic Messages provider.
+//!
+//! One step is one streaming `POST {base_url}/v1/messages`. The system prompt
+//! goes in `system`; tool results travel as `tool_result` blocks of user
+//! messages (consecutive results merged into one message, as the API wants
+//! strictly alternating roles); `effort` turns on extended thinking with a
+//! token budget. The stream's `message_start` / `content_block_*` /
+//! `message_delta` / `message_stop` events become text, thinking and tool-call
+//! events plus usage with cache reads and writes.
+//!
+//! Extended thinking has one stateful rule: while a tool loop runs, the
+//! assistant message that asked for the tools must be sent back starting with
+//! its signed thinking blocks. The conversation the agent loop keeps has no
+//! place for signatures, so the model remembers them itself, keyed by the
+//! step's first tool-call id; when they are not known (after a restart),
+//! thinking is left off for that step instead of failing it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bdk_events::Usage;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::http::{
+    Decoder, HttpOptions, PostRequest, SseEvent, StepClock, bad_chunk, drive, ended_early, open,
+    secret_header, stream_error,
+};
+use super::{
+    Message, Model, ModelError, ModelEvent, ModelRequest, ModelStream, StopReason, ToolCall,
+};
+
+/// The `max_tokens` of a step (the API requires one). With thinking on, the
+/// thinking budget is added on top, so the visible answer keeps this much.
+pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+
+/// The API version every request names.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// How many steps' thinking blocks are remembered for tool loops.
+const THINKING_MEMORY: usize = 256;
+
+/// Where and how an Anthropic model is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnthropicConfig {
+    /// The full model string (`anthropic/claude-sonnet-4-5`).
+    pub id: String,
+    /// The API base without the version (`https://api.anthropic.com`); a
+    /// base that already ends in `/v1` is used as is.
+    pub base_url: String,
+    /// Sent as `x-api-key`.
+    pub api_key: String,
+    /// The environment variable the key comes from, named in auth errors.
+    pub key_env: Option<String>,
+    /// `max_tokens` of each step.
+    pub max_tokens: u32,
+    /// Timeouts and retries.
+    pub http: HttpOptions,
+}
+
+/// The thinking budget for an `effort` value, `None` for thinking off.
+pub fn thinking_budget(effort: &str) -> Result<Option<u32>, ModelError> {
+    match effort.trim().to_ascii_lowercase().as_str() {
+        "none" | "off" | "minimal" => Ok(None),
+        "low" => Ok(Some(1024)),
+        "medium" => Ok(Some(4096)),
+        "high" => Ok(Some(16384)),
+        other => Err(ModelError::Config(format!(
+            "effort `{other}` is not understood by anthropic models; use low, medium or high (or remove `effort` from agent/agent.toml)"
+        ))),
+    }
+}
+
+/// Signed thinking blocks of recent steps, by the step's first tool-call id.
+#[derive(Default)]
+struct ThinkingMemory {
+    entries: VecDeque<(String, Vec<Value>)>,
+}
+
+impl ThinkingMemory {
+    fn get(&self, call_id: &str) -> Option<Vec<Value>> {
+        self.entries
+            .iter()
+            .find(|(id, _)| id == call_id)
+            .map(|(_, blocks)| blocks.clone())
+    }
+
+    fn put(&mut self, call_id: String, blocks: Vec<Value>) {
+        if self.entries.len() >= THINKING_MEMORY {
+            self.entries.pop_front();
+        }
+        self.entries.push_back((call_id, blocks));
+    }
+}
+
+/// A model behind the Anthropic Messages API.
+pub struct AnthropicModel {
+    config: AnthropicConfig,
+    thinking: Arc<Mutex<ThinkingMemory>>,
+}
+
+impl AnthropicModel {
+    /// A model with `config`. Nothing is contacted until the first step.
+    pub fn new(config: AnthropicConfig) -> Self {
+        Self {
+            config,
+            thinking: Arc::default(),
+        }
+    }
+
+    fn remembered(&self, call_id: &str) -> Option<Vec<Value>> {
+        // A poisoned lock only means another step panicked mid-insert; the
+        // memory is a cache, so carry on with what it holds.
+        let memory = self
+            .thinking
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        memory.get(call_id)
+    }
+}
+
+#[async_trait]
+impl Model for AnthropicModel {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    async fn step(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> Result<ModelStream, ModelError> {
+        let budget = match &request.effort {
+            Some(effort) => thinking_budget(effort)?,
+            None => None,
+        };
+        let clock = StepClock::start(cancel, self.config.http.step_timeout);
+        let body = request_body(&request, self.config.max_tokens, budget, &|id| {
+            self.remembered(id)
+        });
+        let body = serde_json::to_vec(&body)
+            .map_err(|e| ModelError::Provider(format!("failed to encode the request: {e}")))?;
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-api-key",
+            secret_header(&self.config.api_key, self.config.key_env.as_deref())?,
+        );
+        headers.insert("anthropic-version", HeaderValue::from_static(API_VERSION));
+        let base = self.config.base_url.trim_end_matches('/');
+        let url = if base.ends_with("/v1") {
+            format!("{base}/messages")
+        } else {
+            format!("{base}/v1/messages")
+        };
+        let post = PostRequest {
+            url,
+            headers,
+            body,
+            key_env: self.config.key_env.clone(),
+        };
+        let opened = open(&post, &self.config.http.retry, &clock).await?;
+        let decoder = MessagesDecoder {
+            memory: Arc::clone(&self.thinking),
+            ..MessagesDecoder::default()
+        };
+        Ok(drive(opened, decoder, clock))
+    }
+}
+
+/// The Messages request body of one step. `remembered` returns the signed
+/// thinking blocks of the step whose first tool call has the given id.
+fn request_body(
+    request: &ModelRequest,
+    max_tokens: u32,
+    budget: Option<u32>,
+    remembered: &dyn Fn(&str) -> Option<Vec<Value>>,
+) -> Value {
+    let mut messages: Vec<(&str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, blocks: Vec<Value>| {
+        if blocks.is_empty() {
+            return;
+        }
+        // Roles must alternate: consecutive tool results (and a nudge that
+        // follows them) share one user message.
+        match messages.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(blocks),
+            _ => messages.push((role, blocks)),
+        }
+    };
+    // Thinking stays on only if the tool loop in progress (if any) can be
+    // continued with the thinking blocks that started it.
+    let mut thinking_ok = true;
+    let last_assistant = request
+        .messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }));
+    for (i, message) in request.messages.iter().enumerate() {
+        match message {
+            Message::User { text } => {
+                if !text.is_empty() {
+                    push("user", vec![json!({"type": "text", "text": text})]);
+                }
+            }
+            Message::Assistant { text, tool_calls } => {
+                let mut blocks = Vec::new();
+                if let Some(first) = tool_calls.first() {
+                    match remembered(&first.id) {
+                        Some(thinking) => blocks.extend(thinking),
+                        None if Some(i) == last_assistant => thinking_ok = false,
+                        None => {}
+                    }
+                }
+                if !text.is_empty() {
+                    blocks.push(json!({"type": "text", "text": text}));
+                }
+                for call in tool_calls {
+                    blocks.push(json!({
+                        "type": "tool_use",
+                        "id": call.id,
+                        "name": call.name,
+                        "input": tool_input(&call.input),
+                    }));
+                }
+                push("assistant", blocks);
+            }
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => {
+                let mut block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": call_id,
+                    "content": content,
+                });
+                if *is_error {
+                    block["is_error"] = json!(true);
+                }
+                push("user", vec![block]);
+            }
+        }
+    }
+    let messages: Vec<Value> = messages
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    let budget = budget.filter(|_| thinking_ok);
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert(
+        "max_tokens".into(),
+        json!(max_tokens.saturating_add(budget.unwrap_or(0))),
+    );
+    if !request.system.is_empty() {
+        body.insert("system".into(), json!(request.system));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "description": t.description,
+                    "input_schema": t.input_schema,
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(budget) = budget {
+        body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": budget}),
+        );
+    }
+    body.insert("stream".into(), json!(true));
+    Value::Object(body)
+}
+
+/// `tool_use.input` must be an object; anything else (an unparseable input
+/// kept as a string by another provider) is wrapped so the request stays valid.
+fn tool_input(input: &Value) -> Value {
+    match input {
+        Value::Object(_) => input.clone(),
+        other => json!({"input": other}),
+    }
+}
+
+/// A content block while it streams.
+#[derive(Debug)]
+enum Block {
+    Text,
+    Thinking {
+        text: String,
+        signature: String,
+    },
+    Redacted {
+        data: Value,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+        initial: Value,
+    },
+    Other,
+}
+
+/// Decodes Messages stream events.
+#[derive(Default)]
+struct MessagesDecoder {
+    blocks: BTreeMap<u64, Block>,
+    usage: Usage,
+    stop: Option<StopReason>,
+    /// Finished thinking blocks, as they must be sent back.
+    thinking: Vec<Value>,
+    first_call: Option<String>,
+    memory: Arc<Mutex<ThinkingMemory>>,
+}
+
+impl MessagesDecoder {
+    fn usage_fields(&mut self, usage: &Value) {
+        // `message_delta` repeats some counts cumulatively and leaves the
+        // others null: only a present number replaces what is known.
+        let n = |key: &str| usage[key].as_u64();
+        if let Some(v) = n("input_tokens") {
+            self.usage.input_tokens = v;
+        }
+        if let Some(v) = n("output_tokens") {
+            self.usage.output_tokens = v;
+        }
+        if let Some(v) = n("cache_read_input_tokens") {
+            self.usage.cache_read_tokens = v;
+        }
+        if let Some(v) = n("cache_creation_input_tokens") {
+            self.usage.cache_write_tokens = v;
+        }
+    }
+
+    fn block_start(&mut self, index: u64, block: &Value, out: &mut VecDeque<ModelEvent>) {
+        let text = |key: &str| block[key].as_str().unwrap_or_default().to_owned();
+        let started = match block["type"].as_str().unwrap_or_default() {
+            "text" => {
+                let t = text("text");
+                if !t.is_empty() {
+                    out.push_back(ModelEvent::TextDelta(t));
+                }
+                Block::Text
+            }
+            "thinking" => {
+                let t = text("thinking");
+                if !t.is_empty() {
+                    out.push_back(ModelEvent::ReasoningDelta(t.clone()));
+                }
+                Block::Thinking {
+                    text: t,
+                    signature: text("signature"),
+                }
+            }
+            "redacted_thinking" => Block::Redacted {
+                data: block["data"].clone(),
+            },
+            "tool_use" => Block::ToolUse {
+                id: text("id"),
+                name: text("name"),
+                json: String::new(),
+                initial: block["input"].clone(),
+            },
+            _ => Block::Other,
+        };
+        self.blocks.insert(index, started);
+    }
+
+    fn block_delta(&mut self, index: u64, delta: &Value, out: &mut VecDeque<ModelEvent>) {
+        let text = |key: &str| delta[key].as_str().unwrap_or_default();
+        match (
+            delta["type"].as_str().unwrap_or_default(),
+            self.blocks.get_mut(&index),
+        ) {
+            ("text_delta", _) => {
+                let t = text("text");
+                if !t.is_empty() {
+                    out.push_back(ModelEvent::TextDelta(t.to_owned()));
+                }
+            }
+            ("thinking_delta", block) => {
+                let t = text("thinking");
+                if let Some(Block::Thinking { text: all, .. }) = block {
+                    all.push_str(t);
+                }
+                if !t.is_empty() {
+                    out.push_back(ModelEvent::ReasoningDelta(t.to_owned()));
+                }
+            }
+            ("signature_delta", Some(Block::Thinking { signature, .. })) => {
+                signature.push_str(text("signature"));
+            }
+            ("input_json_delta", Some(Block::ToolUse { json, .. })) => {
+                json.push_str(text("partial_json"));
+            }
+            _ => {}
+        }
+    }
+
+    fn block_stop(&mut self, index: u64, out: &mut VecDeque<ModelEvent>) {
+        match self.blocks.remove(&index) {
+            Some(Block::ToolUse {
+                id,
+                name,
+                json,
+                initial,
+            }) => {
+                let input = if json.trim().is_empty() {
+                    if initial.is_object() {
+                        initial
+                    } else {
+                        Value::Object(Map::new())
+                    }
+                } else {
+                    serde_json::from_str(&json).unwrap_or(Value::String(json))
+                };
+                let id = if id.is_empty() {
+                    bdk_events::ids::new_call_id()
+                } else {
+                    id
+                };
+                if self.first_call.is_none() {
+                    self.first_call = Some(id.clone());
+                }
+                out.push_back(ModelEvent::ToolCall(ToolCall { id, name, input }));
+            }
+            Some(Block::Thinking { text, signature }) => self.thinking.push(json!({
+                "type": "thinking",
+                "thinking": text,
+                "signature": signature,
+            })),
+            Some(Block::Redacted { data }) => self.thinking.push(json!({
+                "type": "redacted_thinking",
+                "data": data,
+            })),
+            Some(Block::Text | Block::Other) | None => {}
+        }
+    }
+
+    fn finalize(&mut self, out: &mut VecDeque<ModelEvent>) {
+        // Blocks the server never closed: hand on the tool calls anyway.
+        let open: Vec<u64> = self.blocks.keys().copied().collect();
+        for index in open {
+            self.block_stop(index, out);
+        }
+        if let Some(call) = self.first_call.take()
+            && !self.thinking.is_empty()
+        {
+            let mut memory = self
+                .memory
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            memory.put(call, std::mem::take(&mut self.thinking));
+        }
+        out.push_back(ModelEvent::Usage(self.usage));
+        out.push_back(ModelEvent::Stop(
+            self.stop.take().unwrap_or(StopReason::Stop),
+        ));
+    }
+}
+
+impl Decoder for MessagesDecoder {
+    fn event(
+        &mut self,
+        event: SseEvent,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<bool, ModelError> {
+        if event.data.trim().is_empty() {
+            return Ok(false);
+        }
+        let v: Value = serde_json::from_str(&event.data).map_err(|e| bad_chunk(&event.data, &e))?;
+        let kind = v["type"]
+            .as_str()
+            .or(event.event.as_deref())
+            .unwrap_or_default();
+        let index = v["index"].as_u64().unwrap_or(0);
+        match kind {
+            "message_start" => self.usage_fields(&v["message"]["usage"]),
+            "content_block_start" => self.block_start(index, &v["content_block"], out),
+            "content_block_delta" => self.block_delta(index, &v["delta"], out),
+            "content_block_stop" => self.block_stop(index, out),
+            "message_delta" => {
+                if let Some(reason) = v["delta"]["stop_reason"].as_str() {
+                    self.stop = Some(match reason {
+                        "end_turn" | "stop_sequence" => StopReason::Stop,
+                        "tool_use" => StopReason::ToolCalls,
+                        "max_tokens" => StopReason::Length,
+                        other => StopReason::Other(other.to_owned()),
+                    });
+                }
+                self.usage_fields(&v["usage"]);
+            }
+            "message_stop" => {
+                self.finalize(out);
+                return Ok(true);
+            }
+            "error" => return Err(stream_error(&event.data)),
+            // `ping` and event types newer than this code.
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        // `message_delta` carries the stop reason; a stream cut after it
+        // lost nothing but `message_stop` itself.
+        if self.stop.is_some() {
+            self.finalize(out);
+            Ok(())
+        } else {
+            Err(ended_early(None))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            input: json!({"q": 1}),
+        }
+    }
+
+    fn tool(id: &str, content: &str, is_error: bool) -> Message {
+        Message::Tool {
+            call_id: id.into(),
+            name: "t".into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+
+    fn request(messages: Vec<Message>, effort: Option<&str>) -> ModelRequest {
+        ModelRequest {
+            model: "claude-x".into(),
+            system: "sys".into(),
+            messages,
+            tools: Vec::new(),
+            effort: effort.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn tool_results_merge_into_one_user_message() {
+        let req = request(
+            vec![
+                Message::User { text: "go".into() },
+                Message::Assistant {
+                    text: "checking".into(),
+                    tool_calls: vec![call("a"), call("b")],
+                },
+                tool("a", "1", false),
+                tool("b", "oops", true),
+                Message::User {
+                    text: "also this".into(),
+                },
+            ],
+            None,
+        );
+        let body = request_body(&req, DEFAULT_MAX_TOKENS, None, &|_| None);
+        assert_eq!(body["system"], "sys");
+        assert_eq!(body["max_tokens"], 8192);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "user", "content": [{"type": "text", "text": "go"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "checking"},
+                    {"type": "tool_use", "id": "a", "name": "t", "input": {"q": 1}},
+                    {"type": "tool_use", "id": "b", "name": "t", "input": {"q": 1}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "a", "content": "1"},
+                    {"type": "tool_result", "tool_use_id": "b", "content": "oops", "is_error": true},
+                    {"type": "text", "text": "also this"},
+                ]},
+            ])
+        );
+    }
+
+    #[test]
+    fn thinking_needs_the_remembered_blocks_of_the_tool_loop() {
+        let msgs = vec![
+            Message::User { text: "go".into() },
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![call("a")],
+            },
+            tool("a", "1", false),
+        ];
+        let budget = thinking_budget("medium").unwrap();
+        let forgotten = request_body(&request(msgs.clone(), None), 8192, budget, &|_| None);
+        assert!(forgotten.get("thinking").is_none());
+        assert_eq!(forgotten["max_tokens"], 8192);
+        let block = json!({"type": "thinking", "thinking": "hmm", "signature": "sig"});
+        let known = request_body(&request(msgs, None), 8192, budget, &|id| {
+            (id == "a").then(|| vec![block.clone()])
+        });
+        assert_eq!(
+            known["thinking"],
+            json!({"type": "enabled", "budget_tokens": 4096})
+        );
+        assert_eq!(known["max_tokens"], 8192 + 4096);
+        assert_eq!(known["messages"][1]["content"][0], block);
+    }
+
+    #[test]
+    fn effort_maps_to_budgets() {
+        assert_eq!(thinking_budget("low").unwrap(), Some(1024));
+        assert_eq!(thinking_budget("High").unwrap(), Some(16384));
+        assert_eq!(thinking_budget("minimal").unwrap(), None);
+        assert!(thinking_budget("extreme").is_err());
+    }
+}

@@ -1,0 +1,504 @@
+//! The OpenAI-compatible Chat Completions provider (xAI Grok, OpenAI,
+//! Ollama, vLLM, llama.cpp's server, OpenRouter and the like).
+//!
+//! One step is one streaming `POST {base_url}/chat/completions`. The request
+//! maps the conversation onto `system`/`user`/`assistant`/`tool` messages;
+//! the stream is decoded into text and reasoning deltas (servers that expose
+//! reasoning send it as `reasoning_content` or `reasoning`), tool calls
+//! assembled from their per-index deltas, the usage of the final chunk, and
+//! the finish reason. Retries, timeouts and cancellation are the shared ones
+//! of [`super::http`].
+
+use std::collections::{BTreeMap, VecDeque};
+
+use async_trait::async_trait;
+use bdk_events::Usage;
+use reqwest::header::{AUTHORIZATION, HeaderMap};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::http::{
+    Decoder, HttpOptions, PostRequest, SseEvent, StepClock, bad_chunk, drive, ended_early, open,
+    secret_header, stream_error,
+};
+use super::{
+    Message, Model, ModelError, ModelEvent, ModelRequest, ModelStream, StopReason, ToolCall,
+};
+
+/// Where and how an OpenAI-compatible model is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenAiConfig {
+    /// The full model string (`xai/grok-4.5`), reported as the model's id.
+    pub id: String,
+    /// The API base, up to and including the version (`https://api.x.ai/v1`).
+    pub base_url: String,
+    /// Sent as a bearer token when present.
+    pub api_key: Option<String>,
+    /// The environment variable the key comes from, named in auth errors.
+    pub key_env: Option<String>,
+    /// Timeouts and retries.
+    pub http: HttpOptions,
+}
+
+/// A model behind an OpenAI-compatible Chat Completions endpoint.
+pub struct OpenAiModel {
+    config: OpenAiConfig,
+}
+
+impl OpenAiModel {
+    /// A model with `config`. Nothing is contacted until the first step.
+    pub fn new(config: OpenAiConfig) -> Self {
+        Self { config }
+    }
+}
+
+#[async_trait]
+impl Model for OpenAiModel {
+    fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    async fn step(
+        &self,
+        request: ModelRequest,
+        cancel: CancellationToken,
+    ) -> Result<ModelStream, ModelError> {
+        let clock = StepClock::start(cancel, self.config.http.step_timeout);
+        let mut headers = HeaderMap::new();
+        if let Some(key) = &self.config.api_key {
+            headers.insert(
+                AUTHORIZATION,
+                secret_header(&format!("Bearer {key}"), self.config.key_env.as_deref())?,
+            );
+        }
+        let body = serde_json::to_vec(&request_body(&request))
+            .map_err(|e| ModelError::Provider(format!("failed to encode the request: {e}")))?;
+        let post = PostRequest {
+            url: format!(
+                "{}/chat/completions",
+                self.config.base_url.trim_end_matches('/')
+            ),
+            headers,
+            body,
+            key_env: self.config.key_env.clone(),
+        };
+        let opened = open(&post, &self.config.http.retry, &clock).await?;
+        Ok(drive(opened, ChatDecoder::default(), clock))
+    }
+}
+
+/// The Chat Completions request body of one step.
+fn request_body(request: &ModelRequest) -> Value {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
+    }
+    for message in &request.messages {
+        messages.push(match message {
+            Message::User { text } => json!({"role": "user", "content": text}),
+            Message::Assistant { text, tool_calls } if tool_calls.is_empty() => {
+                json!({"role": "assistant", "content": text})
+            }
+            Message::Assistant { text, tool_calls } => {
+                let calls: Vec<Value> = tool_calls
+                    .iter()
+                    .map(|c| {
+                        json!({
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": arguments_text(&c.input)},
+                        })
+                    })
+                    .collect();
+                // An assistant turn made only of tool calls has null content,
+                // which every compatible server accepts; some reject "".
+                let content = if text.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(text.clone())
+                };
+                json!({"role": "assistant", "content": content, "tool_calls": calls})
+            }
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+                ..
+            } => {
+                // The tool role has no error flag; say it in the content so
+                // the model does not mistake a failure for data.
+                let content = if *is_error {
+                    format!("Tool error: {content}")
+                } else {
+                    content.clone()
+                };
+                json!({"role": "tool", "tool_call_id": call_id, "content": content})
+            }
+        });
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert("messages".into(), Value::Array(messages));
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    },
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(effort) = &request.effort {
+        body.insert("reasoning_effort".into(), json!(effort));
+    }
+    Value::Object(body)
+}
+
+/// Tool arguments as the API carries them: a JSON document in a string. An
+/// input that arrived as unparseable text (a JSON string) goes back verbatim,
+/// so the model sees exactly what it produced.
+fn arguments_text(input: &Value) -> String {
+    match input {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A tool call while its deltas arrive.
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Decodes `chat.completion.chunk` events.
+#[derive(Debug, Default)]
+struct ChatDecoder {
+    /// Calls by their `index`, so parallel calls assemble independently.
+    calls: BTreeMap<u64, PartialCall>,
+    /// The index the last tool-call delta went to, for servers that omit it.
+    last_index: Option<u64>,
+    calls_emitted: bool,
+    finish: Option<StopReason>,
+    usage: Option<Usage>,
+}
+
+impl ChatDecoder {
+    fn chunk(&mut self, chunk: &Value, out: &mut VecDeque<ModelEvent>) {
+        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+            let n = |v: &Value| v.as_u64().unwrap_or(0);
+            let prompt = n(&usage["prompt_tokens"]);
+            let cached = n(&usage["prompt_tokens_details"]["cached_tokens"]);
+            self.usage = Some(Usage {
+                input_tokens: prompt.saturating_sub(cached),
+                output_tokens: n(&usage["completion_tokens"]),
+                cache_read_tokens: cached,
+                cache_write_tokens: 0,
+            });
+        }
+        let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
+            return;
+        };
+        // A step asks for one completion; any other choice is ignored.
+        let Some(choice) = choices
+            .iter()
+            .find(|c| c["index"].as_u64().unwrap_or(0) == 0)
+        else {
+            return;
+        };
+        let delta = &choice["delta"];
+        let text = |key: &str| delta[key].as_str().filter(|s| !s.is_empty());
+        // Servers disagree on the field's name; some send both with the same
+        // text, so only one of them is taken.
+        if let Some(reasoning) = text("reasoning_content").or_else(|| text("reasoning")) {
+            out.push_back(ModelEvent::ReasoningDelta(reasoning.to_owned()));
+        }
+        if let Some(content) = text("content") {
+            out.push_back(ModelEvent::TextDelta(content.to_owned()));
+        }
+        if let Some(calls) = delta["tool_calls"].as_array() {
+            for call in calls {
+                self.call_delta(call);
+            }
+        }
+        if let Some(reason) = choice["finish_reason"].as_str() {
+            self.finish = Some(match reason {
+                "stop" => StopReason::Stop,
+                "tool_calls" | "function_call" => StopReason::ToolCalls,
+                "length" => StopReason::Length,
+                other => StopReason::Other(other.to_owned()),
+            });
+            // The calls are complete once the choice finishes; hand them on
+            // now rather than after the usage chunk.
+            self.emit_calls(out);
+        }
+    }
+
+    fn call_delta(&mut self, call: &Value) {
+        let id = call["id"].as_str().filter(|s| !s.is_empty());
+        let index = match call["index"].as_u64() {
+            Some(i) => i,
+            // Without an index, a new id starts a new call and anything else
+            // continues the last one.
+            None => match (self.last_index, id) {
+                (Some(last), Some(id))
+                    if self
+                        .calls
+                        .get(&last)
+                        .is_some_and(|c| c.id != id && !c.id.is_empty()) =>
+                {
+                    last + 1
+                }
+                (Some(last), _) => last,
+                (None, _) => 0,
+            },
+        };
+        self.last_index = Some(index);
+        let entry = self.calls.entry(index).or_default();
+        if let Some(id) = id
+            && entry.id.is_empty()
+        {
+            id.clone_into(&mut entry.id);
+        }
+        let function = &call["function"];
+        if let Some(name) = function["name"].as_str()
+            && entry.name.is_empty()
+        {
+            name.clone_into(&mut entry.name);
+        }
+        match &function["arguments"] {
+            Value::String(args) => entry.arguments.push_str(args),
+            // A few servers send the arguments as a JSON object in one
+            // piece instead of as streamed text.
+            Value::Object(_) if entry.arguments.is_empty() => {
+                entry.arguments = function["arguments"].to_string();
+            }
+            _ => {}
+        }
+    }
+
+    fn emit_calls(&mut self, out: &mut VecDeque<ModelEvent>) {
+        if self.calls_emitted {
+            return;
+        }
+        self.calls_emitted = true;
+        for call in std::mem::take(&mut self.calls).into_values() {
+            let raw = call.arguments.trim();
+            let input = if raw.is_empty() {
+                Value::Object(Map::new())
+            } else {
+                serde_json::from_str(raw).unwrap_or_else(|_| Value::String(call.arguments.clone()))
+            };
+            let id = if call.id.is_empty() {
+                bdk_events::ids::new_call_id()
+            } else {
+                call.id
+            };
+            out.push_back(ModelEvent::ToolCall(ToolCall {
+                id,
+                name: call.name,
+                input,
+            }));
+        }
+    }
+
+    fn finalize(&mut self, out: &mut VecDeque<ModelEvent>) {
+        let had_calls = !self.calls.is_empty() || self.calls_emitted;
+        self.emit_calls(out);
+        if let Some(usage) = self.usage.take() {
+            out.push_back(ModelEvent::Usage(usage));
+        }
+        let stop = self.finish.take().unwrap_or(if had_calls {
+            StopReason::ToolCalls
+        } else {
+            StopReason::Stop
+        });
+        out.push_back(ModelEvent::Stop(stop));
+    }
+}
+
+impl Decoder for ChatDecoder {
+    fn event(
+        &mut self,
+        event: SseEvent,
+        out: &mut VecDeque<ModelEvent>,
+    ) -> Result<bool, ModelError> {
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            self.finalize(out);
+            return Ok(true);
+        }
+        if data.is_empty() {
+            return Ok(false);
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| bad_chunk(data, &e))?;
+        if chunk.get("error").is_some_and(|e| !e.is_null())
+            || event.event.as_deref() == Some("error")
+        {
+            return Err(stream_error(data));
+        }
+        self.chunk(&chunk, out);
+        Ok(false)
+    }
+
+    fn end(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        // Some servers close without `[DONE]`; a finished choice is still a
+        // complete step. Without one, the answer was cut off.
+        if self.finish.is_some() {
+            self.finalize(out);
+            Ok(())
+        } else {
+            Err(ended_early(None))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolDefinition;
+
+    fn decode(events: &[&str]) -> (Vec<ModelEvent>, Result<bool, String>) {
+        let mut d = ChatDecoder::default();
+        let mut out = VecDeque::new();
+        let mut last = Ok(false);
+        for data in events {
+            last = d
+                .event(
+                    SseEvent {
+                        event: None,
+                        data: (*data).to_owned(),
+                    },
+                    &mut out,
+                )
+                .map_err(|e| e.to_string());
+        }
+        (out.into_iter().collect(), last)
+    }
+
+    #[test]
+    fn calls_without_index_are_told_apart_by_id() {
+        let (events, done) = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"a","function":{"name":"f","arguments":"{\"x\":"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"1}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"b","function":{"name":"g","arguments":"not json"}}]},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(done, Ok(true));
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::ToolCall(ToolCall {
+                    id: "a".into(),
+                    name: "f".into(),
+                    input: json!({"x": 1})
+                }),
+                ModelEvent::ToolCall(ToolCall {
+                    id: "b".into(),
+                    name: "g".into(),
+                    input: json!("not json")
+                }),
+                ModelEvent::Stop(StopReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn arguments_sent_as_an_object_are_taken_whole() {
+        let (events, _) = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":{"city":"Oslo"}}}]},"finish_reason":"tool_calls"}]}"#,
+        ]);
+        assert_eq!(
+            events,
+            vec![ModelEvent::ToolCall(ToolCall {
+                id: "c".into(),
+                name: "f".into(),
+                input: json!({"city": "Oslo"})
+            })]
+        );
+    }
+
+    #[test]
+    fn reasoning_is_taken_once_whatever_the_field_name() {
+        let (events, _) = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"a","reasoning":"a"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning":"b"}}]}"#,
+        ]);
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::ReasoningDelta("a".into()),
+                ModelEvent::ReasoningDelta("b".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn an_error_chunk_fails_the_step() {
+        let (_, last) = decode(&[r#"{"error":{"message":"boom","type":"server_error"}}"#]);
+        assert_eq!(
+            last,
+            Err("model request failed: the provider reported an error mid-stream: boom".into())
+        );
+    }
+
+    #[test]
+    fn request_body_maps_every_message_kind() {
+        let req = ModelRequest {
+            model: "m".into(),
+            system: "sys".into(),
+            messages: vec![
+                Message::User { text: "hi".into() },
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![ToolCall {
+                        id: "c1".into(),
+                        name: "t".into(),
+                        input: json!({"a": 1}),
+                    }],
+                },
+                Message::Tool {
+                    call_id: "c1".into(),
+                    name: "t".into(),
+                    content: "bad".into(),
+                    is_error: true,
+                },
+                Message::Assistant {
+                    text: "done".into(),
+                    tool_calls: Vec::new(),
+                },
+            ],
+            tools: vec![ToolDefinition {
+                name: "t".into(),
+                description: "d".into(),
+                input_schema: json!({"type": "object"}),
+            }],
+            effort: None,
+        };
+        let body = request_body(&req);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{\"a\":1}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "c1", "content": "Tool error: bad"},
+                {"role": "assistant", "content": "done"},
+            ])
+        );
+        assert!(body.get("reasoning_effort").is_none());
+    }
+}

@@ -1,0 +1,533 @@
+//! Model prices and session cost estimates.
+//!
+//! A [`PriceTable`] maps `provider/model` ids to a [`Price`] in US dollars
+//! per million tokens of each kind the `Usage` record counts (input, output,
+//! cache read, cache write). The built-in entries are providers' list prices
+//! as of [`PRICES_AS_OF`]; `agent.toml` extends or overrides them with
+//! `[prices."provider/model"]` tables. Estimates are only estimates: they
+//! ignore batch discounts, long-prompt surcharges and negotiated rates.
+//!
+//! [`session_cost`] folds a session's events into one priced row per ended
+//! turn, the shape both the HTTP cost route and `bdk cost` report.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bdk_events::{Envelope, Event, FailStatus, TurnId, Usage};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// When the built-in list prices were last checked against the providers'
+/// published pricing pages.
+pub const PRICES_AS_OF: &str = "2026-11-30";
+
+/// US dollars per million tokens of each kind.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Price {
+    /// Prompt tokens billed at the full input rate.
+    pub input: f64,
+    /// Completion tokens (reasoning included).
+    pub output: f64,
+    /// Prompt tokens served from the provider's cache.
+    pub cache_read: f64,
+    /// Prompt tokens written to the provider's cache.
+    pub cache_write: f64,
+}
+
+impl Price {
+    /// A model that costs nothing (offline, scripted, replayed).
+    pub const FREE: Price = Price::new(0.0, 0.0, 0.0, 0.0);
+
+    /// A price from its four rates.
+    pub const fn new(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Self {
+        Self {
+            input,
+            output,
+            cache_read,
+            cache_write,
+        }
+    }
+
+    /// The cost of `usage` at this price, in US dollars.
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        let per = |tokens: u64, rate: f64| tokens as f64 * rate / 1_000_000.0;
+        per(usage.input_tokens, self.input)
+            + per(usage.output_tokens, self.output)
+            + per(usage.cache_read_tokens, self.cache_read)
+            + per(usage.cache_write_tokens, self.cache_write)
+    }
+}
+
+/// Providers that bill cache writes at the plain input rate (OpenAI, xAI)
+/// get `cache_write = input`; Anthropic's cache write is its 5-minute rate.
+const fn same_write(input: f64, output: f64, cache_read: f64) -> Price {
+    Price::new(input, output, cache_read, input)
+}
+
+/// Built-in list prices. Sources, as of [`PRICES_AS_OF`]: xAI's pricing page
+/// (docs.x.ai, "Chat API"), Anthropic's pricing page (platform.claude.com,
+/// 5-minute cache writes), OpenAI's pricing page (the GPT-5.4/5.5 family as
+/// quoted from it in June 2026, the older GPT-5, GPT-4.1 and GPT-4o rows as
+/// published in 2025). Models priced in tiers by prompt length are left out
+/// rather than priced wrongly.
+const BUILTIN: &[(&str, Price)] = &[
+    // Offline providers cost nothing.
+    ("scripted/*", Price::FREE),
+    ("replay/*", Price::FREE),
+    // xAI
+    ("xai/grok-4.3", same_write(1.25, 2.50, 0.20)),
+    ("xai/grok-4.20-0309-reasoning", same_write(1.25, 2.50, 0.20)),
+    (
+        "xai/grok-4.20-0309-non-reasoning",
+        same_write(1.25, 2.50, 0.20),
+    ),
+    (
+        "xai/grok-4.20-multi-agent-0309",
+        same_write(1.25, 2.50, 0.20),
+    ),
+    ("xai/grok-4-1-fast-reasoning", same_write(0.20, 0.50, 0.05)),
+    (
+        "xai/grok-4-1-fast-non-reasoning",
+        same_write(0.20, 0.50, 0.05),
+    ),
+    // OpenAI
+    ("openai/gpt-5.5", same_write(5.00, 30.00, 0.50)),
+    ("openai/gpt-5.5-pro", same_write(30.00, 180.00, 30.00)),
+    ("openai/gpt-5.4", same_write(2.50, 15.00, 0.25)),
+    ("openai/gpt-5.4-mini", same_write(0.75, 4.50, 0.075)),
+    ("openai/gpt-5.4-nano", same_write(0.20, 1.25, 0.02)),
+    ("openai/gpt-5.4-pro", same_write(30.00, 180.00, 30.00)),
+    ("openai/gpt-5", same_write(1.25, 10.00, 0.125)),
+    ("openai/gpt-5-mini", same_write(0.25, 2.00, 0.025)),
+    ("openai/gpt-5-nano", same_write(0.05, 0.40, 0.005)),
+    ("openai/gpt-4.1", same_write(2.00, 8.00, 0.50)),
+    ("openai/gpt-4.1-mini", same_write(0.40, 1.60, 0.10)),
+    ("openai/gpt-4.1-nano", same_write(0.10, 0.40, 0.025)),
+    ("openai/gpt-4o", same_write(2.50, 10.00, 1.25)),
+    ("openai/gpt-4o-mini", same_write(0.15, 0.60, 0.075)),
+    // Anthropic
+    (
+        "anthropic/claude-fable-5-1",
+        Price::new(10.00, 50.00, 0.25, 12.50),
+    ),
+    (
+        "anthropic/claude-fable-5",
+        Price::new(10.00, 50.00, 1.00, 12.50),
+    ),
+    (
+        "anthropic/claude-opus-5",
+        Price::new(5.00, 25.00, 0.50, 6.25),
+    ),
+    (
+        "anthropic/claude-opus-4-8",
+        Price::new(5.00, 25.00, 0.50, 6.25),
+    ),
+    (
+        "anthropic/claude-opus-4-7",
+        Price::new(5.00, 25.00, 0.50, 6.25),
+    ),
+    (
+        "anthropic/claude-opus-4-6",
+        Price::new(5.00, 25.00, 0.50, 6.25),
+    ),
+    (
+        "anthropic/claude-opus-4-5",
+        Price::new(5.00, 25.00, 0.50, 6.25),
+    ),
+    (
+        "anthropic/claude-opus-4-1",
+        Price::new(15.00, 75.00, 1.50, 18.75),
+    ),
+    (
+        "anthropic/claude-opus-4",
+        Price::new(15.00, 75.00, 1.50, 18.75),
+    ),
+    (
+        "anthropic/claude-opus-4-0",
+        Price::new(15.00, 75.00, 1.50, 18.75),
+    ),
+    (
+        "anthropic/claude-sonnet-5-5",
+        Price::new(2.00, 10.00, 0.10, 2.50),
+    ),
+    (
+        "anthropic/claude-sonnet-5",
+        Price::new(2.00, 10.00, 0.20, 2.50),
+    ),
+    (
+        "anthropic/claude-sonnet-4-6",
+        Price::new(3.00, 15.00, 0.30, 3.75),
+    ),
+    (
+        "anthropic/claude-sonnet-4-5",
+        Price::new(3.00, 15.00, 0.30, 3.75),
+    ),
+    (
+        "anthropic/claude-sonnet-4",
+        Price::new(3.00, 15.00, 0.30, 3.75),
+    ),
+    (
+        "anthropic/claude-sonnet-4-0",
+        Price::new(3.00, 15.00, 0.30, 3.75),
+    ),
+    (
+        "anthropic/claude-haiku-4-5",
+        Price::new(1.00, 5.00, 0.10, 1.25),
+    ),
+];
+
+/// The keys a model id is looked up under, most specific first: the id
+/// itself (lower-cased), the id without a trailing snapshot date or
+/// `-latest` (`claude-sonnet-4-5-20250929` is priced as
+/// `claude-sonnet-4-5`), then the provider wildcard `provider/*`.
+///
+/// Prefix matching is deliberately not used: `gpt-5` must not price
+/// `gpt-5-pro`.
+pub fn lookup_keys(model: &str) -> Vec<String> {
+    let model = model.trim().to_ascii_lowercase();
+    let mut keys = vec![model.clone()];
+    if let Some(base) = strip_snapshot(&model)
+        && !keys.contains(&base)
+    {
+        keys.push(base);
+    }
+    let provider = model.split_once('/').map_or(model.as_str(), |(p, _)| p);
+    keys.push(format!("{provider}/*"));
+    keys
+}
+
+/// `name-20250929`, `name-2025-08-07` and `name-latest` -> `name`.
+fn strip_snapshot(model: &str) -> Option<String> {
+    if let Some(base) = model.strip_suffix("-latest") {
+        return Some(base.to_owned());
+    }
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    // `-YYYYMMDD`
+    if let Some((base, tail)) = model.rsplit_once('-')
+        && tail.len() == 8
+        && digits(tail)
+        && tail.starts_with("20")
+    {
+        return Some(base.to_owned());
+    }
+    // `-YYYY-MM-DD`
+    let parts: Vec<&str> = model.rsplitn(4, '-').collect();
+    if let [day, month, year, base] = parts.as_slice()
+        && year.len() == 4
+        && month.len() == 2
+        && day.len() == 2
+        && digits(year)
+        && digits(month)
+        && digits(day)
+        && year.starts_with("20")
+    {
+        return Some((*base).to_owned());
+    }
+    None
+}
+
+/// Prices by model id: the built-in list plus `agent.toml` overrides.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriceTable {
+    entries: HashMap<String, Price>,
+}
+
+impl Default for PriceTable {
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+impl PriceTable {
+    /// The built-in list prices.
+    pub fn builtin() -> Self {
+        Self {
+            entries: BUILTIN.iter().map(|(k, p)| ((*k).to_owned(), *p)).collect(),
+        }
+    }
+
+    /// A table with no entries (every model unknown).
+    pub fn empty() -> Self {
+        Self {
+            entries: HashMap::new(),
+        }
+    }
+
+    /// The built-in list with `overrides` (from `agent.toml` `[prices]`)
+    /// added or replacing entries of the same key.
+    pub fn with_overrides(overrides: &BTreeMap<String, Price>) -> Self {
+        let mut table = Self::builtin();
+        for (k, p) in overrides {
+            table.insert(k, *p);
+        }
+        table
+    }
+
+    /// Adds or replaces one entry. `model` is `provider/model` or `provider/*`.
+    pub fn insert(&mut self, model: &str, price: Price) {
+        self.entries
+            .insert(model.trim().to_ascii_lowercase(), price);
+    }
+
+    /// The price of a model, following [`lookup_keys`].
+    pub fn get(&self, model: &str) -> Option<Price> {
+        lookup_keys(model)
+            .iter()
+            .find_map(|k| self.entries.get(k).copied())
+    }
+
+    /// The estimated cost of `usage` on `model` in US dollars; `None` when
+    /// the model has no known price.
+    pub fn estimate(&self, model: &str, usage: &Usage) -> Option<f64> {
+        self.get(model).map(|p| p.cost(usage))
+    }
+
+    /// Every entry, sorted by key.
+    pub fn entries(&self) -> BTreeMap<String, Price> {
+        self.entries.iter().map(|(k, p)| (k.clone(), *p)).collect()
+    }
+}
+
+/// The estimated cost of `usage` on `model` at built-in list prices; `None`
+/// when the model has no known price.
+pub fn estimate(model: &str, usage: &Usage) -> Option<f64> {
+    PriceTable::builtin().estimate(model, usage)
+}
+
+/// One ended turn, priced.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnCost {
+    /// The turn.
+    pub turn_id: Option<TurnId>,
+    /// `completed`, `failed`, `cancelled` or `interrupted`.
+    pub status: &'static str,
+    /// The model that ran it (`turn.completed.data.model`, or the model
+    /// `turn.started` named for a failed turn).
+    pub model: Option<String>,
+    /// Tokens used.
+    pub usage: Usage,
+    /// How long it took (measured from `turn.started` for failed turns).
+    pub duration_ms: Option<u64>,
+    /// The estimate; `None` when the model's price is unknown.
+    pub estimated_cost_usd: Option<f64>,
+}
+
+/// Sums over a session's (or several sessions') turns.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CostTotals {
+    /// Turns counted.
+    pub turns: usize,
+    /// Tokens used, summed.
+    pub usage: Usage,
+    /// Turn durations, summed.
+    pub duration_ms: u64,
+    /// The summed estimate; `None` when any turn's price is unknown.
+    pub estimated_cost_usd: Option<f64>,
+}
+
+impl CostTotals {
+    /// Adds one turn.
+    pub fn add_turn(&mut self, turn: &TurnCost) {
+        self.add(&CostTotals {
+            turns: 1,
+            usage: turn.usage,
+            duration_ms: turn.duration_ms.unwrap_or(0),
+            estimated_cost_usd: turn.estimated_cost_usd,
+        });
+    }
+
+    /// Adds other totals.
+    pub fn add(&mut self, other: &CostTotals) {
+        let empty = self.turns == 0;
+        self.turns += other.turns;
+        self.usage.add(&other.usage);
+        self.duration_ms = self.duration_ms.saturating_add(other.duration_ms);
+        self.estimated_cost_usd = match (empty, self.estimated_cost_usd, other.estimated_cost_usd) {
+            (true, _, b) => b,
+            (false, Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+    }
+}
+
+/// A session's turns, priced, with totals.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionCost {
+    /// One row per ended turn, in stream order.
+    pub turns: Vec<TurnCost>,
+    /// Sums over the rows.
+    pub totals: CostTotals,
+}
+
+/// Folds a session's events into one priced row per ended turn.
+pub fn session_cost(events: &[Envelope], prices: &PriceTable) -> SessionCost {
+    let mut started: HashMap<Option<TurnId>, (Option<String>, DateTime<Utc>)> = HashMap::new();
+    let mut turns = Vec::new();
+    for env in events {
+        match &env.event {
+            Event::TurnStarted(s) => {
+                started.insert(env.turn_id.clone(), (s.model.clone(), env.at));
+            }
+            Event::TurnCompleted(c) => turns.push(TurnCost {
+                turn_id: env.turn_id.clone(),
+                status: "completed",
+                model: Some(c.model.clone()),
+                usage: c.usage,
+                duration_ms: Some(c.duration_ms),
+                estimated_cost_usd: cost_of(prices, Some(&c.model), &c.usage),
+            }),
+            Event::TurnFailed(f) => {
+                let start = started.get(&env.turn_id);
+                // A failed turn records no duration of its own: measure it
+                // from its `turn.started`, when it got that far.
+                let duration_ms = start.map(|(_, at)| {
+                    u64::try_from((env.at - *at).num_milliseconds().max(0)).unwrap_or(0)
+                });
+                let model = start.and_then(|(m, _)| m.clone());
+                let usage = f.usage.unwrap_or_default();
+                turns.push(TurnCost {
+                    turn_id: env.turn_id.clone(),
+                    status: match f.status {
+                        FailStatus::Failed => "failed",
+                        FailStatus::Cancelled => "cancelled",
+                        FailStatus::Interrupted => "interrupted",
+                    },
+                    estimated_cost_usd: cost_of(prices, model.as_deref(), &usage),
+                    model,
+                    usage,
+                    duration_ms,
+                });
+            }
+            _ => {}
+        }
+    }
+    let mut totals = CostTotals {
+        estimated_cost_usd: Some(0.0),
+        ..CostTotals::default()
+    };
+    for t in &turns {
+        totals.add_turn(t);
+    }
+    SessionCost { turns, totals }
+}
+
+fn cost_of(prices: &PriceTable, model: Option<&str>, usage: &Usage) -> Option<f64> {
+    // No tokens cost nothing whatever the price (a turn that failed before
+    // its model answered, or never reached one).
+    if *usage == Usage::default() {
+        return Some(0.0);
+    }
+    model.and_then(|m| prices.estimate(m, usage))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(input: u64, output: u64, read: u64, write: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_read_tokens: read,
+            cache_write_tokens: write,
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn cost_is_linear_in_each_token_kind() {
+        let p = Price::new(3.0, 15.0, 0.3, 3.75);
+        let c = p.cost(&usage(1_000_000, 100_000, 1_000_000, 200_000));
+        assert!(close(c, 3.0 + 1.5 + 0.3 + 0.75), "{c}");
+        assert!(close(p.cost(&Usage::default()), 0.0));
+        assert!(close(p.cost(&usage(1, 0, 0, 0)), 3.0e-6));
+    }
+
+    #[test]
+    fn builtin_prices_known_models_and_leaves_the_rest_unknown() {
+        let u = usage(2_000_000, 1_000_000, 0, 0);
+        let sonnet = estimate("anthropic/claude-sonnet-4-5", &u).unwrap();
+        assert!(close(sonnet, 6.0 + 15.0), "{sonnet}");
+        let grok = estimate("xai/grok-4-1-fast-reasoning", &u).unwrap();
+        assert!(close(grok, 0.4 + 0.5), "{grok}");
+        assert_eq!(estimate("scripted/default", &u), Some(0.0));
+        assert_eq!(estimate("scripted", &u), Some(0.0));
+        assert_eq!(estimate("replay/recording.jsonl", &u), Some(0.0));
+        assert_eq!(estimate("ollama/llama3.2", &u), None);
+        assert_eq!(estimate("openai/gpt-5-pro", &u), None, "no prefix matching");
+        assert_eq!(estimate("nonsense", &u), None);
+    }
+
+    #[test]
+    fn snapshot_dates_and_latest_resolve_to_the_base_model() {
+        let t = PriceTable::builtin();
+        let base = t.get("anthropic/claude-sonnet-4-5").unwrap();
+        assert_eq!(t.get("anthropic/claude-sonnet-4-5-20250929"), Some(base));
+        assert_eq!(t.get("Anthropic/Claude-Sonnet-4-5"), Some(base));
+        assert_eq!(
+            t.get("openai/gpt-5-2025-08-07"),
+            t.get("openai/gpt-5"),
+            "dashed dates"
+        );
+        assert_eq!(t.get("openai/gpt-5-latest"), t.get("openai/gpt-5"));
+        // Something that merely ends in digits is not a snapshot.
+        assert_eq!(t.get("openai/gpt-4o-1234"), None);
+        assert_eq!(
+            lookup_keys("xai/grok-4.3"),
+            vec!["xai/grok-4.3".to_owned(), "xai/*".to_owned()]
+        );
+    }
+
+    #[test]
+    fn overrides_add_replace_and_use_wildcards() {
+        let mut o = BTreeMap::new();
+        o.insert("xai/grok-4.3".to_owned(), Price::new(10.0, 20.0, 1.0, 10.0));
+        o.insert("ollama/*".to_owned(), Price::FREE);
+        o.insert("acme/big".to_owned(), Price::new(1.0, 2.0, 0.5, 1.0));
+        let t = PriceTable::with_overrides(&o);
+        let u = usage(1_000_000, 1_000_000, 0, 0);
+        assert_eq!(t.estimate("xai/grok-4.3", &u), Some(30.0), "replaced");
+        assert_eq!(t.estimate("ollama/llama3.2", &u), Some(0.0), "wildcard");
+        assert_eq!(t.estimate("acme/big", &u), Some(3.0), "added");
+        assert_eq!(
+            t.get("anthropic/claude-haiku-4-5"),
+            PriceTable::builtin().get("anthropic/claude-haiku-4-5"),
+            "untouched entries stay"
+        );
+        // An exact entry beats the wildcard.
+        let mut o = BTreeMap::new();
+        o.insert("acme/*".to_owned(), Price::FREE);
+        o.insert("acme/big".to_owned(), Price::new(1.0, 0.0, 0.0, 0.0));
+        let t = PriceTable::with_overrides(&o);
+        assert_eq!(t.estimate("acme/big", &u), Some(1.0));
+        assert_eq!(t.estimate("acme/small", &u), Some(0.0));
+    }
+
+    #[test]
+    fn totals_are_unknown_once_any_turn_is_unknown() {
+        let row = |cost: Option<f64>| TurnCost {
+            turn_id: None,
+            status: "completed",
+            model: None,
+            usage: usage(10, 5, 0, 0),
+            duration_ms: Some(7),
+            estimated_cost_usd: cost,
+        };
+        let mut t = CostTotals::default();
+        t.add_turn(&row(Some(1.0)));
+        t.add_turn(&row(Some(0.5)));
+        assert_eq!(t.estimated_cost_usd, Some(1.5));
+        assert_eq!(t.turns, 2);
+        assert_eq!(t.usage.input_tokens, 20);
+        assert_eq!(t.duration_ms, 14);
+        t.add_turn(&row(None));
+        assert_eq!(t.estimated_cost_usd, None);
+        t.add_turn(&row(Some(2.0)));
+        assert_eq!(t.estimated_cost_usd, None, "stays unknown");
+    }
+}
