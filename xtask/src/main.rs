@@ -54,7 +54,10 @@ commands:
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
     let result = parse(&args).and_then(|task| match task {
-        Task::Test => run_steps("test", &test_steps(&workspace_root())),
+        Task::Test => {
+            let root = workspace_root();
+            install_test_deps(&root).and_then(|()| run_steps("test", &test_steps(&root)))
+        }
         Task::Lint => run_steps("lint", &lint_steps()),
         Task::Bench(options) => bench(options),
         Task::Help => {
@@ -284,6 +287,32 @@ fn test_steps(root: &Path) -> Vec<Step> {
         .with_env("RUSTDOCFLAGS", "-D warnings"),
     );
     steps
+}
+
+/// Runs `.ci/test-deps`, which installs what the tests need beyond Rust
+/// (python3, curl, the MCP peers and the Python MCP SDK under target/), so a
+/// fresh machine needs nothing but `cargo xtask test`.
+fn install_test_deps(root: &Path) -> Result<(), Error> {
+    let script = root.join(".ci").join("test-deps");
+    let command = format!("bash {}", script.display());
+    println!("==> [0] test dependencies: {command}");
+    let status = Command::new("bash")
+        .arg(&script)
+        .current_dir(root)
+        .status()
+        .map_err(|source| Error::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Error::StepFailed {
+            step: "test dependencies".into(),
+            command,
+            status,
+        })
+    }
 }
 
 fn nextest_installed() -> bool {

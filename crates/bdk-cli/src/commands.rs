@@ -34,7 +34,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             path,
             project,
             json,
-        } => info(&project.dir(path.as_deref()), json),
+        } => info(&project.dir(path.as_deref()), json).await,
         Command::Run {
             project,
             message,
@@ -99,6 +99,10 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
                 schedules: !no_schedules,
             };
             crate::serve::run(opts, logs).await
+        }
+        Command::Mcp { project } => {
+            let dir = project.dir(None);
+            crate::mcp::run(&dir, &project.state_root(&dir)).await
         }
         Command::Sessions { project, json } => {
             let dir = project.dir(None);
@@ -192,13 +196,15 @@ fn validate(dir: &Path, json: bool) -> Result<u8> {
     Ok(if errors == 0 { OK } else { UNUSABLE })
 }
 
-fn info(dir: &Path, json: bool) -> Result<u8> {
+async fn info(dir: &Path, json: bool) -> Result<u8> {
     let discovery = discover(dir);
     let Some(project) = &discovery.project else {
         print_diagnostics(&discovery.diagnostics, true);
         return Ok(UNUSABLE);
     };
-    let value = surface(project, &discovery.diagnostics);
+    let mut value = surface(project, &discovery.diagnostics);
+    let connection_errors = mcp_connection_errors(project).await;
+    value["connectionErrors"] = json!(connection_errors);
     if json {
         print_json(&value)?;
         return Ok(OK);
@@ -308,7 +314,41 @@ pub(crate) fn parse_session_id(id: &str) -> std::result::Result<SessionId, u8> {
     })
 }
 
-async fn open_host(
+/// Tries every MCP connection of `project` once (each bounded by its own
+/// timeout) and returns the ones that could not list their tools.
+async fn mcp_connection_errors(project: &Project) -> Vec<bdk_core::mcp::ConnectionError> {
+    use bdk_core::mcp::McpHub;
+    if project.mcp_connections.is_empty() {
+        return Vec::new();
+    }
+    let hub = bdk_mcp::client::McpConnections::start(project);
+    let names = hub.names();
+    // Failures land in `connection_errors`; the listings themselves are not needed.
+    let _listed = futures::future::join_all(names.iter().map(|n| hub.list_tools(n))).await;
+    let errors = hub.connection_errors();
+    hub.shutdown().await;
+    errors
+}
+
+/// The MCP hub of `project`, when it has connections: advertised tools are
+/// listed before the host serves a command, so `bdk run` and `bdk call`
+/// see the whole catalog.
+pub(crate) async fn mcp_hub(
+    project: &Project,
+    wait: bool,
+) -> Option<Arc<dyn bdk_core::mcp::McpHub>> {
+    use bdk_core::mcp::McpHub;
+    if project.mcp_connections.is_empty() {
+        return None;
+    }
+    let hub = bdk_mcp::client::McpConnections::start(project);
+    if wait {
+        hub.ready().await;
+    }
+    Some(hub)
+}
+
+pub(crate) async fn open_host(
     dir: &Path,
     state_root: &Path,
     record: Option<&Path>,
@@ -320,7 +360,11 @@ async fn open_host(
     let guard = lock::acquire(state_root)?;
     let store = FsStore::open(state_root)
         .with_context(|| format!("failed to open the state root {}", state_root.display()))?;
+    let hub = mcp_hub(&project, true).await;
     let mut builder = Host::builder(project, Arc::new(store));
+    if let Some(hub) = hub {
+        builder = builder.mcp(hub);
+    }
     if let Some(path) = record {
         builder = builder.record_to(path);
     }

@@ -16,6 +16,7 @@ mod cost;
 mod init;
 mod lock;
 mod logs;
+mod mcp;
 mod serve;
 
 /// Build, run and inspect BDK agents.
@@ -175,6 +176,12 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Serve the agent as an MCP server on stdin/stdout (`ask`, `check` and
+    /// its server tools), for desktop MCP clients. Logs go to stderr.
+    Mcp {
+        #[command(flatten)]
+        project: ProjectArgs,
     },
     /// Show one stored session.
     Session {

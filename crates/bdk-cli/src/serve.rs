@@ -184,7 +184,14 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         locks.push(lock::acquire(&root)?);
         let store = FsStore::open(&root)
             .with_context(|| format!("failed to open the state root {}", root.display()))?;
-        let host = Host::builder(project, Arc::new(store))
+        // Advertised MCP tools are listed in the background: serving starts
+        // at once and the tools join the catalog as their servers answer.
+        let hub = crate::commands::mcp_hub(&project, false).await;
+        let mut builder = Host::builder(project, Arc::new(store));
+        if let Some(hub) = hub {
+            builder = builder.mcp(hub);
+        }
+        let host = builder
             .build()
             .await
             .with_context(|| format!("failed to start agent `{slug}`"))?;

@@ -658,7 +658,7 @@ impl OpError {
     }
 }
 
-const KNOWN_OPS: &str = "kv.get, kv.put, kv.delete, kv.list, files.get, files.put, files.delete, files.list, artifacts.tag, session.info";
+const KNOWN_OPS: &str = "kv.get, kv.put, kv.delete, kv.list, files.get, files.put, files.delete, files.list, artifacts.tag, session.info, mcp.names, mcp.list_tools, mcp.call_tool";
 
 fn store_error(op: &str, e: StoreError) -> OpError {
     match e {
@@ -859,10 +859,57 @@ async fn run_op(
         _ if op.starts_with("reminders.") => Err(OpError::Unavailable(
             "reminders are not available to tools yet: they arrive with the reminders issue",
         )),
-        _ if op.starts_with("mcp.") => Err(OpError::Unavailable(
-            "MCP connections are not available to tools yet: they arrive with the MCP issue",
-        )),
+        "mcp.names" | "mcp.list_tools" | "mcp.call_tool" => mcp_op(binding, op, args).await,
         other => Err(OpError::UnknownOp(other.to_owned())),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpListTools {
+    connection: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpCallTool {
+    connection: String,
+    tool: String,
+    #[serde(default)]
+    args: Option<Value>,
+}
+
+/// The `mcp.*` ops: the agent's MCP connections, as `host.mcp` offers them
+/// to native tools.
+async fn mcp_op(binding: &Binding, op: &str, args: Value) -> Result<Value, OpError> {
+    let Some(mcp) = binding.services.mcp() else {
+        return Err(OpError::Unavailable(
+            "this agent has no MCP connections (agent/mcp-connections/)",
+        ));
+    };
+    match op {
+        "mcp.names" => {
+            let _: Map<String, Value> = parse(op, args)?;
+            Ok(json!({"names": mcp.names()}))
+        }
+        "mcp.list_tools" => {
+            let a: McpListTools = parse(op, args)?;
+            let tools = mcp
+                .list_tools(&a.connection)
+                .await
+                .map_err(|e| OpError::InvalidArgs(e.to_string()))?;
+            Ok(json!({"tools": tools}))
+        }
+        _ => {
+            writable(binding, "mcp.call_tool")?;
+            let a: McpCallTool = parse(op, args)?;
+            let input = a.args.unwrap_or_else(|| Value::Object(Map::new()));
+            let output = mcp
+                .call_tool(&a.connection, &a.tool, input)
+                .await
+                .map_err(|e| OpError::InvalidArgs(e.to_string()))?;
+            Ok(json!({"content": output.content, "isError": output.is_error}))
+        }
     }
 }
 

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -47,6 +47,7 @@ use crate::agent::{
 use crate::context::{BudgetedModel, context_window};
 use crate::endpoint::{Endpoint, EndpointGrant};
 use crate::hooks::{Hook, HookBus, ManifestHook};
+use crate::mcp::{ConnectionError, McpHub};
 use crate::model::prices::PriceTable;
 use crate::model::replay::{Recording, RecordingModel, ReplayModel};
 use crate::model::scripted::ScriptedModel;
@@ -223,6 +224,7 @@ pub struct HostBuilder {
     models: Arc<dyn ModelResolver>,
     recover: bool,
     record_to: Option<PathBuf>,
+    mcp: Option<Arc<dyn McpHub>>,
 }
 
 impl HostBuilder {
@@ -236,7 +238,16 @@ impl HostBuilder {
             models: Arc::new(BuiltinModels),
             recover: true,
             record_to: None,
+            mcp: None,
         }
+    }
+
+    /// Attaches the agent's MCP connections: host code reaches them through
+    /// [`ToolServices::mcp`] and the host endpoint, and the tools of
+    /// advertising connections join the tool map as they are listed.
+    pub fn mcp(mut self, hub: Arc<dyn McpHub>) -> Self {
+        self.mcp = Some(hub);
+        self
     }
 
     /// Registers a Rust-native tool (it replaces a manifest or built-in tool of the same name).
@@ -313,6 +324,8 @@ impl HostBuilder {
             add(tool, &mut tools);
         }
         tools.remove(TASK_TOOL);
+        let base_tools = tools;
+        let (generation, tools) = merged_tools(&base_tools, self.mcp.as_deref());
         let tools = Arc::new(tools);
 
         let root_model = config
@@ -454,7 +467,9 @@ impl HostBuilder {
             project,
             store: self.store,
             root,
-            tools,
+            base_tools,
+            tools: RwLock::new((generation, tools)),
+            mcp: self.mcp,
             agent_tools,
             hooks: HookBus::start(hooks),
             slots: Mutex::new(HashMap::new()),
@@ -473,6 +488,34 @@ impl HostBuilder {
         }
         Ok(host)
     }
+}
+
+/// The base tools plus the advertised tools of `mcp`, with the MCP
+/// generation they reflect. An MCP tool never replaces a tool the agent
+/// defines itself: a collision is skipped with a warning naming both.
+fn merged_tools(
+    base: &BTreeMap<String, ToolEntry>,
+    mcp: Option<&dyn McpHub>,
+) -> (u64, BTreeMap<String, ToolEntry>) {
+    let mut tools = base.clone();
+    let Some(mcp) = mcp else {
+        return (0, tools);
+    };
+    // Read the generation first: a change racing with the listing then
+    // leaves a newer generation behind, and the next look rebuilds again.
+    let generation = mcp.generation();
+    for tool in mcp.advertised_tools() {
+        let name = tool.spec().name.clone();
+        if name == TASK_TOOL || tools.contains_key(&name) {
+            tracing::warn!(
+                tool = %name,
+                "an advertised MCP tool collides with the agent's tool `{name}`; the MCP tool is skipped"
+            );
+            continue;
+        }
+        tools.insert(name, ToolEntry::new(tool));
+    }
+    (generation, tools)
 }
 
 /// Loads the recording of a `replay/<file>` model (`file` relative to the
@@ -552,7 +595,13 @@ struct Inner {
     project: Arc<Project>,
     store: Arc<dyn Store>,
     root: AgentSpec,
-    tools: Arc<BTreeMap<String, ToolEntry>>,
+    /// The tools known at build time (built-ins, manifests, native tools).
+    base_tools: BTreeMap<String, ToolEntry>,
+    /// The current tool map (base tools plus advertised MCP tools) and the
+    /// MCP generation it was built for; rebuilt when the generation moves.
+    tools: RwLock<(u64, Arc<BTreeMap<String, ToolEntry>>)>,
+    /// The agent's MCP connections, when it has any.
+    mcp: Option<Arc<dyn McpHub>>,
     agent_tools: BTreeMap<String, ToolSpec>,
     hooks: HookBus,
     slots: Mutex<HashMap<SessionId, Arc<Slot>>>,
@@ -735,6 +784,65 @@ impl Host {
         &self.inner.project
     }
 
+    /// The agent's MCP connections (`host.mcp`), when it has any.
+    pub fn mcp(&self) -> Option<&Arc<dyn McpHub>> {
+        self.inner.mcp.as_ref()
+    }
+
+    /// MCP connections that failed to start or to list their tools.
+    pub fn connection_errors(&self) -> Vec<ConnectionError> {
+        self.inner
+            .mcp
+            .as_ref()
+            .map(|m| m.connection_errors())
+            .unwrap_or_default()
+    }
+
+    /// The current tool map, rebuilt first when the MCP catalog changed
+    /// since the last look (a listing finished or a server sent
+    /// `tools/list_changed`).
+    fn current_tools(&self) -> Arc<BTreeMap<String, ToolEntry>> {
+        let inner = &self.inner;
+        {
+            let current = inner.tools.read().unwrap_or_else(|p| p.into_inner());
+            match &inner.mcp {
+                Some(mcp) if mcp.generation() != current.0 => {}
+                _ => return Arc::clone(&current.1),
+            }
+        }
+        let (generation, tools) = merged_tools(&inner.base_tools, inner.mcp.as_deref());
+        let tools = Arc::new(tools);
+        let mut current = inner.tools.write().unwrap_or_else(|p| p.into_inner());
+        *current = (generation, Arc::clone(&tools));
+        tools
+    }
+
+    /// The root agent with the current tool map (subagents included), so a
+    /// turn sees MCP tools listed after the host was built.
+    fn current_root(&self) -> AgentSpec {
+        let tools = self.current_tools();
+        let root = &self.inner.root;
+        if Arc::ptr_eq(&root.tools, &tools) {
+            return root.clone();
+        }
+        let task = root.task.as_ref().map(|(spec, subs)| {
+            let subs = subs
+                .iter()
+                .map(|(name, sub)| {
+                    let mut sub = sub.clone();
+                    sub.tools = Arc::clone(&tools);
+                    (name.clone(), sub)
+                })
+                .collect();
+            (spec.clone(), Arc::new(subs))
+        });
+        AgentSpec {
+            tools,
+            task,
+            ..root.clone()
+        }
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
@@ -742,8 +850,7 @@ impl Host {
 
     /// Specs of the tools callable on the host, sorted by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
-        self.inner
-            .tools
+        self.current_tools()
             .values()
             .map(|e| e.tool.spec().clone())
             .collect()
@@ -1413,7 +1520,7 @@ impl Host {
             session_id: id.clone(),
         };
         let outcome = agent::run_turn(TurnInput {
-            spec: &self.inner.root,
+            spec: &self.current_root(),
             history,
             env: &env,
             recorder: &recorder,
@@ -1485,7 +1592,8 @@ impl Host {
 
     /// Calls a server tool without a model turn.
     pub async fn call_tool(&self, call: DirectCall) -> HostResult<DirectOutcome> {
-        let Some(entry) = self.inner.tools.get(&call.name).cloned() else {
+        let tools = self.current_tools();
+        let Some(entry) = tools.get(&call.name).cloned() else {
             if let Some(spec) = self.inner.agent_tools.get(&call.name)
                 && spec.execution == Execution::Agent
             {
@@ -1493,7 +1601,7 @@ impl Host {
             }
             return Err(HostError::UnknownTool {
                 name: call.name,
-                available: self.inner.tools.keys().cloned().collect(),
+                available: tools.keys().cloned().collect(),
             });
         };
         if let Some(validator) = &entry.validator
@@ -1789,6 +1897,9 @@ impl Host {
             tracing::warn!("some turns did not settle within the shutdown grace period");
         }
         self.inner.endpoint.close();
+        if let Some(mcp) = &self.inner.mcp {
+            mcp.shutdown().await;
+        }
     }
 
     /// Records `turn.failed` (interrupted) for turns that never ended, so
@@ -2094,6 +2205,10 @@ struct Services {
 impl ToolServices for Services {
     fn skill(&self, name: &str) -> Option<String> {
         self.host.inner.skills.get(name).cloned()
+    }
+
+    fn mcp(&self) -> Option<Arc<dyn McpHub>> {
+        self.host.inner.mcp.clone()
     }
 
     async fn tag_artifact(

@@ -12,6 +12,7 @@ pub mod context;
 pub mod endpoint;
 pub mod hooks;
 pub mod host;
+pub mod mcp;
 pub mod model;
 pub mod net;
 pub mod project;

@@ -298,13 +298,23 @@ async fn bound_direct_call_reaches_every_service() {
     assert_error(&a[17], "invalid_json");
     // The connection survived the malformed line.
     assert_eq!(assert_ok(&a[18])["value"]["code"], json!("it"));
-    for answer in &a[19..22] {
+    for answer in &a[19..21] {
         assert_error(answer, "unavailable");
         assert!(
             answer["message"].as_str().unwrap().contains("issue"),
             "{answer}"
         );
     }
+    // The host has no MCP connections, so the `mcp.*` ops have nothing to reach.
+    assert_error(&a[21], "unavailable");
+    assert!(
+        a[21]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no MCP connections"),
+        "{}",
+        a[21]
+    );
     assert_error(&a[22], "unauthorized");
     assert_error(&a[23], "invalid_args");
     assert!(

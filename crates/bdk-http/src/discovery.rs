@@ -45,7 +45,9 @@ pub(crate) async fn meta(State(agent): State<Arc<Agent>>) -> Json<Value> {
 
 /// `GET /v1/info`: the project surface, the same JSON as `bdk info --json`.
 pub(crate) async fn info(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
-    Json(surface(agent.host.project(), &agent.diagnostics))
+    let mut surface = surface(agent.host.project(), &agent.diagnostics);
+    surface["connectionErrors"] = json!(agent.host.connection_errors());
+    Json(surface)
 }
 
 /// Query of `/v1/logs`.

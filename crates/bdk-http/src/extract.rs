@@ -99,7 +99,10 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 
 /// Reads a body up to `limit` bytes; beyond it, drains a bounded amount and
 /// answers 413.
-async fn read_limited(mut body: axum::body::Body, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_limited(
+    mut body: axum::body::Body,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
     let mut buf = BytesMut::new();
     loop {
         match body.frame().await {

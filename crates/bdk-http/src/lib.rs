@@ -45,6 +45,7 @@ mod docs;
 mod error;
 mod extract;
 mod logs;
+mod mcp;
 pub mod openapi;
 mod sessions;
 mod stream;
@@ -321,6 +322,14 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
         .route("/v1/logs", get(discovery::logs))
         .route("/v1/artifacts", get(artifacts::list))
         .route("/v1/artifacts/{id}/content", get(artifacts::content))
+        .route(
+            "/v1/mcp",
+            post(mcp::agent).get(mcp::stateless).delete(mcp::stateless),
+        )
+        .route(
+            "/v1/mcp/tools",
+            post(mcp::tools).get(mcp::stateless).delete(mcp::stateless),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(shared),
             auth::authenticate,

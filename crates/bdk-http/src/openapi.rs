@@ -462,6 +462,7 @@ fn build() -> Value {
             {"name": "tools", "description": "The tool catalog and direct tool calls with no model turn."},
             {"name": "discovery", "description": "What the agent is and what the server runs."},
             {"name": "artifacts", "description": "Durable outputs that sessions tagged."},
+            {"name": "mcp", "description": "The agent as an MCP server over stateless streamable HTTP: JSON-RPC messages in POST bodies."},
             {"name": "channels", "description": "Routes an agent declares in `agent/channels/<name>.toml`."},
             {"name": "host", "description": "Routes of the server as a whole."},
             {"name": "docs", "description": "The user documentation, rendered as HTML."},
@@ -526,6 +527,7 @@ fn path_items() -> Vec<PathItem> {
     items.extend(tool_items());
     items.extend(discovery_items());
     items.extend(artifact_items());
+    items.extend(mcp_items());
     items.extend(channel_items());
     items.extend(host_items());
     items
@@ -1091,6 +1093,77 @@ fn channel_items() -> Vec<PathItem> {
                 .map(|m| (*m, channel_operation(m, true)))
                 .collect(),
         },
+    ]
+}
+
+/// One MCP endpoint: POST carries a JSON-RPC message; GET and DELETE are
+/// refused because the server keeps no MCP session and opens no stream.
+fn mcp_item(path: &'static str, id: &str, summary: &str, description: &str) -> PathItem {
+    let refused = |verb: &str, what: &str| {
+        Op::new(
+            &format!("{id}{verb}"),
+            "mcp",
+            &format!("{what} (not supported)"),
+            "This endpoint is stateless: there is no server-initiated stream and no MCP session, so the answer is always 405 with `Allow: POST`.",
+        )
+        .errors(&[Code::MethodNotAllowed])
+        .protected()
+        .build()
+    };
+    let plain = |description: &str| {
+        json!({
+            "description": description,
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        })
+    };
+    PathItem {
+        path,
+        mount: AGENT,
+        operations: vec![
+            (
+                "post",
+                Op::new(id, "mcp", summary, description)
+                    .body(
+                        "JsonRpcRequest",
+                        true,
+                        "One JSON-RPC 2.0 message (`initialize`, `tools/list`, `tools/call`, `ping`, or a notification). Send `Accept: application/json, text/event-stream`; a request without an Accept header is treated the same.",
+                        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+                    )
+                    .json("200", "The JSON-RPC response (a failed tool call is a result with `isError: true`).", "JsonRpcResponse")
+                    .response("202", json!({"description": "A notification or response was accepted; no body."}))
+                    .response(
+                        "400",
+                        json!({
+                            "description": "The body is not JSON (code -32700) or not a JSON-RPC message (-32600).",
+                            "content": {"application/json": {"schema": schema("JsonRpcResponse")}},
+                        }),
+                    )
+                    .response("406", plain("The Accept header names neither JSON nor event streams."))
+                    .response("415", plain("The body is not sent as application/json."))
+                    .errors(&[Code::PayloadTooLarge])
+                    .protected()
+                    .build(),
+            ),
+            ("get", refused("Stream", "Open a server stream")),
+            ("delete", refused("End", "End an MCP session")),
+        ],
+    }
+}
+
+fn mcp_items() -> Vec<PathItem> {
+    vec![
+        mcp_item(
+            "/v1/mcp",
+            "mcp",
+            "Talk to the agent over MCP",
+            "MCP tools `ask` (start or continue a chat session owned by the caller and wait up to `waitMs` for the reply), `check` (a session's status, latest reply and recent tool calls) and, when the agent has server tools, `call_tool` (a direct call with no model involved). Errors are tool results with `isError: true` whose text starts with the error code.",
+        ),
+        mcp_item(
+            "/v1/mcp/tools",
+            "mcpTools",
+            "The agent's server tools over MCP",
+            "Every deterministic server tool as an MCP tool under its own name, with its input and output schemas; `readOnlyHint` is true for read tools. Results carry structured content (for object results) and the same value as text.",
+        ),
     ]
 }
 
@@ -1732,6 +1805,38 @@ fn schemas() -> Value {
                     "description": "Absent when a coalesced message was queued behind a running turn.",
                 },
                 "created": {"type": "boolean", "description": "True when this request started the session."},
+            },
+        }),
+    );
+    put(
+        "JsonRpcRequest",
+        json!({
+            "type": "object",
+            "description": "A JSON-RPC 2.0 request or notification of the MCP protocol.",
+            "required": ["jsonrpc", "method"],
+            "properties": {
+                "jsonrpc": {"const": "2.0"},
+                "id": {"type": ["string", "integer"]},
+                "method": {"type": "string"},
+                "params": {"type": "object"},
+            },
+        }),
+    );
+    put(
+        "JsonRpcResponse",
+        json!({
+            "type": "object",
+            "description": "A JSON-RPC 2.0 response: `result` on success, `error` otherwise.",
+            "required": ["jsonrpc", "id"],
+            "properties": {
+                "jsonrpc": {"const": "2.0"},
+                "id": {"type": ["string", "integer", "null"]},
+                "result": {"type": "object"},
+                "error": {
+                    "type": "object",
+                    "required": ["code", "message"],
+                    "properties": {"code": {"type": "integer"}, "message": {"type": "string"}, "data": {}},
+                },
             },
         }),
     );

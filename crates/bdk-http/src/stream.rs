@@ -143,7 +143,24 @@ fn ndjson_body(
             }
         };
         let first = match step {
-            Step::Shutdown | Step::Event(None) => return None,
+            Step::Shutdown => {
+                // Shutdown first records running turns as interrupted, then
+                // fires this token: send what is already recorded (that
+                // `turn.failed` included) before ending the stream.
+                let mut buf = Vec::new();
+                while buf.len() < MAX_CHUNK {
+                    match feed.events.next().now_or_never() {
+                        Some(Some(Ok(env))) => encode(&env, &mut buf),
+                        _ => break,
+                    }
+                }
+                if buf.is_empty() {
+                    return None;
+                }
+                feed.done = true;
+                return Some((Ok(Bytes::from(buf)), feed));
+            }
+            Step::Event(None) => return None,
             Step::Heartbeat => return Some((Ok::<_, Infallible>(Bytes::from_static(b"\n")), feed)),
             Step::Event(Some(Err(e))) => {
                 tracing::warn!(error = %e, "session stream ended by a store error");

@@ -47,7 +47,11 @@ fn view(spec: &ToolSpec) -> Value {
 /// session.
 pub(crate) async fn list(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
     let tools: Vec<Value> = agent.host.tools().iter().map(view).collect();
-    Json(json!({"ok": true, "tools": tools}))
+    Json(json!({
+        "ok": true,
+        "tools": tools,
+        "connectionErrors": agent.host.connection_errors(),
+    }))
 }
 
 /// `GET /v1/tools/:name`: one tool, server or agent-execution.

@@ -49,6 +49,9 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
             "description": s.description,
             "model": s.config.model,
         })).collect::<Vec<_>>(),
+        // Filled in by whoever runs the connections (the host); a bare
+        // project has not tried any yet.
+        "connectionErrors": [],
         "mcpConnections": project.mcp_connections.iter().map(|m| json!({
             "name": m.name,
             "transport": match &m.transport {

@@ -145,6 +145,11 @@ pub trait ToolServices: Send + Sync {
     async fn endpoint(&self, _ctx: &ToolContext) -> Option<crate::endpoint::EndpointGrant> {
         None
     }
+
+    /// The agent's MCP connections (`host.mcp`), when the caller has them.
+    fn mcp(&self) -> Option<Arc<dyn crate::mcp::McpHub>> {
+        None
+    }
 }
 
 /// The outcome of a call: what the model sees.

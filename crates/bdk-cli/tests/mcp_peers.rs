@@ -1,0 +1,354 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The agent's own MCP surfaces against independent, official peers:
+//!
+//! - the Python MCP SDK (PyPI `mcp`, installed by `.ci/run` into
+//!   `target/py`) drives `/v1/mcp` over streamable HTTP and `bdk mcp` over
+//!   stdio with the weather example;
+//! - the MCP conformance suite (npm `@modelcontextprotocol/conformance`,
+//!   installed by `.ci/run` into `target/mcp-peers`) runs its server
+//!   scenarios against `/v1/mcp` and `/v1/mcp/tools`.
+//!
+//! A missing peer fails the test with the command that installs it; these
+//! tests never skip.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bdk_core::discover;
+use bdk_core::host::Host;
+use bdk_http::{Config, Mount};
+use bdk_store::{FsStore, Store};
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+
+/// A peer run gives up after this long rather than hang.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn python() -> PathBuf {
+    let path = workspace().join("target/py/bin/python");
+    assert!(
+        path.exists(),
+        "{} is missing: the Python MCP SDK is a required peer; install it with `.ci/run` or `python3 -m venv target/py && target/py/bin/pip install mcp`",
+        path.display()
+    );
+    path
+}
+
+fn conformance() -> PathBuf {
+    let path = workspace().join("target/mcp-peers/node_modules/.bin/conformance");
+    assert!(
+        path.exists(),
+        "{} is missing: the MCP conformance suite is a required peer; install it with `.ci/run` or `npm install --prefix target/mcp-peers @modelcontextprotocol/conformance@0.1.13`",
+        path.display()
+    );
+    path
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if name == ".bdk" || name == "__pycache__" {
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A copy of the weather example and a state root beside it.
+fn weather() -> (TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("weather");
+    copy_dir(&workspace().join("examples/weather"), &dir);
+    let state = tmp.path().join("state");
+    (tmp, dir, state)
+}
+
+/// Serves the weather example at `/<slug>` (multi mode), as `bdk serve`
+/// does by default; returns the base URL.
+async fn serve_weather_multi(dir: &Path, state: &Path, shutdown: &CancellationToken) -> String {
+    let d = discover(dir);
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(state).unwrap());
+    let host = Host::builder(d.project.unwrap(), store)
+        .build()
+        .await
+        .unwrap();
+    let mount = Mount {
+        slug: Some("weather".to_owned()),
+        host,
+        diagnostics: d.diagnostics,
+    };
+    let app = bdk_http::app(vec![mount], Config::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let token = shutdown.clone();
+    tokio::spawn(async move { bdk_http::serve(listener, app, token).await });
+    format!("http://{addr}")
+}
+
+/// Serves the weather example in single mode with the default (loopback)
+/// auth on 127.0.0.1:0; returns the base URL.
+async fn serve_weather(dir: &Path, state: &Path, shutdown: &CancellationToken) -> String {
+    let d = discover(dir);
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(state).unwrap());
+    let host = Host::builder(d.project.unwrap(), store)
+        .build()
+        .await
+        .unwrap();
+    let mount = Mount {
+        slug: None,
+        host,
+        diagnostics: d.diagnostics,
+    };
+    let app = bdk_http::app(vec![mount], Config::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let token = shutdown.clone();
+    tokio::spawn(async move { bdk_http::serve(listener, app, token).await });
+    format!("http://{addr}")
+}
+
+/// Runs the Python client script and returns the JSON it prints.
+async fn python_client(args: &[&str]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_client.py");
+    let output = tokio::time::timeout(
+        DEADLINE,
+        tokio::process::Command::new(python())
+            .arg(script)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the Python MCP client did not finish in time")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the Python MCP client failed ({}):\n{stderr}\n{stdout}",
+        output.status
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("unreadable client report ({e}): {stdout}\n{stderr}"))
+}
+
+/// What both transports must show the Python SDK.
+fn check_report(report: &Value) {
+    let ask = &report["ask"];
+    assert_eq!(ask["isError"], false, "{report}");
+    assert_eq!(ask["status"], "completed", "{report}");
+    assert!(ask["reply"].as_str().unwrap().contains("Paris"), "{report}");
+    let check = &report["check"];
+    assert_eq!(check["isError"], false, "{report}");
+    assert_eq!(check["status"], "completed", "{report}");
+    assert_eq!(check["sessionId"], ask["sessionId"], "{report}");
+    assert_eq!(check["reply"], ask["reply"], "{report}");
+    assert_eq!(check["toolCalls"][0]["name"], "get_weather", "{report}");
+    assert_eq!(report["readOnly"]["check"], true, "{report}");
+    assert_eq!(report["readOnly"]["ask"], false, "{report}");
+    assert_eq!(report["missing"]["isError"], true, "{report}");
+    assert!(
+        report["missing"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("session_not_found:"),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn python_sdk_talks_to_the_agent_over_streamable_http() {
+    let (_tmp, dir, state) = weather();
+    let shutdown = CancellationToken::new();
+    let base = serve_weather(&dir, &state, &shutdown).await;
+    let report = python_client(&["http", &format!("{base}/v1/mcp")]).await;
+    check_report(&report);
+    let tools: Vec<&str> = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["ask", "call_tool", "check"], "{report}");
+    let direct = &report["direct"];
+    assert_eq!(direct["isError"], false, "{report}");
+    assert_eq!(direct["value"]["toolName"], "get_weather", "{report}");
+    assert_eq!(direct["value"]["result"]["city"], "Lima", "{report}");
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn python_sdk_talks_to_bdk_mcp_over_stdio() {
+    let (_tmp, dir, state) = weather();
+    let report = python_client(&[
+        "stdio",
+        env!("CARGO_BIN_EXE_bdk"),
+        dir.to_str().unwrap(),
+        state.to_str().unwrap(),
+    ])
+    .await;
+    check_report(&report);
+    let tools: Vec<&str> = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"get_weather"), "{report}");
+    assert!(!tools.contains(&"call_tool"), "{report}");
+    assert_eq!(report["readOnly"]["get_weather"], true, "{report}");
+    let direct = &report["direct"];
+    assert_eq!(direct["isError"], false, "{report}");
+    assert_eq!(direct["value"]["city"], "Lima", "{report}");
+}
+
+/// The scenarios of the suite that concern what these endpoints implement
+/// (the lifecycle, ping, listing and calling tools, tool errors, and Host
+/// header checks). The suite's other scenarios need fixture tools of its
+/// own (`test_image_content`, ...) or features these endpoints do not
+/// offer (resources, prompts, logging, completion, sampling, elicitation).
+const REQUIRED: &[&str] = &[
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "tools-call-error",
+    "dns-rebinding-protection",
+];
+
+/// `scenario -> (passed, failed)` from the suite's summary lines
+/// (`✓ name: 1 passed, 0 failed`).
+fn summary(output: &str) -> BTreeMap<String, (u32, u32)> {
+    let mut out = BTreeMap::new();
+    let Some(start) = output.find("=== SUMMARY ===") else {
+        return out;
+    };
+    for line in output[start..].lines() {
+        let line = line.trim_start_matches(['✓', '✗', ' ']);
+        let Some((name, counts)) = line.split_once(": ") else {
+            continue;
+        };
+        if name == "Total" {
+            continue;
+        }
+        let numbers: Vec<u32> = counts
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        if let [passed, failed] = numbers[..]
+            && counts.contains("passed")
+        {
+            out.insert(name.to_owned(), (passed, failed));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn conformance_suite_passes_the_tool_scenarios_on_both_endpoints() {
+    let (tmp, dir, state) = weather();
+    let shutdown = CancellationToken::new();
+    let base = serve_weather(&dir, &state, &shutdown).await;
+    for path in ["/v1/mcp", "/v1/mcp/tools"] {
+        let url = format!("{base}{path}");
+        let output = tokio::time::timeout(
+            DEADLINE,
+            tokio::process::Command::new(conformance())
+                .args(["server", "--url", &url])
+                // The suite writes result files into its working directory.
+                .current_dir(tmp.path())
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .expect("the conformance suite did not finish in time")
+        .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let results = summary(&text);
+        assert!(
+            !results.is_empty(),
+            "the conformance suite printed no summary for {url}:\n{text}"
+        );
+        let (passed, failed) = results
+            .values()
+            .fold((0, 0), |(p, f), (sp, sf)| (p + sp, f + sf));
+        eprintln!("conformance {path}: {passed} checks passed, {failed} failed");
+        for (name, (p, f)) in &results {
+            eprintln!("  {name}: {p} passed, {f} failed");
+        }
+        for name in REQUIRED {
+            let (p, f) = results
+                .get(*name)
+                .unwrap_or_else(|| panic!("scenario {name} did not run for {url}:\n{text}"));
+            assert!(
+                *p > 0 && *f == 0,
+                "scenario {name} failed for {url}:\n{text}"
+            );
+        }
+    }
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn the_peer_example_consults_the_weather_agent_over_mcp() {
+    let (tmp, dir, state) = weather();
+    let shutdown = CancellationToken::new();
+    let base = serve_weather_multi(&dir, &state, &shutdown).await;
+    // The example's connection names port 3000; point it at this server.
+    let peer = tmp.path().join("peer");
+    copy_dir(&workspace().join("examples/peer"), &peer);
+    let manifest = peer.join("agent/mcp-connections/weather.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    assert!(
+        text.contains("http://127.0.0.1:3000/weather/v1/mcp"),
+        "{text}"
+    );
+    std::fs::write(&manifest, text.replace("http://127.0.0.1:3000", &base)).unwrap();
+    let output = tokio::time::timeout(
+        DEADLINE,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_bdk"))
+            .args(["run", "--dir"])
+            .arg(&peer)
+            .arg("--state-root")
+            .arg(tmp.path().join("peer-state"))
+            .args(["-m", "Planning a trip to Paris"])
+            .env_remove("BDK_STATE_ROOT")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("bdk run did not finish in time")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "bdk run failed:\n{stderr}\n{stdout}"
+    );
+    let run: Value = serde_json::from_str(&stdout).unwrap();
+    let reply = run["reply"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no reply: {run}"));
+    assert!(reply.starts_with("I asked the weather agent:"), "{reply}");
+    assert!(reply.contains("sunny in Paris"), "{reply}");
+    shutdown.cancel();
+}

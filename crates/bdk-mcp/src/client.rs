@@ -1,0 +1,544 @@
+//! The client side: an agent's connections to MCP servers
+//! (`agent/mcp-connections/<name>.toml`), as one [`McpConnections`] hub that
+//! implements the core's [`McpHub`] port.
+//!
+//! Each connection starts lazily on first use, except that connections with
+//! `advertise_tools = true` list their tools in the background at startup so
+//! the catalog is ready for the first turn. A connection that fails lands in
+//! [`McpHub::connection_errors`] while the others keep working. A crashed or
+//! disconnected server is reconnected on the next call, with a short bounded
+//! backoff; every call is bounded by the connection's timeout, and anything
+//! going wrong (timeout, crash, malformed answer, oversized result) comes back
+//! as an error [`ToolOutput`], never a stuck turn.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bdk_core::mcp::{ConnectionError, McpError, McpHub};
+use bdk_core::project::{McpConnection, McpTransport, Project};
+use bdk_core::tool::{Effect, Execution, Tool, ToolContext, ToolOutput, ToolSpec};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{NotificationContext, RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ServiceExt};
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The per-call timeout when a manifest sets none.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The largest tool result accepted from a server, serialized.
+pub const MAX_RESULT_BYTES: usize = 4 * 1024 * 1024;
+
+/// How many times one use tries to (re)connect before giving up.
+const CONNECT_ATTEMPTS: u32 = 3;
+
+/// The pause before the second connect attempt; it doubles after each failure.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How long shutdown waits for one connection to close before dropping it
+/// (dropping still kills a child process).
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
+type Session = RunningService<RoleClient, Handler>;
+
+/// State every connection shares with the hub.
+struct Shared {
+    /// Grows when the advertised catalog or the error list changes.
+    generation: AtomicU64,
+    /// Owns the background listings, so shutdown can stop and await them.
+    tasks: TaskTracker,
+    /// Fires on shutdown.
+    closing: CancellationToken,
+}
+
+impl Shared {
+    fn bump(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// One connection: its manifest, its live session (if any), its catalog.
+struct Conn {
+    manifest: McpConnection,
+    /// The agent folder, the default working directory of a stdio server.
+    root: std::path::PathBuf,
+    timeout: Duration,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The last successful listing (advertising connections only keep it).
+    tools: Mutex<Vec<rmcp::model::Tool>>,
+    /// Why the last start or listing failed, cleared by the next success.
+    error: Mutex<Option<String>>,
+    shared: Arc<Shared>,
+}
+
+/// Receives server notifications for one connection.
+struct Handler {
+    conn: Weak<Conn>,
+}
+
+impl ClientHandler for Handler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        // Relisting sends a request on this very connection, so it runs
+        // apart from the notification handler instead of inside it.
+        let Some(conn) = self.conn.upgrade() else {
+            return;
+        };
+        if !conn.manifest.advertise_tools {
+            return;
+        }
+        let tracker = conn.shared.tasks.clone();
+        tracker.spawn(async move {
+            if let Err(e) = conn.list().await {
+                tracing::warn!(connection = %conn.manifest.name, error = %e, "relisting MCP tools after tools/list_changed failed");
+            }
+        });
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Conn {
+    fn set_error(&self, error: Option<String>) {
+        let mut current = lock(&self.error);
+        if *current != error {
+            *current = error;
+            drop(current);
+            self.shared.bump();
+        }
+    }
+
+    /// The live session, (re)connecting when there is none or it closed.
+    async fn session(self: &Arc<Self>) -> Result<Arc<Session>, String> {
+        let mut slot = self.session.lock().await;
+        if let Some(s) = slot.as_ref()
+            && !s.is_closed()
+            && !s.is_transport_closed()
+        {
+            return Ok(Arc::clone(s));
+        }
+        if slot.take().is_some() {
+            tracing::info!(connection = %self.manifest.name, "MCP connection closed; reconnecting");
+        }
+        let mut backoff = FIRST_BACKOFF;
+        let mut last = String::new();
+        for attempt in 1..=CONNECT_ATTEMPTS {
+            if self.shared.closing.is_cancelled() {
+                return Err("the host is shutting down".to_owned());
+            }
+            match self.connect().await {
+                Ok(session) => {
+                    let session = Arc::new(session);
+                    *slot = Some(Arc::clone(&session));
+                    return Ok(session);
+                }
+                Err(e) => {
+                    tracing::debug!(connection = %self.manifest.name, attempt, error = %e, "MCP connect failed");
+                    last = e;
+                }
+            }
+            if attempt < CONNECT_ATTEMPTS {
+                // A backoff pause between attempts, not a wait for an event.
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+            }
+        }
+        Err(last)
+    }
+
+    async fn connect(self: &Arc<Self>) -> Result<Session, String> {
+        let handler = Handler {
+            conn: Arc::downgrade(self),
+        };
+        match &self.manifest.transport {
+            McpTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let dir = self.manifest.path.parent().unwrap_or(Path::new("."));
+                let cwd = match cwd {
+                    Some(c) => dir.join(c),
+                    None => self.root.clone(),
+                };
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args)
+                    .envs(env)
+                    .current_dir(&cwd)
+                    .kill_on_drop(true);
+                let (transport, _stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(std::process::Stdio::inherit())
+                    .spawn()
+                    .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|e| format!("initialization failed: {e}"))
+            }
+            McpTransport::Http {
+                url,
+                headers,
+                bearer_token_env,
+            } => {
+                let mut custom = HashMap::new();
+                for (k, v) in headers {
+                    let name = http::HeaderName::try_from(k.as_str())
+                        .map_err(|e| format!("invalid header name `{k}`: {e}"))?;
+                    let value = http::HeaderValue::try_from(v.as_str())
+                        .map_err(|e| format!("invalid value for header `{k}`: {e}"))?;
+                    custom.insert(name, value);
+                }
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(custom);
+                if let Some(var) = bearer_token_env {
+                    let token = std::env::var(var).map_err(|_| {
+                        format!("environment variable `{var}` (bearer_token_env) is not set")
+                    })?;
+                    config = config.auth_header(token);
+                }
+                let client = bdk_core::net::http_client().map_err(|e| e.to_string())?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|e| format!("initialization failed: {e}"))
+            }
+        }
+    }
+
+    /// Forgets a session that failed, so the next use reconnects.
+    async fn drop_session(&self, failed: &Arc<Session>) {
+        let mut slot = self.session.lock().await;
+        if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, failed)) {
+            slot.take();
+        }
+    }
+
+    /// Lists the server's tools (bounded by the timeout), keeping the
+    /// catalog and error state up to date.
+    async fn list(self: &Arc<Self>) -> Result<Vec<rmcp::model::Tool>, String> {
+        let listed = tokio::time::timeout(self.timeout, async {
+            let session = self.session().await?;
+            match session.peer().list_all_tools().await {
+                Ok(tools) => Ok(tools),
+                Err(e) => {
+                    self.drop_session(&session).await;
+                    Err(format!("tools/list failed: {e}"))
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no answer to tools/list within {} ms",
+                self.timeout.as_millis()
+            ))
+        });
+        match &listed {
+            Ok(tools) => {
+                if self.manifest.advertise_tools {
+                    *lock(&self.tools) = tools.clone();
+                    self.shared.bump();
+                }
+                self.set_error(None);
+            }
+            Err(e) => self.set_error(Some(e.clone())),
+        }
+        listed
+    }
+
+    /// Calls one tool; every failure is an error output.
+    async fn call(self: &Arc<Self>, tool: &str, args: Value) -> ToolOutput {
+        let arguments = match args {
+            Value::Object(map) => map,
+            Value::Null => Map::new(),
+            other => {
+                return ToolOutput::error(format!(
+                    "MCP tool arguments must be a JSON object, not {other}"
+                ));
+            }
+        };
+        let name = &self.manifest.name;
+        let called = tokio::time::timeout(self.timeout, async {
+            let session = self
+                .session()
+                .await
+                .map_err(|e| format!("MCP connection `{name}` is unavailable: {e}"))?;
+            let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+            match session.peer().call_tool(params).await {
+                Ok(result) => Ok(result),
+                Err(e) => {
+                    // Anything but the server's own error reply means the
+                    // server crashed, hung up or garbled the stream: drop
+                    // the session so the next call reconnects.
+                    if !matches!(e, rmcp::service::ServiceError::McpError(_)) {
+                        self.drop_session(&session).await;
+                    }
+                    Err(format!(
+                        "MCP tool `{tool}` on connection `{name}` failed: {e}"
+                    ))
+                }
+            }
+        })
+        .await;
+        match called {
+            Ok(Ok(result)) => to_output(tool, result),
+            Ok(Err(message)) => ToolOutput::error(message),
+            Err(_) => ToolOutput::error(format!(
+                "MCP tool `{tool}` on connection `{name}` did not answer within {} ms",
+                self.timeout.as_millis()
+            )),
+        }
+    }
+
+    async fn close(&self) {
+        let session = self.session.lock().await.take();
+        if let Some(session) = session {
+            // Only this hub holds sessions beyond a call in flight; when a
+            // call still holds one, dropping ours leaves the drop guard to
+            // cancel it once the call ends.
+            match Arc::try_unwrap(session) {
+                Ok(mut session) => {
+                    if tokio::time::timeout(CLOSE_GRACE, session.close())
+                        .await
+                        .is_err()
+                    {
+                        tracing::warn!(connection = %self.manifest.name, "MCP connection did not close in time; dropping it");
+                    }
+                }
+                Err(shared) => drop(shared),
+            }
+        }
+    }
+}
+
+/// Turns a server's result into what the model sees: the text when the
+/// result is text only, else the structured content, else the content
+/// blocks as JSON.
+fn to_output(tool: &str, result: CallToolResult) -> ToolOutput {
+    let size = serde_json::to_vec(&result).map_or(usize::MAX, |v| v.len());
+    if size > MAX_RESULT_BYTES {
+        return ToolOutput::error(format!(
+            "MCP tool `{tool}` returned {size} bytes, more than the {MAX_RESULT_BYTES}-byte limit"
+        ));
+    }
+    let is_error = result.is_error.unwrap_or(false);
+    let texts: Option<Vec<&str>> = result
+        .content
+        .iter()
+        .map(|c| c.as_text().map(|t| t.text.as_str()))
+        .collect();
+    let content = match (texts, result.structured_content) {
+        (_, Some(structured)) if !is_error => structured,
+        (Some(texts), _) => Value::String(texts.join("\n")),
+        (None, _) => serde_json::to_value(&result.content).unwrap_or(Value::Null),
+    };
+    ToolOutput { content, is_error }
+}
+
+/// The spec of a server tool as the runtime sees it.
+fn to_spec(tool: &rmcp::model::Tool, timeout: Duration) -> ToolSpec {
+    let read_only = tool
+        .annotations
+        .as_ref()
+        .and_then(|a| a.read_only_hint)
+        .unwrap_or(false);
+    ToolSpec {
+        name: tool.name.to_string(),
+        description: tool
+            .description
+            .as_deref()
+            .or(tool.title.as_deref())
+            .unwrap_or_default()
+            .to_owned(),
+        input_schema: Value::Object((*tool.input_schema).clone()),
+        output_schema: tool
+            .output_schema
+            .as_ref()
+            .map(|s| Value::Object((**s).clone())),
+        effect: if read_only {
+            Effect::Read
+        } else {
+            Effect::Write
+        },
+        execution: Execution::Server,
+        needs_approval: false,
+        // A little over the connection's own timeout, so the connection's
+        // clearer message wins over the runtime's generic one.
+        timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX) + 1000),
+    }
+}
+
+/// A server tool advertised to the model and to direct calls.
+struct McpTool {
+    spec: ToolSpec,
+    conn: Arc<Conn>,
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
+        tokio::select! {
+            output = self.conn.call(&self.spec.name, input) => output,
+            () = ctx.cancel.cancelled() => ToolOutput::error("the call was cancelled"),
+        }
+    }
+}
+
+/// An agent's MCP connections.
+pub struct McpConnections {
+    conns: BTreeMap<String, Arc<Conn>>,
+    shared: Arc<Shared>,
+    /// How many startup listings are still running.
+    pending: watch::Sender<usize>,
+}
+
+impl McpConnections {
+    /// The hub for the connections of `project`. Listings of advertising
+    /// connections start in the background; call inside a Tokio runtime.
+    pub fn start(project: &Project) -> Arc<Self> {
+        let shared = Arc::new(Shared {
+            generation: AtomicU64::new(1),
+            tasks: TaskTracker::new(),
+            closing: CancellationToken::new(),
+        });
+        let conns: BTreeMap<String, Arc<Conn>> = project
+            .mcp_connections
+            .iter()
+            .map(|m| {
+                let conn = Arc::new(Conn {
+                    manifest: m.clone(),
+                    root: project.root.clone(),
+                    timeout: m.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
+                    session: tokio::sync::Mutex::new(None),
+                    tools: Mutex::new(Vec::new()),
+                    error: Mutex::new(None),
+                    shared: Arc::clone(&shared),
+                });
+                (m.name.clone(), conn)
+            })
+            .collect();
+        let advertising: Vec<Arc<Conn>> = conns
+            .values()
+            .filter(|c| c.manifest.advertise_tools)
+            .cloned()
+            .collect();
+        let (pending, _) = watch::channel(advertising.len());
+        let hub = Arc::new(Self {
+            conns,
+            shared: Arc::clone(&shared),
+            pending,
+        });
+        for conn in advertising {
+            let pending = hub.pending.clone();
+            let closing = shared.closing.clone();
+            shared.tasks.spawn(async move {
+                tokio::select! {
+                    listed = conn.list() => {
+                        if let Err(e) = listed {
+                            tracing::warn!(connection = %conn.manifest.name, error = %e, "MCP connection failed to list its tools");
+                        }
+                    }
+                    () = closing.cancelled() => {}
+                }
+                pending.send_modify(|n| *n = n.saturating_sub(1));
+            });
+        }
+        hub
+    }
+
+    fn conn(&self, name: &str) -> Result<&Arc<Conn>, McpError> {
+        self.conns
+            .get(name)
+            .ok_or_else(|| McpError::UnknownConnection(name.to_owned()))
+    }
+}
+
+#[async_trait]
+impl McpHub for McpConnections {
+    fn names(&self) -> Vec<String> {
+        self.conns.keys().cloned().collect()
+    }
+
+    async fn list_tools(&self, name: &str) -> Result<Vec<ToolSpec>, McpError> {
+        let conn = self.conn(name)?;
+        let tools = conn.list().await.map_err(|message| McpError::Connection {
+            name: name.to_owned(),
+            message,
+        })?;
+        Ok(tools.iter().map(|t| to_spec(t, conn.timeout)).collect())
+    }
+
+    async fn call_tool(&self, name: &str, tool: &str, args: Value) -> Result<ToolOutput, McpError> {
+        Ok(self.conn(name)?.call(tool, args).await)
+    }
+
+    fn connection_errors(&self) -> Vec<ConnectionError> {
+        self.conns
+            .values()
+            .filter_map(|c| {
+                lock(&c.error).clone().map(|message| ConnectionError {
+                    name: c.manifest.name.clone(),
+                    message,
+                })
+            })
+            .collect()
+    }
+
+    fn advertised_tools(&self) -> Vec<Arc<dyn Tool>> {
+        let mut seen: BTreeMap<String, String> = BTreeMap::new();
+        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
+        for conn in self.conns.values().filter(|c| c.manifest.advertise_tools) {
+            for tool in lock(&conn.tools).iter() {
+                let spec = to_spec(tool, conn.timeout);
+                if let Some(first) = seen.get(&spec.name) {
+                    tracing::warn!(
+                        tool = %spec.name,
+                        "MCP tool `{}` of connection `{}` collides with the one of connection `{first}`; skipped",
+                        spec.name,
+                        conn.manifest.name
+                    );
+                    continue;
+                }
+                seen.insert(spec.name.clone(), conn.manifest.name.clone());
+                out.push(Arc::new(McpTool {
+                    spec,
+                    conn: Arc::clone(conn),
+                }));
+            }
+        }
+        out
+    }
+
+    fn generation(&self) -> u64 {
+        self.shared.generation.load(Ordering::SeqCst)
+    }
+
+    async fn ready(&self) {
+        let mut rx = self.pending.subscribe();
+        // `wait_for` fails only when the sender is gone, which cannot happen
+        // while `self` is alive.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    async fn shutdown(&self) {
+        self.shared.closing.cancel();
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
+        futures::future::join_all(self.conns.values().map(|c| c.close())).await;
+    }
+}

@@ -1,0 +1,712 @@
+//! The agent's own MCP endpoints: the handlers behind `/v1/mcp` (the
+//! conversational tools `ask`, `check` and `call_tool`), `/v1/mcp/tools`
+//! (every deterministic server tool as an MCP tool) and `bdk mcp` over stdio
+//! (both sets together).
+//!
+//! Every handler is a thin view over a [`Host`] plus the [`Principal`] the
+//! caller authenticated as. Nothing lives in memory between requests: a
+//! session's state is read back from its event stream, so any replica can
+//! answer any request and the HTTP surface runs rmcp's stateless streamable
+//! HTTP mode, building one handler per request.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bdk_core::host::{DirectCall, FollowUp, Host, HostError, StartSession};
+use bdk_core::tool::{Effect, ToolSpec};
+use bdk_events::{Event, SessionId};
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ContentBlock,
+    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// How long `ask` waits for the turn when the caller names no `waitMs`.
+pub const DEFAULT_WAIT_MS: u64 = 30_000;
+/// The longest wait `ask` accepts; larger values are clamped to it.
+pub const MAX_WAIT_MS: u64 = 120_000;
+/// How many of the latest tool calls `check` reports.
+const RECENT_TOOL_CALLS: usize = 10;
+/// The channel recorded on sessions that `ask` creates.
+const CHANNEL: &str = "mcp";
+
+/// Who is calling: the owner of the sessions `ask` creates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    /// The principal name sessions are owned by.
+    pub name: String,
+    /// Reads (`check`) may see every session, not only the caller's own
+    /// (dev mode on loopback, anonymous auth, the local stdio user).
+    pub sees_all: bool,
+}
+
+impl Principal {
+    /// The local operator of `bdk mcp`: principal `local`, sees every session.
+    pub fn local() -> Self {
+        Self {
+            name: "local".to_owned(),
+            sees_all: true,
+        }
+    }
+
+    fn read_scope(&self) -> Option<&str> {
+        (!self.sees_all).then_some(self.name.as_str())
+    }
+}
+
+/// Which tool set a handler serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Surface {
+    /// `/v1/mcp`: `ask`, `check` and (when the agent has server tools)
+    /// `call_tool`.
+    Agent,
+    /// `/v1/mcp/tools`: every server tool under its own name.
+    Tools,
+    /// `bdk mcp`: `ask`, `check` and every server tool under its own name
+    /// (a server tool named `ask` or `check` is left out, since the
+    /// conversational tools take those names).
+    Local,
+}
+
+/// Errors of serving MCP over stdio.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The client never completed the MCP handshake.
+    #[error("mcp handshake failed: {0}")]
+    Handshake(String),
+    /// The serving task ended abnormally.
+    #[error("mcp server task failed: {0}")]
+    Task(String),
+}
+
+/// An MCP server over one agent, for one caller.
+#[derive(Clone)]
+pub struct McpServer {
+    host: Host,
+    principal: Principal,
+    surface: Surface,
+}
+
+impl McpServer {
+    /// A handler serving `surface` of `host` to `principal`.
+    pub fn new(host: Host, principal: Principal, surface: Surface) -> Self {
+        Self {
+            host,
+            principal,
+            surface,
+        }
+    }
+
+    /// Answers one streamable-HTTP request (POST carries JSON-RPC; GET and
+    /// DELETE answer 405 since there is neither a server stream nor a
+    /// session). The `Host` header is not checked here: the caller's auth
+    /// chain has already decided who may reach this endpoint, and checking
+    /// it again would refuse every deployment not reached as `localhost`.
+    pub async fn handle_http(
+        self,
+        request: http::Request<Full<Bytes>>,
+        max_body_bytes: usize,
+    ) -> http::Response<BoxBody<Bytes, Infallible>> {
+        if request.method() == http::Method::POST
+            && let Some(refused) = malformed(request.body())
+        {
+            return refused;
+        }
+        let config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true)
+            .with_sse_keep_alive(None)
+            .disable_allowed_hosts()
+            .with_max_request_body_bytes(max_body_bytes);
+        let service = StreamableHttpService::new(
+            move || Ok(self.clone()),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        );
+        service.handle(request).await
+    }
+
+    /// Serves this handler over the process's stdin and stdout until the
+    /// client disconnects. Nothing else may write to stdout meanwhile.
+    pub async fn serve_stdio(self) -> Result<(), ServeError> {
+        let running = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| ServeError::Handshake(e.to_string()))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| ServeError::Task(e.to_string()))?;
+        Ok(())
+    }
+
+    fn tool_catalog(&self) -> Vec<Tool> {
+        let server_tools = self.host.tools();
+        let mut out = Vec::new();
+        if matches!(self.surface, Surface::Agent | Surface::Local) {
+            out.push(ask_tool());
+            out.push(check_tool());
+        }
+        if self.surface == Surface::Agent && !server_tools.is_empty() {
+            out.push(call_tool_tool(&server_tools));
+        }
+        if matches!(self.surface, Surface::Tools | Surface::Local) {
+            for spec in &server_tools {
+                if self.surface == Surface::Local && is_conversational(&spec.name) {
+                    tracing::warn!(
+                        tool = %spec.name,
+                        "server tool not served over stdio: `ask` and `check` take its name"
+                    );
+                    continue;
+                }
+                out.push(spec_tool(spec));
+            }
+        }
+        out
+    }
+
+    async fn dispatch(&self, name: &str, args: Value) -> Result<Value, Failure> {
+        match (self.surface, name) {
+            (Surface::Agent | Surface::Local, "ask") => self.ask(parse(name, args)?).await,
+            (Surface::Agent | Surface::Local, "check") => self.check(parse(name, args)?).await,
+            (Surface::Agent, "call_tool") => self.passthrough(parse(name, args)?).await,
+            (Surface::Tools | Surface::Local, _) => self.direct(name, args).await,
+            (Surface::Agent, _) => Err(Failure::new(
+                "unknown_tool",
+                format!("unknown tool `{name}`; this endpoint serves ask, check and call_tool"),
+            )),
+        }
+    }
+
+    async fn ask(&self, args: AskArgs) -> Result<Value, Failure> {
+        let wait = Duration::from_millis(args.wait_ms.unwrap_or(DEFAULT_WAIT_MS).min(MAX_WAIT_MS));
+        let (session_id, token, turn, from) = match &args.session_id {
+            None => {
+                if args.continuation_token.is_some() {
+                    return Err(Failure::new(
+                        "invalid_request",
+                        "continuationToken needs the sessionId it belongs to".to_owned(),
+                    ));
+                }
+                let started = self
+                    .host
+                    .start_session(StartSession {
+                        message: Some(args.message),
+                        channel: CHANNEL.to_owned(),
+                        principal: Some(self.principal.name.clone()),
+                        ..StartSession::default()
+                    })
+                    .await?;
+                (
+                    started.session_id,
+                    started.continuation_token,
+                    started.turn_id,
+                    started.index,
+                )
+            }
+            Some(id) => {
+                let id = session_id(id)?;
+                let sent = self
+                    .host
+                    .send(
+                        &id,
+                        FollowUp {
+                            message: args.message,
+                            continuation_token: args.continuation_token,
+                            principal: Some(self.principal.name.clone()),
+                            ..FollowUp::default()
+                        },
+                    )
+                    .await?;
+                (
+                    sent.session_id,
+                    sent.continuation_token,
+                    sent.turn_id,
+                    sent.index,
+                )
+            }
+        };
+        let mut out = json!({
+            "sessionId": session_id.as_str(),
+            "continuationToken": token,
+            "status": "running",
+        });
+        let Some(turn) = turn else {
+            // Queued behind a running turn: `check` reports when it is done.
+            return Ok(out);
+        };
+        out["turnId"] = json!(turn.as_str());
+        let waited = tokio::time::timeout(
+            wait,
+            self.host
+                .wait_turn_from(&session_id, &turn, from.unwrap_or(0)),
+        )
+        .await;
+        if let Ok(result) = waited {
+            let result = result?;
+            out["status"] = json!(if result.ok { "completed" } else { "failed" });
+            out["reply"] = json!(result.reply);
+        }
+        Ok(out)
+    }
+
+    async fn check(&self, args: CheckArgs) -> Result<Value, Failure> {
+        let id = session_id(&args.session_id)?;
+        let scope = self.principal.read_scope();
+        let record = self.host.session(&id, scope).await?;
+        let events = self.host.events(&id, 0, scope).await?;
+        let mut open = BTreeSet::new();
+        let mut last: Option<(&str, String)> = None;
+        let mut calls = Vec::new();
+        for env in &events {
+            match &env.event {
+                Event::TurnQueued(_) | Event::TurnStarted(_) | Event::MessageReceived(_) => {
+                    if let Some(t) = &env.turn_id {
+                        open.insert(t.as_str().to_owned());
+                    }
+                }
+                Event::TurnCompleted(c) => {
+                    if let Some(t) = &env.turn_id {
+                        open.remove(t.as_str());
+                    }
+                    last = Some(("completed", c.reply.clone()));
+                }
+                Event::TurnFailed(f) => {
+                    if let Some(t) = &env.turn_id {
+                        open.remove(t.as_str());
+                    }
+                    last = Some(("failed", f.message.clone()));
+                }
+                Event::ActionResult(r) => calls.push(json!({
+                    "callId": r.call_id,
+                    "name": r.name,
+                    "isError": r.is_error,
+                    "durationMs": r.duration_ms,
+                })),
+                _ => {}
+            }
+        }
+        let status = if !open.is_empty() {
+            "running"
+        } else {
+            last.as_ref().map_or("idle", |(s, _)| *s)
+        };
+        let recent = calls.split_off(calls.len().saturating_sub(RECENT_TOOL_CALLS));
+        let mut out = json!({
+            "sessionId": id.as_str(),
+            "continuationToken": record.continuation_token,
+            "status": status,
+            "toolCalls": recent,
+        });
+        if let Some((_, reply)) = last {
+            out["reply"] = json!(reply);
+        }
+        Ok(out)
+    }
+
+    async fn passthrough(&self, args: CallArgs) -> Result<Value, Failure> {
+        let session_id = args.session_id.as_deref().map(session_id).transpose()?;
+        let outcome = self
+            .host
+            .call_tool(DirectCall {
+                name: args.name,
+                input: args.input.unwrap_or_else(|| json!({})),
+                session_id,
+                continuation_token: None,
+                principal: Some(self.principal.name.clone()),
+            })
+            .await?;
+        let value = serde_json::to_value(&outcome)
+            .map_err(|e| Failure::new("internal", format!("unserializable outcome: {e}")))?;
+        if outcome.is_error {
+            return Err(Failure::tool(value));
+        }
+        Ok(value)
+    }
+
+    async fn direct(&self, name: &str, args: Value) -> Result<Value, Failure> {
+        let outcome = self
+            .host
+            .call_tool(DirectCall {
+                name: name.to_owned(),
+                input: args,
+                principal: Some(self.principal.name.clone()),
+                ..DirectCall::default()
+            })
+            .await?;
+        if outcome.is_error {
+            return Err(Failure::tool(outcome.result));
+        }
+        Ok(outcome.result)
+    }
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let instructions = match self.surface {
+            Surface::Tools => {
+                "Each tool runs one of the agent's deterministic server tools directly, with no model involved."
+            }
+            Surface::Agent | Surface::Local => {
+                "Use `ask` to talk to the agent (pass back sessionId and continuationToken to continue a conversation) and `check` to poll a session whose reply was not ready yet."
+            }
+        };
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                self.host.project().name.clone(),
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions(instructions)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tool_catalog()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tool_catalog().into_iter().find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let result = match self.dispatch(&request.name, args).await {
+            Ok(value) => success(value),
+            Err(failure) => failure.into_result(),
+        };
+        Ok(result.into())
+    }
+}
+
+/// A body that is not JSON, or JSON that is no JSON-RPC message, answered
+/// as JSON-RPC prescribes (parse error, invalid request, `id: null`) with
+/// status 400. rmcp would refuse such bodies with a plain-text 415, which
+/// JSON-RPC clients cannot read.
+fn malformed(body: &Full<Bytes>) -> Option<http::Response<BoxBody<Bytes, Infallible>>> {
+    let bytes = body.clone().into_inner().unwrap_or_default();
+    let error = match serde_json::from_slice::<ClientJsonRpcMessage>(&bytes) {
+        Ok(_) => return None,
+        Err(e) if e.is_data() => {
+            ErrorData::invalid_request(format!("not a JSON-RPC message: {e}"), None)
+        }
+        Err(e) => ErrorData::parse_error(format!("the body is not valid JSON: {e}"), None),
+    };
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": error});
+    let mut resp = http::Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *resp.status_mut() = http::StatusCode::BAD_REQUEST;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    Some(resp)
+}
+
+/// A failed call, reported to the client as an MCP tool error (`isError`)
+/// rather than a JSON-RPC error, so that models see what went wrong.
+struct Failure {
+    text: String,
+    structured: Option<Value>,
+}
+
+impl Failure {
+    fn new(code: &str, message: String) -> Self {
+        Self {
+            text: format!("{code}: {message}"),
+            structured: Some(json!({"error": code, "message": message})),
+        }
+    }
+
+    /// A tool that ran and reported failure: its own result is the payload.
+    fn tool(result: Value) -> Self {
+        Self {
+            text: text_of(&result),
+            structured: result.is_object().then_some(result),
+        }
+    }
+
+    fn into_result(self) -> CallToolResult {
+        let mut result = CallToolResult::error(vec![ContentBlock::text(self.text)]);
+        result.structured_content = self.structured;
+        result
+    }
+}
+
+impl From<HostError> for Failure {
+    fn from(e: HostError) -> Self {
+        Failure::new(e.code(), e.to_string())
+    }
+}
+
+fn success(value: Value) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text_of(&value))]);
+    // MCP's structured content is a JSON object; other values travel as
+    // text only.
+    if value.is_object() {
+        result.structured_content = Some(value);
+    }
+    result
+}
+
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(tool: &str, args: Value) -> Result<T, Failure> {
+    serde_json::from_value(args).map_err(|e| {
+        Failure::new(
+            "invalid_request",
+            format!("bad arguments for `{tool}`: {e}"),
+        )
+    })
+}
+
+fn session_id(raw: &str) -> Result<SessionId, Failure> {
+    SessionId::parse(raw)
+        .ok_or_else(|| Failure::new("session_not_found", format!("session {raw} not found")))
+}
+
+fn is_conversational(name: &str) -> bool {
+    matches!(name, "ask" | "check")
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct AskArgs {
+    message: String,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    continuation_token: Option<String>,
+    #[serde(default)]
+    wait_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CheckArgs {
+    session_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CallArgs {
+    name: String,
+    #[serde(default)]
+    input: Option<Value>,
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+fn object(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        // A non-object schema cannot describe MCP arguments; accept any
+        // object and let the host validate the input against the real one.
+        _ => Arc::new(JsonObject::from_iter([(
+            "type".to_owned(),
+            json!("object"),
+        )])),
+    }
+}
+
+fn session_status_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "sessionId": {"type": "string"},
+            "continuationToken": {"type": "string"},
+            "status": {"type": "string", "enum": ["completed", "failed", "running", "idle"]},
+            "reply": {"type": "string"},
+            "turnId": {"type": "string"},
+            "toolCalls": {"type": "array", "items": {"type": "object"}}
+        },
+        "required": ["sessionId", "continuationToken", "status"]
+    })
+}
+
+fn ask_tool() -> Tool {
+    Tool::new(
+        "ask",
+        "Send a message to the agent and wait for its reply. Without sessionId a new conversation starts; pass the sessionId and continuationToken from the previous answer to continue one. When the turn takes longer than waitMs the status is `running`: call `check` later.",
+        object(json!({
+            "type": "object",
+            "properties": {
+                "message": {"type": "string", "minLength": 1, "description": "What to say to the agent."},
+                "sessionId": {"type": "string", "description": "Continue this session."},
+                "continuationToken": {"type": "string", "description": "The token returned by the previous ask or check of the session."},
+                "waitMs": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "description": "How long to wait for the reply (default 30000, at most 120000)."}
+            },
+            "required": ["message"],
+            "additionalProperties": false
+        })),
+    )
+    .with_raw_output_schema(object(session_status_schema()))
+    .with_annotations(ToolAnnotations::new().read_only(false).destructive(false))
+}
+
+fn check_tool() -> Tool {
+    Tool::new(
+        "check",
+        "Read where a session stands: running, completed or failed, the latest reply and the most recent tool calls.",
+        object(json!({
+            "type": "object",
+            "properties": {"sessionId": {"type": "string"}},
+            "required": ["sessionId"],
+            "additionalProperties": false
+        })),
+    )
+    .with_raw_output_schema(object(session_status_schema()))
+    .with_annotations(ToolAnnotations::new().read_only(true))
+}
+
+fn call_tool_tool(tools: &[ToolSpec]) -> Tool {
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    Tool::new(
+        "call_tool",
+        format!(
+            "Run one of the agent's server tools directly, with no model involved. Available: {}.",
+            names.join(", ")
+        ),
+        object(json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "enum": names},
+                "input": {"type": "object", "description": "The tool's input."},
+                "sessionId": {"type": "string", "description": "Run the call in this session's workspace and record it there."}
+            },
+            "required": ["name"],
+            "additionalProperties": false
+        })),
+    )
+    .with_annotations(ToolAnnotations::new().read_only(false))
+}
+
+fn spec_tool(spec: &ToolSpec) -> Tool {
+    let mut tool = Tool::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        object(spec.input_schema.clone()),
+    )
+    .with_annotations(ToolAnnotations::new().read_only(spec.effect == Effect::Read));
+    // MCP output schemas describe structured content, which is an object.
+    if let Some(schema) = &spec.output_schema
+        && schema.get("type").and_then(Value::as_str) == Some("object")
+    {
+        tool = tool.with_raw_output_schema(object(schema.clone()));
+    }
+    tool
+}
+
+#[cfg(test)]
+mod tests {
+    use bdk_core::tool::Execution;
+
+    use super::*;
+
+    fn spec(effect: Effect, output_schema: Option<Value>) -> ToolSpec {
+        ToolSpec {
+            name: "lookup".to_owned(),
+            description: "Looks things up.".to_owned(),
+            input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            output_schema,
+            effect,
+            execution: Execution::default(),
+            needs_approval: false,
+            timeout_ms: None,
+        }
+    }
+
+    #[test]
+    fn server_tools_carry_their_schemas_and_read_only_hint() {
+        let tool = spec_tool(&spec(
+            Effect::Read,
+            Some(json!({"type": "object", "properties": {"a": {"type": "integer"}}})),
+        ));
+        let wire = serde_json::to_value(&tool).unwrap();
+        assert_eq!(wire["name"], "lookup");
+        assert_eq!(wire["inputSchema"]["properties"]["q"]["type"], "string");
+        assert_eq!(wire["outputSchema"]["properties"]["a"]["type"], "integer");
+        assert_eq!(wire["annotations"]["readOnlyHint"], true);
+
+        let write = serde_json::to_value(spec_tool(&spec(Effect::Write, None))).unwrap();
+        assert_eq!(write["annotations"]["readOnlyHint"], false);
+        assert!(write.get("outputSchema").is_none(), "{write}");
+    }
+
+    #[test]
+    fn output_schemas_that_are_not_objects_are_left_out() {
+        let tool = spec_tool(&spec(Effect::Read, Some(json!({"type": "string"}))));
+        assert!(tool.output_schema.is_none());
+    }
+
+    #[test]
+    fn non_object_input_schemas_become_any_object() {
+        assert_eq!(
+            Value::Object((*object(json!(true))).clone()),
+            json!({"type": "object"})
+        );
+    }
+
+    #[test]
+    fn malformed_bodies_get_json_rpc_errors() {
+        let cases = [
+            ("{", -32700),
+            ("", -32700),
+            ("[1, 2]", -32600),
+            (r#"{"jsonrpc": "2.0"}"#, -32600),
+        ];
+        for (raw, code) in cases {
+            let resp = malformed(&Full::new(Bytes::from(raw))).unwrap();
+            assert_eq!(resp.status(), http::StatusCode::BAD_REQUEST, "{raw}");
+            let body = futures::executor::block_on(resp.into_body().collect())
+                .unwrap()
+                .to_bytes();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"]["code"], code, "{raw}: {body}");
+            assert_eq!(body["id"], Value::Null, "{raw}: {body}");
+        }
+        let ping = r#"{"jsonrpc": "2.0", "id": 1, "method": "ping"}"#;
+        assert!(malformed(&Full::new(Bytes::from(ping))).is_none());
+    }
+
+    #[test]
+    fn failures_name_the_host_error_code() {
+        let result = Failure::from(HostError::Forbidden("ses_x".to_owned())).into_result();
+        assert_eq!(result.is_error, Some(true));
+        let wire = serde_json::to_value(&result).unwrap();
+        let text = wire["content"][0]["text"].as_str().unwrap();
+        assert!(text.starts_with("forbidden: "), "{text}");
+        assert_eq!(wire["structuredContent"]["error"], "forbidden");
+    }
+
+    #[test]
+    fn the_local_principal_reads_every_session() {
+        assert_eq!(Principal::local().read_scope(), None);
+        let alice = Principal {
+            name: "alice".to_owned(),
+            sees_all: false,
+        };
+        assert_eq!(alice.read_scope(), Some("alice"));
+    }
+}
