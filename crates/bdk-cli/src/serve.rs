@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bdk_core::host::Host;
-use bdk_http::{Auth, BearerToken, Config, LogBuffer, Mount};
+use bdk_http::{Auth, BearerToken, Config, LogBuffer, Mount, Schedules};
 use bdk_store::FsStore;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +42,7 @@ pub struct ServeOptions {
     pub allow_anonymous: bool,
     /// Serve `/docs`.
     pub docs: bool,
-    /// Fire schedules (accepted; schedules arrive with the scheduler).
+    /// Fire schedules on their cadence (never under `dev`).
     pub schedules: bool,
 }
 
@@ -166,6 +166,13 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
                 continue;
             }
         }
+        // A cron expression that names no real date (`0 0 31 2 *`) passes
+        // the syntax check of discovery; refuse it here, before serving.
+        if let Err(e) = bdk_scheduler::check_schedules(&project.schedules) {
+            eprintln!("error: {}: {e}", dir.display());
+            failed = true;
+            continue;
+        }
         projects.push((slug, project, discovery.diagnostics));
     }
     if failed {
@@ -187,7 +194,9 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         // Advertised MCP tools are listed in the background: serving starts
         // at once and the tools join the catalog as their servers answer.
         let hub = crate::commands::mcp_hub(&project, false).await;
-        let mut builder = Host::builder(project, Arc::new(store));
+        // Under --dev reminders stay armed but fire only through
+        // POST /v1/dev/reminders/:id, like schedules.
+        let mut builder = Host::builder(project, Arc::new(store)).reminder_timers(!opts.dev);
         if let Some(hub) = hub {
             builder = builder.mcp(hub);
         }
@@ -219,6 +228,11 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         heartbeat: Duration::from_secs(15),
         logs,
         shutdown: shutdown.clone(),
+        schedules: if opts.schedules && !opts.dev {
+            Schedules::On(Arc::new(bdk_scheduler::SystemClock))
+        } else {
+            Schedules::Off
+        },
     };
     let names: Vec<(Option<String>, String)> = mounts
         .iter()
@@ -238,11 +252,19 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     if opts.docs {
         println!("  docs: {base}/docs");
     }
-    if opts.schedules && !opts.dev {
-        let count: usize = hosts.iter().map(|h| h.project().schedules.len()).sum();
-        if count > 0 {
+    let count: usize = hosts.iter().map(|h| h.project().schedules.len()).sum();
+    if count > 0 {
+        if opts.dev {
             eprintln!(
-                "note: {count} schedule(s) discovered; the scheduler is not built yet, so they do not fire"
+                "note: {count} schedule(s) discovered; under --dev they fire only through POST /v1/dev/schedules/:id"
+            );
+        } else if !opts.schedules {
+            eprintln!(
+                "note: {count} schedule(s) discovered; --no-schedules keeps them from firing"
+            );
+        } else {
+            println!(
+                "  schedules: {count} firing on their cadence (UTC); missed fires are skipped"
             );
         }
     }

@@ -658,7 +658,7 @@ impl OpError {
     }
 }
 
-const KNOWN_OPS: &str = "kv.get, kv.put, kv.delete, kv.list, files.get, files.put, files.delete, files.list, artifacts.tag, session.info, mcp.names, mcp.list_tools, mcp.call_tool";
+const KNOWN_OPS: &str = "kv.get, kv.put, kv.delete, kv.list, files.get, files.put, files.delete, files.list, artifacts.tag, session.info, reminders.create, reminders.list, reminders.cancel, mcp.names, mcp.list_tools, mcp.call_tool";
 
 fn store_error(op: &str, e: StoreError) -> OpError {
     match e {
@@ -856,12 +856,45 @@ async fn run_op(
         "send" => Err(OpError::Unavailable(
             "`send` is not available to tools yet: it arrives with the channels issue",
         )),
-        _ if op.starts_with("reminders.") => Err(OpError::Unavailable(
-            "reminders are not available to tools yet: they arrive with the reminders issue",
-        )),
+        "reminders.create" | "reminders.list" | "reminders.cancel" => {
+            reminders_op(binding, op, args).await
+        }
         "mcp.names" | "mcp.list_tools" | "mcp.call_tool" => mcp_op(binding, op, args).await,
         other => Err(OpError::UnknownOp(other.to_owned())),
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReminderId {
+    id: String,
+}
+
+/// `reminders.*`: the calling session's reminders, as the built-in
+/// `reminders_*` tools see them.
+async fn reminders_op(binding: &Binding, op: &str, args: Value) -> Result<Value, OpError> {
+    let Some(reminders) = binding.services.reminders() else {
+        return Err(OpError::NoSession("reminders"));
+    };
+    let result = match op {
+        "reminders.create" => {
+            writable(binding, "reminders.create")?;
+            reminders.create(parse(op, args)?).await.map(|r| json!(r))
+        }
+        "reminders.cancel" => {
+            writable(binding, "reminders.cancel")?;
+            let a: ReminderId = parse(op, args)?;
+            reminders.cancel(&a.id).await.map(|r| json!(r))
+        }
+        _ => {
+            let _: Map<String, Value> = parse(op, args)?;
+            reminders.list().await.map(|all| json!({"reminders": all}))
+        }
+    };
+    result.map_err(|e| match e {
+        crate::reminders::ReminderError::Store(e) => store_error(op, e),
+        other => OpError::InvalidArgs(other.to_string()),
+    })
 }
 
 #[derive(Deserialize)]

@@ -53,6 +53,7 @@ use crate::model::replay::{Recording, RecordingModel, ReplayModel};
 use crate::model::scripted::ScriptedModel;
 use crate::model::{Message, Model, ModelError, ModelRequest, ModelStream};
 use crate::project::Project;
+use crate::reminders::{self, Clock, SessionReminders, SystemClock};
 use crate::tool::{
     Effect, Execution, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec,
 };
@@ -225,6 +226,8 @@ pub struct HostBuilder {
     recover: bool,
     record_to: Option<PathBuf>,
     mcp: Option<Arc<dyn McpHub>>,
+    clock: Arc<dyn Clock>,
+    reminder_timers: bool,
 }
 
 impl HostBuilder {
@@ -239,7 +242,22 @@ impl HostBuilder {
             recover: true,
             record_to: None,
             mcp: None,
+            clock: Arc::new(SystemClock),
+            reminder_timers: true,
         }
+    }
+
+    /// Replaces the clock that drives reminders (a [`crate::reminders::ManualClock`] in tests).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Turns automatic reminder firing on (default) or off; when off,
+    /// reminders stay armed and fire only through [`Host::dispatch_reminder`].
+    pub fn reminder_timers(mut self, on: bool) -> Self {
+        self.reminder_timers = on;
+        self
     }
 
     /// Attaches the agent's MCP connections: host code reaches them through
@@ -308,6 +326,11 @@ impl HostBuilder {
         }
         if builtins.artifacts {
             add(builtin::tag_artifact_tool(), &mut tools);
+        }
+        if builtins.reminders {
+            for t in builtin::reminder_tools() {
+                add(t, &mut tools);
+            }
         }
         if !project.skills.is_empty() {
             add(builtin::load_skill_tool(), &mut tools);
@@ -462,6 +485,7 @@ impl HostBuilder {
             .map(|s| (s.name.clone(), s.body.clone()))
             .collect();
         let endpoint = Endpoint::new(Arc::clone(&self.store));
+        let reminders = Arc::new(reminders::Engine::new(Arc::clone(&self.store), self.clock));
         let prices = PriceTable::with_overrides(&config.prices);
         let inner = Arc::new(Inner {
             project,
@@ -481,10 +505,20 @@ impl HostBuilder {
             endpoint,
             prices,
             recording,
+            reminders,
         });
         let host = Host { inner };
         if self.recover {
             host.recover().await?;
+        }
+        host.rearm_reminders()
+            .await
+            .map_err(|e| HostError::InvalidRequest(format!("cannot load reminders: {e}")))?;
+        if self.reminder_timers {
+            tokio::spawn(reminders::run_timer(
+                host.downgrade(),
+                host.inner.shutdown.child_token(),
+            ));
         }
         Ok(host)
     }
@@ -616,12 +650,25 @@ struct Inner {
     recording: Option<Arc<Recording>>,
     /// The local socket for subprocess tools; started by the first grant.
     endpoint: Endpoint,
+    /// Durable reminders and the clock of their timer.
+    reminders: Arc<reminders::Engine>,
 }
 
 /// The session runtime for one agent. Cheap to clone.
 #[derive(Clone)]
 pub struct Host {
     inner: Arc<Inner>,
+}
+
+/// A handle that does not keep the host alive (held by the reminder timer,
+/// so a host dropped without [`Host::shutdown`] still goes away).
+#[derive(Clone)]
+pub(crate) struct WeakHost(std::sync::Weak<Inner>);
+
+impl WeakHost {
+    pub(crate) fn upgrade(&self) -> Option<Host> {
+        self.0.upgrade().map(|inner| Host { inner })
+    }
 }
 
 /// Options for [`Host::start_session`].
@@ -777,6 +824,14 @@ impl Host {
     /// A builder.
     pub fn builder(project: Project, store: Arc<dyn Store>) -> HostBuilder {
         HostBuilder::new(project, store)
+    }
+
+    pub(crate) fn downgrade(&self) -> WeakHost {
+        WeakHost(Arc::downgrade(&self.inner))
+    }
+
+    pub(crate) fn reminder_engine(&self) -> Arc<reminders::Engine> {
+        Arc::clone(&self.inner.reminders)
     }
 
     /// The project served.
@@ -2209,6 +2264,14 @@ impl ToolServices for Services {
 
     fn mcp(&self) -> Option<Arc<dyn McpHub>> {
         self.host.inner.mcp.clone()
+    }
+
+    fn reminders(&self) -> Option<Arc<dyn SessionReminders>> {
+        let session = self.session_id.clone()?;
+        Some(Arc::new(reminders::Scoped {
+            host: self.host.clone(),
+            session,
+        }))
     }
 
     async fn tag_artifact(

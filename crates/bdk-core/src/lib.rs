@@ -16,6 +16,7 @@ pub mod mcp;
 pub mod model;
 pub mod net;
 pub mod project;
+pub mod reminders;
 pub mod tool;
 pub mod trajectory;
 pub mod workspace;

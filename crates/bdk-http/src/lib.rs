@@ -40,6 +40,8 @@ mod artifacts;
 mod auth;
 pub mod channels;
 mod cost;
+mod dev;
+mod dev_reminders;
 mod discovery;
 mod docs;
 mod error;
@@ -121,6 +123,8 @@ pub struct Config {
     pub logs: LogBuffer,
     /// Cancelled on shutdown: open streams end cleanly.
     pub shutdown: CancellationToken,
+    /// Whether schedules fire on their cadence (never under `dev`).
+    pub schedules: Schedules,
 }
 
 /// The default body limit: 1 MiB.
@@ -141,6 +145,7 @@ impl Default for Config {
             heartbeat: DEFAULT_HEARTBEAT,
             logs: LogBuffer::new(DEFAULT_LOG_LINES),
             shutdown: CancellationToken::new(),
+            schedules: Schedules::Off,
         }
     }
 }
@@ -180,6 +185,8 @@ pub(crate) struct Agent {
     pub(crate) prefix: String,
     pub(crate) diagnostics: Vec<Diagnostic>,
     pub(crate) shared: Arc<Shared>,
+    /// Fires this agent's schedules (dev route and cadence alike).
+    pub(crate) schedules: bdk_scheduler::Dispatcher,
 }
 
 /// App-wide settings, derived once from [`Config`].
@@ -191,6 +198,31 @@ pub(crate) struct Shared {
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) logs: LogBuffer,
     pub(crate) shutdown: CancellationToken,
+    /// The clock schedules fire on; `None` when they do not fire.
+    pub(crate) schedule_clock: Option<Arc<dyn bdk_scheduler::Clock>>,
+}
+
+/// Whether [`app`] fires schedules on their cadence ([`Config::schedules`]).
+#[derive(Clone, Default)]
+pub enum Schedules {
+    /// Nothing fires on its own (the default; `--no-schedules`). The dev
+    /// route still dispatches under `--dev`.
+    #[default]
+    Off,
+    /// Every agent's schedules fire on this clock until [`Config::shutdown`],
+    /// unless [`Config::dev`] is set. [`app`] must then be called inside a
+    /// Tokio runtime.
+    On(Arc<dyn bdk_scheduler::Clock>),
+}
+
+impl fmt::Debug for Schedules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The clock itself has nothing worth printing.
+        f.write_str(match self {
+            Schedules::Off => "Off",
+            Schedules::On(_) => "On",
+        })
+    }
 }
 
 /// Builds the whole app. Run it with [`serve`], or with
@@ -201,6 +233,10 @@ pub(crate) struct Shared {
 /// CLI validates slugs before it gets here): in a multi-agent app a mount
 /// without a slug, a slug that fails [`check_slug`], or a repeated slug.
 pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
+    let schedule_clock = match &config.schedules {
+        Schedules::On(clock) if !config.dev => Some(Arc::clone(clock)),
+        _ => None,
+    };
     let shared = Arc::new(Shared {
         auth: auth::Policy::new(&config.auth),
         dev: config.dev,
@@ -209,6 +245,7 @@ pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
         heartbeat: (!config.heartbeat.is_zero()).then_some(config.heartbeat),
         logs: config.logs.clone(),
         shutdown: config.shutdown.clone(),
+        schedule_clock,
     });
 
     let single = mounts.len() == 1 && mounts.iter().all(|m| m.slug.is_none());
@@ -295,13 +332,28 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
         .slug
         .as_ref()
         .map_or_else(String::new, |s| format!("/{s}"));
+    // The channels are built first: the schedule dispatcher hands TOML
+    // schedules to this same instance, so they share its per-key locks.
+    let host = mount.host;
+    let channels = (!host.project().channels.is_empty()).then(|| {
+        channels::Channels::start(
+            host.clone(),
+            &host.project().channels,
+            shared.shutdown.clone(),
+            channels::Options::default(),
+        )
+    });
     let agent = Arc::new(Agent {
-        host: mount.host,
+        schedules: dev::dispatcher(&host, channels.as_ref()),
+        host,
         slug: mount.slug,
         prefix,
         diagnostics: mount.diagnostics,
         shared: Arc::clone(shared),
     });
+    if let Some(clock) = &shared.schedule_clock {
+        dev::start_cadence(&agent, Arc::clone(clock), &shared.shutdown);
+    }
 
     let protected = Router::new()
         .route("/v1/session", post(sessions::start))
@@ -322,6 +374,9 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
         .route("/v1/logs", get(discovery::logs))
         .route("/v1/artifacts", get(artifacts::list))
         .route("/v1/artifacts/{id}/content", get(artifacts::content))
+        .route("/v1/dev/schedules/{id}", post(dev::dispatch_schedule))
+        .route("/v1/dev/reminders", get(dev_reminders::list))
+        .route("/v1/dev/reminders/{id}", post(dev_reminders::fire))
         .route(
             "/v1/mcp",
             post(mcp::agent).get(mcp::stateless).delete(mcp::stateless),
@@ -345,14 +400,7 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
     // `auth = "default"` run this app's auth chain; bearer and HMAC routes
     // check their own credentials, so the chain is applied per route by the
     // channels module rather than around the whole nest.
-    let manifests = &agent.host.project().channels;
-    if !manifests.is_empty() {
-        let channels = channels::Channels::start(
-            agent.host.clone(),
-            manifests,
-            shared.shutdown.clone(),
-            channels::Options::default(),
-        );
+    if let Some(channels) = channels {
         let auth = axum::middleware::from_fn_with_state(Arc::clone(shared), auth::authenticate);
         router = router.nest("/v1/channels", channels.router_with_auth(auth));
     }

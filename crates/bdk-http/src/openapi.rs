@@ -465,6 +465,7 @@ fn build() -> Value {
             {"name": "mcp", "description": "The agent as an MCP server over stateless streamable HTTP: JSON-RPC messages in POST bodies."},
             {"name": "channels", "description": "Routes an agent declares in `agent/channels/<name>.toml`."},
             {"name": "host", "description": "Routes of the server as a whole."},
+            {"name": "dev", "description": "Development helpers, served only under `bdk serve --dev`; without it they answer `404 not_found`."},
             {"name": "docs", "description": "The user documentation, rendered as HTML."},
         ],
         "security": [{"bearerAuth": []}, {}],
@@ -529,8 +530,82 @@ fn path_items() -> Vec<PathItem> {
     items.extend(artifact_items());
     items.extend(mcp_items());
     items.extend(channel_items());
+    items.extend(dev_items());
     items.extend(host_items());
     items
+}
+
+fn dev_items() -> Vec<PathItem> {
+    let id = || {
+        path_param(
+            "id",
+            json!({"type": "string"}),
+            "The reminder id (`rem_...`).",
+        )
+    };
+    vec![
+        PathItem {
+            path: "/v1/dev/reminders",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "listReminders",
+                    "dev",
+                    "List reminders",
+                    "Every reminder of the agent, oldest first, in any state (armed, completed, cancelled, disarmed), with its fire count and next fire time. Only under `--dev`; otherwise `404 not_found`.",
+                )
+                .json("200", "The reminders.", "ReminderList")
+                .errors(&[Code::NotFound])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/dev/reminders/{id}",
+            mount: AGENT,
+            operations: vec![(
+                "post",
+                Op::new(
+                    "fireReminder",
+                    "dev",
+                    "Fire a reminder now",
+                    "Fires an armed reminder once through the same delivery path as its timer: the prompt is sent into its conversation as a coalescing follow-up, or its handler tool is called. A recurring reminder keeps its next scheduled fire; a one-shot completes. Only under `--dev`; otherwise, and for an unknown id, `404 not_found`; a reminder that is no longer armed is `400 invalid_request`.",
+                )
+                .param(id())
+                .json("200", "The reminder after the fire.", "ReminderFired")
+                .errors(&[Code::NotFound, Code::InvalidRequest])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+        path: "/v1/dev/schedules/{id}",
+        mount: AGENT,
+        operations: vec![(
+            "post",
+            Op::new(
+                "dispatchSchedule",
+                "dev",
+                "Fire a schedule now",
+                "Fires the schedule once, through the same path as a fire on its cadence: a Markdown schedule starts a task session (channel `schedule`, principal `schedule:<name>`), a TOML schedule hands its message to its channel. No claim is recorded, so the cadence is unaffected. Only under `--dev`; otherwise, and for an unknown schedule, `404 not_found`.",
+            )
+            .param(path_param(
+                "id",
+                json!({"type": "string"}),
+                "The schedule name (its path under `agent/schedules/` without the extension).",
+            ))
+            .json("200", "The sessions the fire started or continued.", "ScheduleDispatched")
+            .errors(&[
+                Code::NotFound,
+                Code::InvalidRequest,
+                Code::WorkspaceUnavailable,
+            ])
+            .protected()
+            .build(),
+        )],
+    },
+    ]
 }
 
 fn session_items() -> Vec<PathItem> {
@@ -1463,6 +1538,66 @@ fn schemas() -> Value {
             "type": "object",
             "required": ["ok", "stopped"],
             "properties": {"ok": ok_true(), "stopped": {"type": "boolean"}},
+        }),
+    );
+    put(
+        "ScheduleDispatched",
+        json!({
+            "type": "object",
+            "required": ["ok", "scheduleId", "sessionIds"],
+            "properties": {
+                "ok": ok_true(),
+                "scheduleId": {"type": "string", "description": "The schedule name."},
+                "sessionIds": {"type": "array", "items": schema("SessionId")},
+            },
+        }),
+    );
+    put(
+        "Reminder",
+        json!({
+            "type": "object",
+            "required": ["id", "sessionId", "kind", "schedule", "status", "fireCount", "createdAt"],
+            "properties": {
+                "id": text("The reminder id (`rem_...`)."),
+                "sessionId": schema("SessionId"),
+                "kind": {"type": "string", "enum": ["delay", "every", "cron", "at"]},
+                "schedule": text("The schedule as given: a duration, a 5-field UTC cron expression or an RFC 3339 time."),
+                "prompt": text("The message sent into the conversation (prompt form)."),
+                "until": text("The standing cancellation condition shown to the model."),
+                "handler": text("The server tool called on fire (handler form)."),
+                "args": {"description": "The handler's input."},
+                "status": {"type": "string", "enum": ["armed", "completed", "cancelled", "disarmed"]},
+                "reason": text("Why the host disarmed it (`handler_lost_on_restart`)."),
+                "fireCount": {"type": "integer", "minimum": 0},
+                "nextFireAt": {"type": "string", "format": "date-time"},
+                "lastFiredAt": {"type": "string", "format": "date-time"},
+                "lastError": text("The last delivery failure."),
+                "createdAt": {"type": "string", "format": "date-time"},
+            },
+        }),
+    );
+    put(
+        "ReminderList",
+        json!({
+            "type": "object",
+            "required": ["ok", "reminders"],
+            "properties": {
+                "ok": ok_true(),
+                "reminders": {"type": "array", "items": schema("Reminder")},
+            },
+        }),
+    );
+    put(
+        "ReminderFired",
+        json!({
+            "type": "object",
+            "required": ["ok", "reminder", "result", "turnId"],
+            "properties": {
+                "ok": ok_true(),
+                "reminder": schema("Reminder"),
+                "result": {"type": "string", "enum": ["delivered", "skip", "stop", "failed"]},
+                "turnId": {"type": ["string", "null"], "description": "The turn the fire started; null when it started none."},
+            },
         }),
     );
     put(

@@ -150,6 +150,12 @@ pub trait ToolServices: Send + Sync {
     fn mcp(&self) -> Option<Arc<dyn crate::mcp::McpHub>> {
         None
     }
+
+    /// The reminders of the call's session (`host.reminders`), when the
+    /// call is bound to a session of a host.
+    fn reminders(&self) -> Option<Arc<dyn crate::reminders::SessionReminders>> {
+        None
+    }
 }
 
 /// The outcome of a call: what the model sees.

@@ -1,0 +1,1072 @@
+//! Durable per-conversation reminders: the schedule grammar (`delay`,
+//! `every`, `cron`, `at`), next-fire computation, the stored reminder
+//! records (store kv namespace `reminders`), the injectable [`Clock`], and
+//! the single timer task that fires due reminders through the host.
+//!
+//! The engine lives in core rather than in `bdk-scheduler` because the
+//! built-in `reminders_*` tools and the host endpoint are core features, and
+//! core must not depend on a crate above it.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bdk_events::ids::new_id;
+use bdk_events::{Admission, SessionId, SessionMode};
+use bdk_store::{Store, StoreError};
+use chrono::{DateTime, Datelike, TimeDelta, Timelike, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::host::{DirectCall, FollowUp, Host, HostError, WeakHost};
+
+/// The store kv namespace holding one record per reminder, keyed by id.
+pub const KV_NAMESPACE: &str = "reminders";
+/// The reason a reminder is disarmed when its handler tool is gone after a restart.
+pub const HANDLER_LOST: &str = "handler_lost_on_restart";
+/// The longest accepted `delay` or `every`.
+const MAX_DURATION: TimeDelta = TimeDelta::days(365);
+/// The shortest accepted `every` period.
+const MIN_EVERY: TimeDelta = TimeDelta::minutes(1);
+
+/// Errors of the reminder API.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReminderError {
+    /// The schedule is malformed or has no future fire time.
+    #[error("invalid schedule: {0}")]
+    InvalidSchedule(String),
+    /// The request is incomplete or contradictory.
+    #[error("invalid reminder: {0}")]
+    InvalidRequest(String),
+    /// No session with that id.
+    #[error("session {0} not found")]
+    SessionNotFound(String),
+    /// Reminders bind to chat sessions only.
+    #[error("session {0} is a task session; reminders need a chat session")]
+    TaskSession(String),
+    /// The named handler is not a callable server tool.
+    #[error("unknown handler tool `{0}`")]
+    UnknownHandler(String),
+    /// No reminder with that id (in the caller's scope).
+    #[error("reminder {0} not found")]
+    NotFound(String),
+    /// The reminder is no longer armed.
+    #[error("reminder {0} is not armed")]
+    NotArmed(String),
+    /// Delivering the reminder failed.
+    #[error("delivery failed: {0}")]
+    Delivery(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ReminderError {
+    /// A stable error code for HTTP and tool answers.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidSchedule(_) | Self::InvalidRequest(_) => "invalid_request",
+            Self::SessionNotFound(_) | Self::NotFound(_) => "not_found",
+            Self::TaskSession(_) => "task_session",
+            Self::UnknownHandler(_) => "unknown_tool",
+            Self::NotArmed(_) => "conflict",
+            Self::Delivery(_) | Self::Store(_) => "internal",
+        }
+    }
+}
+
+/// Result alias of this module.
+pub type ReminderResult<T> = Result<T, ReminderError>;
+
+// ---------------------------------------------------------------------------
+// Clock
+
+/// A boxed future returned by [`Clock::sleep_until`].
+pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+/// The source of time for the reminder timer, so tests advance time instead
+/// of sleeping.
+pub trait Clock: Send + Sync + 'static {
+    /// The current time.
+    fn now(&self) -> DateTime<Utc>;
+    /// A future that resolves once [`Clock::now`] has reached `at`.
+    fn sleep_until(&self, at: DateTime<Utc>) -> Sleep;
+}
+
+/// The wall clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+
+    fn sleep_until(&self, at: DateTime<Utc>) -> Sleep {
+        let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        Box::pin(tokio::time::sleep(wait))
+    }
+}
+
+/// A clock that only moves when told to; sleepers wake as it passes their time.
+#[derive(Debug)]
+pub struct ManualClock {
+    now: watch::Sender<DateTime<Utc>>,
+}
+
+impl ManualClock {
+    /// A clock standing at `start`.
+    pub fn new(start: DateTime<Utc>) -> Arc<Self> {
+        Arc::new(Self {
+            now: watch::Sender::new(start),
+        })
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: TimeDelta) {
+        self.now.send_modify(|n| *n += by);
+    }
+
+    /// Sets the clock to `to` (forward or back).
+    pub fn set(&self, to: DateTime<Utc>) {
+        self.now.send_replace(to);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *self.now.borrow()
+    }
+
+    fn sleep_until(&self, at: DateTime<Utc>) -> Sleep {
+        let mut rx = self.now.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as the clock; if it is gone, time
+            // can never reach `at`, so the sleep never ends.
+            if rx.wait_for(|n| *n >= at).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Schedules
+
+/// How a reminder is scheduled.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ScheduleKind {
+    /// Once, after a duration.
+    Delay,
+    /// Repeatedly, with a fixed period.
+    Every,
+    /// On a 5-field UTC cron expression.
+    Cron,
+    /// Once, at an RFC 3339 instant.
+    At,
+}
+
+/// Parses `10m`, `90s`, `2h`, `3d`: a positive whole number and one unit.
+pub fn parse_duration(text: &str) -> ReminderResult<TimeDelta> {
+    let text = text.trim();
+    let bad = |why: &str| ReminderError::InvalidSchedule(format!("duration `{text}`: {why}"));
+    if text.starts_with('-') {
+        return Err(bad("must be positive"));
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| bad("missing unit (s, m, h or d)"))?;
+    let (digits, unit) = text.split_at(split);
+    let n: i64 = digits
+        .parse()
+        .map_err(|_| bad("expected a whole number followed by s, m, h or d"))?;
+    let delta = match unit {
+        "s" => TimeDelta::try_seconds(n),
+        "m" => TimeDelta::try_minutes(n),
+        "h" => TimeDelta::try_hours(n),
+        "d" => TimeDelta::try_days(n),
+        _ => return Err(bad("unknown unit; use s, m, h or d")),
+    }
+    .ok_or_else(|| bad("too long"))?;
+    if delta <= TimeDelta::zero() {
+        return Err(bad("must be positive"));
+    }
+    if delta > MAX_DURATION {
+        return Err(bad("longer than 365 days"));
+    }
+    Ok(delta)
+}
+
+/// A parsed 5-field cron expression (UTC, minute granularity).
+#[derive(Clone, Debug)]
+pub struct CronSpec {
+    minutes: u64,
+    hours: u32,
+    days: u32,
+    months: u16,
+    weekdays: u8,
+    dom_restricted: bool,
+    dow_restricted: bool,
+}
+
+const MONTH_NAMES: &[&str] = &[
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
+const DAY_NAMES: &[&str] = &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+
+impl CronSpec {
+    /// Parses an expression already accepted by
+    /// [`crate::project::cron::validate_cron`].
+    pub fn parse(expr: &str) -> ReminderResult<Self> {
+        crate::project::cron::validate_cron(expr).map_err(ReminderError::InvalidSchedule)?;
+        let parts: Vec<&str> = expr.split_whitespace().collect();
+        let field = |i: usize, min: u32, max: u32, names: &[&str], base: u32| {
+            field_bits(parts[i], min, max, names, base)
+                .map_err(|why| ReminderError::InvalidSchedule(format!("`{}`: {why}", parts[i])))
+        };
+        let weekdays = field(4, 0, 7, DAY_NAMES, 0)?;
+        // Day 7 is another name for Sunday.
+        let weekdays = (weekdays | (weekdays >> 7)) & 0x7f;
+        Ok(Self {
+            minutes: field(0, 0, 59, &[], 0)?,
+            hours: u32::try_from(field(1, 0, 23, &[], 0)?).unwrap_or(0),
+            days: u32::try_from(field(2, 1, 31, &[], 0)?).unwrap_or(0),
+            months: u16::try_from(field(3, 1, 12, MONTH_NAMES, 1)?).unwrap_or(0),
+            weekdays: u8::try_from(weekdays).unwrap_or(0),
+            dom_restricted: !parts[2].starts_with('*'),
+            dow_restricted: !parts[4].starts_with('*'),
+        })
+    }
+
+    fn day_matches(&self, t: DateTime<Utc>) -> bool {
+        let dom = self.days & (1 << t.day()) != 0;
+        let dow = self.weekdays & (1 << t.weekday().num_days_from_sunday()) != 0;
+        // Crontab semantics: when both day fields are restricted a day
+        // matches if either does.
+        match (self.dom_restricted, self.dow_restricted) {
+            (true, true) => dom || dow,
+            (true, false) => dom,
+            (false, true) => dow,
+            (false, false) => true,
+        }
+    }
+
+    /// The first matching minute strictly after `after`, searching about
+    /// four years ahead; `None` when the expression never fires.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let start = after.with_second(0)?.with_nanosecond(0)? + TimeDelta::minutes(1);
+        let limit = start + TimeDelta::days(4 * 366 + 1);
+        let mut t = start;
+        while t < limit {
+            if self.months & (1 << t.month()) == 0 || !self.day_matches(t) {
+                t = (t + TimeDelta::days(1)).with_hour(0)?.with_minute(0)?;
+                continue;
+            }
+            if self.hours & (1 << t.hour()) == 0 {
+                t = (t + TimeDelta::hours(1)).with_minute(0)?;
+                continue;
+            }
+            if self.minutes & (1 << t.minute()) == 0 {
+                t += TimeDelta::minutes(1);
+                continue;
+            }
+            return Some(t);
+        }
+        None
+    }
+}
+
+/// The bit set of one field (bit `n` = value `n`). `base` is the number of
+/// the first name (months start at 1, weekdays at 0).
+fn field_bits(text: &str, min: u32, max: u32, names: &[&str], base: u32) -> Result<u64, String> {
+    let value = |s: &str| -> Result<u32, String> {
+        if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(s)) {
+            return Ok(base + u32::try_from(i).unwrap_or(0));
+        }
+        s.parse::<u32>().map_err(|_| format!("bad value `{s}`"))
+    };
+    let mut bits = 0u64;
+    for item in text.split(',') {
+        let (range, step) = match item.split_once('/') {
+            Some((r, s)) => (r, s.parse::<u32>().map_err(|_| format!("bad step `{s}`"))?),
+            None => (item, 1),
+        };
+        let (lo, hi) = if range == "*" {
+            (min, max)
+        } else if let Some((a, b)) = range.split_once('-') {
+            (value(a)?, value(b)?)
+        } else {
+            let v = value(range)?;
+            // `5/15` means from 5 to the end of the range.
+            (v, if step > 1 { max } else { v })
+        };
+        if step == 0 || lo > hi || hi > max || lo < min {
+            return Err("out of range".to_owned());
+        }
+        let mut v = lo;
+        while v <= hi {
+            bits |= 1 << v;
+            v += step;
+        }
+    }
+    Ok(bits)
+}
+
+/// Parses an RFC 3339 instant with an explicit zone.
+pub fn parse_at(text: &str) -> ReminderResult<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text.trim())
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| {
+            ReminderError::InvalidSchedule(format!(
+                "`at` must be an RFC 3339 time with a zone (like 2026-01-02T09:00:00Z): {e}"
+            ))
+        })
+}
+
+/// The fire after `after` for a schedule, or `None` when it has no more.
+/// One-shot kinds (`delay`, `at`) have no fire after their first one.
+fn next_fire(
+    kind: &ScheduleKind,
+    spec: &str,
+    after: DateTime<Utc>,
+) -> ReminderResult<Option<DateTime<Utc>>> {
+    Ok(match kind {
+        ScheduleKind::Delay | ScheduleKind::At => None,
+        ScheduleKind::Every => Some(after + parse_duration(spec)?),
+        ScheduleKind::Cron => CronSpec::parse(spec)?.next_after(after),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Records
+
+/// The lifecycle of a reminder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReminderStatus {
+    /// Waiting for its next fire.
+    Armed,
+    /// A one-shot that fired, or a handler that answered `stop`.
+    Completed,
+    /// Cancelled by a caller.
+    Cancelled,
+    /// Stopped by the host; `reason` says why.
+    Disarmed,
+}
+
+/// A stored reminder (the JSON in kv namespace `reminders`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reminder {
+    /// `rem_...`.
+    pub id: String,
+    /// The chat session it belongs to.
+    pub session_id: SessionId,
+    /// The schedule kind.
+    pub kind: ScheduleKind,
+    /// The schedule text as given (`10m`, `0 9 * * 1`, an RFC 3339 time).
+    pub schedule: String,
+    /// The message sent into the conversation (prompt form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The standing cancellation condition shown to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// The server tool called on fire (named-handler form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// The handler's input.
+    #[serde(default)]
+    pub args: Value,
+    /// Its state.
+    pub status: ReminderStatus,
+    /// Why it is no longer armed, when the host stopped it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How many times it fired.
+    pub fire_count: u64,
+    /// When it fires next (armed reminders only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_fire_at: Option<DateTime<Utc>>,
+    /// When it last fired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_fired_at: Option<DateTime<Utc>>,
+    /// The last delivery failure, if the last fire failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A request to create a reminder: exactly one of `delay`, `every`, `cron`,
+/// `at`, and exactly one of `prompt` or `handler`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NewReminder {
+    /// Once, after this duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<String>,
+    /// Repeatedly, with this period (at least 1 minute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<String>,
+    /// On this 5-field UTC cron expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// Once, at this RFC 3339 time (with a zone), in the future.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    /// The message sent into the conversation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The standing cancellation condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// A server tool called with `args` instead of sending a prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// The handler's input.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+}
+
+/// What one fire did.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FireOutcome {
+    /// The reminder after the fire.
+    pub reminder: Reminder,
+    /// `delivered`, `skip` or `stop`.
+    pub result: String,
+    /// The turn the fire started, when it started one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<bdk_events::TurnId>,
+}
+
+// ---------------------------------------------------------------------------
+// Engine
+
+/// The reminder table and the timer's wake-up channel. One per host.
+pub(crate) struct Engine {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    state: Mutex<EngineState>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct EngineState {
+    reminders: HashMap<String, Reminder>,
+    /// Next fires by time; entries whose reminder moved on are skipped.
+    heap: BinaryHeap<Reverse<(DateTime<Utc>, String)>>,
+}
+
+impl Engine {
+    pub(crate) fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            clock,
+            state: Mutex::new(EngineState::default()),
+            wake: Notify::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, EngineState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    async fn persist(&self, r: &Reminder) -> ReminderResult<()> {
+        let value = serde_json::to_value(r)
+            .map_err(|e| ReminderError::Delivery(format!("cannot encode reminder: {e}")))?;
+        self.store.kv_put(KV_NAMESPACE, &r.id, value).await?;
+        Ok(())
+    }
+
+    /// Puts `r` in the table (and the heap when armed) and wakes the timer.
+    fn install(&self, r: Reminder) {
+        let mut state = self.state();
+        if r.status == ReminderStatus::Armed
+            && let Some(at) = r.next_fire_at
+        {
+            state.heap.push(Reverse((at, r.id.clone())));
+        }
+        state.reminders.insert(r.id.clone(), r);
+        drop(state);
+        self.wake.notify_one();
+    }
+
+    fn get(&self, id: &str) -> Option<Reminder> {
+        self.state().reminders.get(id).cloned()
+    }
+
+    fn list(&self, session: Option<&SessionId>) -> Vec<Reminder> {
+        let mut all: Vec<Reminder> = self
+            .state()
+            .reminders
+            .values()
+            .filter(|r| session.is_none_or(|s| &r.session_id == s))
+            .cloned()
+            .collect();
+        all.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        all
+    }
+
+    /// The earliest live heap entry, dropping stale ones.
+    fn next_due(&self) -> Option<DateTime<Utc>> {
+        let mut state = self.state();
+        loop {
+            let Reverse((at, id)) = state.heap.peek()?.clone();
+            let live = state
+                .reminders
+                .get(&id)
+                .is_some_and(|r| r.status == ReminderStatus::Armed && r.next_fire_at == Some(at));
+            if live {
+                return Some(at);
+            }
+            state.heap.pop();
+        }
+    }
+
+    /// Removes and returns the ids of live entries due at `now`.
+    fn take_due(&self, now: DateTime<Utc>) -> Vec<String> {
+        let mut state = self.state();
+        let mut due = Vec::new();
+        while let Some(Reverse((at, id))) = state.heap.peek().cloned() {
+            if at > now {
+                break;
+            }
+            state.heap.pop();
+            let live = state
+                .reminders
+                .get(&id)
+                .is_some_and(|r| r.status == ReminderStatus::Armed && r.next_fire_at == Some(at));
+            if live {
+                due.push(id);
+            }
+        }
+        due
+    }
+}
+
+/// The single timer task of a host: sleeps on the clock until the earliest
+/// next fire (or a change), then fires what is due, each fire in its own
+/// task so a slow handler never holds up the others.
+pub(crate) async fn run_timer(host: WeakHost, cancel: CancellationToken) {
+    loop {
+        let Some(engine) = host.upgrade().map(|h| h.reminder_engine()) else {
+            return;
+        };
+        let next = engine.next_due();
+        let sleep = next.map(|at| engine.clock().sleep_until(at));
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = engine.wake.notified() => continue,
+            () = async {
+                match sleep {
+                    Some(s) => s.await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+        let now = engine.clock().now();
+        drop(engine);
+        for id in host
+            .upgrade()
+            .map(|h| h.reminder_engine().take_due(now))
+            .unwrap_or_default()
+        {
+            let Some(h) = host.upgrade() else { return };
+            // The fire is owned by the timer's token: shutdown abandons a
+            // delivery still in flight, which then fires again on the next
+            // start because its record still names the missed time.
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = cancel.cancelled() => {}
+                    fired = h.fire_reminder(&id, true) => {
+                        if let Err(e) = fired {
+                            tracing::warn!(reminder_id = %id, error = %e, "reminder fire failed");
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// The note appended to a prompt that carries an `until` condition.
+fn prompt_text(prompt: &str, until: Option<&str>) -> String {
+    match until {
+        Some(until) => format!(
+            "{prompt}\n\n(Reminder note: this reminder repeats until the following holds; cancel it with reminders_cancel once it does: {until})"
+        ),
+        None => prompt.to_owned(),
+    }
+}
+
+impl Host {
+    /// Creates a reminder bound to the chat session `session`.
+    pub async fn create_reminder(
+        &self,
+        session: &SessionId,
+        req: NewReminder,
+    ) -> ReminderResult<Reminder> {
+        let record = match self.session(session, None).await {
+            Ok(r) => r,
+            Err(HostError::SessionNotFound(id)) => return Err(ReminderError::SessionNotFound(id)),
+            Err(HostError::Store(e)) => return Err(ReminderError::Store(e)),
+            Err(e) => return Err(ReminderError::Delivery(e.to_string())),
+        };
+        if record.mode == SessionMode::Task {
+            return Err(ReminderError::TaskSession(session.to_string()));
+        }
+        let now = self.reminder_engine().clock().now();
+        let given: Vec<(ScheduleKind, &String)> = [
+            (ScheduleKind::Delay, &req.delay),
+            (ScheduleKind::Every, &req.every),
+            (ScheduleKind::Cron, &req.cron),
+            (ScheduleKind::At, &req.at),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+        .collect();
+        let [(kind, spec)] = given.as_slice() else {
+            return Err(ReminderError::InvalidRequest(
+                "give exactly one of delay, every, cron or at".into(),
+            ));
+        };
+        let first = match kind {
+            ScheduleKind::Delay => now + parse_duration(spec)?,
+            ScheduleKind::Every => {
+                let period = parse_duration(spec)?;
+                if period < MIN_EVERY {
+                    return Err(ReminderError::InvalidSchedule(format!(
+                        "every `{spec}` is shorter than 1 minute"
+                    )));
+                }
+                now + period
+            }
+            ScheduleKind::Cron => CronSpec::parse(spec)?.next_after(now).ok_or_else(|| {
+                ReminderError::InvalidSchedule(format!("cron `{spec}` never fires"))
+            })?,
+            ScheduleKind::At => {
+                let at = parse_at(spec)?;
+                if at <= now {
+                    return Err(ReminderError::InvalidSchedule(format!(
+                        "at `{spec}` is not in the future"
+                    )));
+                }
+                at
+            }
+        };
+        let prompt = req.prompt.filter(|p| !p.trim().is_empty());
+        match (&prompt, &req.handler) {
+            (Some(_), None) | (None, Some(_)) => {}
+            _ => {
+                return Err(ReminderError::InvalidRequest(
+                    "give exactly one of prompt or handler".into(),
+                ));
+            }
+        }
+        if let Some(handler) = &req.handler
+            && !self.tools().iter().any(|t| &t.name == handler)
+        {
+            return Err(ReminderError::UnknownHandler(handler.clone()));
+        }
+        let reminder = Reminder {
+            id: new_id("rem"),
+            session_id: session.clone(),
+            kind: kind.clone(),
+            schedule: (*spec).clone(),
+            prompt,
+            until: req.until.filter(|u| !u.trim().is_empty()),
+            handler: req.handler,
+            args: req.args.unwrap_or_else(|| json!({})),
+            status: ReminderStatus::Armed,
+            reason: None,
+            fire_count: 0,
+            next_fire_at: Some(first),
+            last_fired_at: None,
+            last_error: None,
+            created_at: now,
+        };
+        let engine = self.reminder_engine();
+        engine.persist(&reminder).await?;
+        engine.install(reminder.clone());
+        Ok(reminder)
+    }
+
+    /// All reminders, or those of one session, oldest first.
+    pub fn list_reminders(&self, session: Option<&SessionId>) -> Vec<Reminder> {
+        self.reminder_engine().list(session)
+    }
+
+    /// One reminder.
+    pub fn reminder(&self, id: &str) -> Option<Reminder> {
+        self.reminder_engine().get(id)
+    }
+
+    /// Cancels an armed reminder (scoped to `session` when given).
+    pub async fn cancel_reminder(
+        &self,
+        id: &str,
+        session: Option<&SessionId>,
+    ) -> ReminderResult<Reminder> {
+        let engine = self.reminder_engine();
+        let mut r = engine
+            .get(id)
+            .filter(|r| session.is_none_or(|s| &r.session_id == s))
+            .ok_or_else(|| ReminderError::NotFound(id.to_owned()))?;
+        if r.status != ReminderStatus::Armed {
+            return Err(ReminderError::NotArmed(id.to_owned()));
+        }
+        r.status = ReminderStatus::Cancelled;
+        r.next_fire_at = None;
+        engine.persist(&r).await?;
+        engine.install(r.clone());
+        Ok(r)
+    }
+
+    /// Fires a reminder now through the production path (the dev route).
+    /// A recurring reminder keeps its next scheduled fire.
+    pub async fn dispatch_reminder(&self, id: &str) -> ReminderResult<FireOutcome> {
+        self.fire_reminder(id, false).await
+    }
+
+    /// Delivers one fire. `scheduled` fires advance the schedule; manual
+    /// ones leave a recurring reminder's next fire where it was.
+    pub(crate) async fn fire_reminder(
+        &self,
+        id: &str,
+        scheduled: bool,
+    ) -> ReminderResult<FireOutcome> {
+        let engine = self.reminder_engine();
+        let r = engine
+            .get(id)
+            .ok_or_else(|| ReminderError::NotFound(id.to_owned()))?;
+        if r.status != ReminderStatus::Armed {
+            return Err(ReminderError::NotArmed(id.to_owned()));
+        }
+        let now = engine.clock().now();
+        let delivered = self.deliver(&r).await;
+        // Re-read: the reminder may have been cancelled while delivering.
+        let mut r = engine.get(id).unwrap_or(r);
+        r.fire_count += 1;
+        r.last_fired_at = Some(now);
+        let (result, turn_id) = match delivered {
+            Ok(ok) => {
+                r.last_error = None;
+                ok
+            }
+            Err(e) => {
+                tracing::warn!(reminder_id = %id, error = %e, "reminder delivery failed");
+                r.last_error = Some(e);
+                ("failed".to_owned(), None)
+            }
+        };
+        if r.status == ReminderStatus::Armed {
+            if result == "stop" {
+                r.status = ReminderStatus::Completed;
+                r.next_fire_at = None;
+            } else if scheduled || matches!(r.kind, ScheduleKind::Delay | ScheduleKind::At) {
+                // A recurring reminder keeps its cadence from the scheduled
+                // time; one that fell behind (the host was down) resumes
+                // from now instead of firing a burst of catch-ups.
+                let base = r.next_fire_at.filter(|at| *at <= now).unwrap_or(now);
+                let next = next_fire(&r.kind, &r.schedule, base).map(|next| {
+                    next.map(|n| {
+                        if n <= now {
+                            next_fire(&r.kind, &r.schedule, now)
+                                .ok()
+                                .flatten()
+                                .unwrap_or(n)
+                        } else {
+                            n
+                        }
+                    })
+                });
+                match next {
+                    Ok(Some(next)) => r.next_fire_at = Some(next),
+                    Ok(None) => {
+                        r.status = ReminderStatus::Completed;
+                        r.next_fire_at = None;
+                    }
+                    // A stored schedule that no longer parses (an edited
+                    // record) is disarmed visibly rather than left armed
+                    // with no timer behind it.
+                    Err(e) => {
+                        tracing::warn!(reminder_id = %id, error = %e, "disarming a reminder with a broken schedule");
+                        r.status = ReminderStatus::Disarmed;
+                        r.reason = Some(e.to_string());
+                        r.next_fire_at = None;
+                    }
+                }
+            }
+        }
+        engine.persist(&r).await?;
+        engine.install(r.clone());
+        Ok(FireOutcome {
+            reminder: r,
+            result,
+            turn_id,
+        })
+    }
+
+    /// Sends the prompt, or calls the handler and acts on its answer.
+    async fn deliver(&self, r: &Reminder) -> Result<(String, Option<bdk_events::TurnId>), String> {
+        let send = |message: String| async move {
+            self.send(
+                &r.session_id,
+                FollowUp {
+                    message,
+                    admission: Admission::Coalesce,
+                    ..FollowUp::default()
+                },
+            )
+            .await
+            .map(|sent| ("delivered".to_owned(), sent.turn_id))
+            .map_err(|e| e.to_string())
+        };
+        if let Some(prompt) = &r.prompt {
+            return send(prompt_text(prompt, r.until.as_deref())).await;
+        }
+        let Some(handler) = &r.handler else {
+            return Err("reminder has neither prompt nor handler".into());
+        };
+        let outcome = self
+            .call_tool(DirectCall {
+                name: handler.clone(),
+                input: r.args.clone(),
+                session_id: Some(r.session_id.clone()),
+                ..DirectCall::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        if outcome.is_error {
+            return Err(format!("handler `{handler}` failed: {}", outcome.result));
+        }
+        match HandlerAnswer::read(&outcome.result)? {
+            HandlerAnswer::Followup(message) => send(message).await,
+            HandlerAnswer::Plain(result) => Ok((result, None)),
+        }
+    }
+
+    /// Loads stored reminders and arms the armed ones; a handler that is no
+    /// longer a tool disarms its reminder with [`HANDLER_LOST`].
+    pub(crate) async fn rearm_reminders(&self) -> ReminderResult<()> {
+        let engine = self.reminder_engine();
+        let tools: Vec<String> = self.tools().into_iter().map(|t| t.name).collect();
+        for key in engine.store.kv_list(KV_NAMESPACE, "").await? {
+            let Some(value) = engine.store.kv_get(KV_NAMESPACE, &key).await? else {
+                continue;
+            };
+            let mut r: Reminder = match serde_json::from_value(value) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(key = %key, error = %e, "skipping an unreadable stored reminder");
+                    continue;
+                }
+            };
+            if r.status == ReminderStatus::Armed
+                && let Some(h) = &r.handler
+                && !tools.contains(h)
+            {
+                tracing::warn!(reminder_id = %r.id, handler = %h, "disarming a reminder whose handler is gone");
+                r.status = ReminderStatus::Disarmed;
+                r.reason = Some(HANDLER_LOST.to_owned());
+                r.next_fire_at = None;
+                engine.persist(&r).await?;
+            }
+            engine.install(r);
+        }
+        Ok(())
+    }
+}
+
+/// A handler's answer: a string or `{"action": ...}` with `stop`, `skip`,
+/// `delivered`, or `followup` (plus `message`, which is sent into the
+/// conversation and starts a model turn).
+enum HandlerAnswer {
+    Followup(String),
+    Plain(String),
+}
+
+impl HandlerAnswer {
+    fn read(value: &Value) -> Result<Self, String> {
+        let (action, message) = match value {
+            Value::String(s) => (s.as_str(), None),
+            Value::Object(o) => (
+                o.get("action").and_then(Value::as_str).unwrap_or(""),
+                o.get("message").and_then(Value::as_str),
+            ),
+            _ => ("", None),
+        };
+        match action {
+            "stop" | "skip" | "delivered" => Ok(Self::Plain(action.to_owned())),
+            "followup" => match message {
+                Some(m) if !m.trim().is_empty() => Ok(Self::Followup(m.to_owned())),
+                _ => Err("handler answered followup without a message".into()),
+            },
+            _ => Err(format!(
+                "handler answer must be stop, skip, delivered or {{\"action\":\"followup\",\"message\":...}}, got {value}"
+            )),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Session-scoped access for tools
+
+/// Reminders of one session, as tools see them (`host.reminders`).
+#[async_trait]
+pub trait SessionReminders: Send + Sync {
+    /// Creates a reminder in the session.
+    async fn create(&self, req: NewReminder) -> ReminderResult<Reminder>;
+    /// The session's reminders.
+    async fn list(&self) -> ReminderResult<Vec<Reminder>>;
+    /// Cancels one of the session's reminders.
+    async fn cancel(&self, id: &str) -> ReminderResult<Reminder>;
+}
+
+/// [`SessionReminders`] over a host.
+pub(crate) struct Scoped {
+    pub(crate) host: Host,
+    pub(crate) session: SessionId,
+}
+
+#[async_trait]
+impl SessionReminders for Scoped {
+    async fn create(&self, req: NewReminder) -> ReminderResult<Reminder> {
+        self.host.create_reminder(&self.session, req).await
+    }
+
+    async fn list(&self) -> ReminderResult<Vec<Reminder>> {
+        Ok(self.host.list_reminders(Some(&self.session)))
+    }
+
+    async fn cancel(&self, id: &str) -> ReminderResult<Reminder> {
+        self.host.cancel_reminder(id, Some(&self.session)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        parse_at(s).unwrap()
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10m").unwrap(), TimeDelta::minutes(10));
+        assert_eq!(parse_duration("90s").unwrap(), TimeDelta::seconds(90));
+        assert_eq!(parse_duration("2h").unwrap(), TimeDelta::hours(2));
+        assert_eq!(parse_duration("365d").unwrap(), TimeDelta::days(365));
+        for bad in ["-5m", "10y", "0m", "366d", "m", "10", "1.5h", ""] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cron_next_fire() {
+        let c = CronSpec::parse("30 9 * * 1-5").unwrap();
+        // 2026-11-28 is a Saturday: the next weekday 09:30 is Monday.
+        assert_eq!(
+            c.next_after(t("2026-11-28T10:00:00Z")),
+            Some(t("2026-11-30T09:30:00Z"))
+        );
+        // Strictly after: at the fire minute itself, the next one is tomorrow.
+        assert_eq!(
+            c.next_after(t("2026-11-30T09:30:00Z")),
+            Some(t("2026-12-01T09:30:00Z"))
+        );
+        let every15 = CronSpec::parse("*/15 * * * *").unwrap();
+        assert_eq!(
+            every15.next_after(t("2026-11-30T23:50:10Z")),
+            Some(t("2026-12-01T00:00:00Z"))
+        );
+        // Both day fields restricted: either matches (the 1st or a Monday).
+        let or = CronSpec::parse("0 0 1 * MON").unwrap();
+        assert_eq!(
+            or.next_after(t("2026-12-01T00:00:00Z")),
+            Some(t("2026-12-07T00:00:00Z"))
+        );
+        assert_eq!(
+            or.next_after(t("2026-12-28T00:00:00Z")),
+            Some(t("2027-01-01T00:00:00Z"))
+        );
+        // Sunday as 7, and Feb 29 found years ahead.
+        let sun = CronSpec::parse("0 12 * * 7").unwrap();
+        assert_eq!(
+            sun.next_after(t("2026-11-30T00:00:00Z")),
+            Some(t("2026-12-06T12:00:00Z"))
+        );
+        let leap = CronSpec::parse("0 0 29 2 *").unwrap();
+        assert_eq!(
+            leap.next_after(t("2026-11-30T00:00:00Z")),
+            Some(t("2028-02-29T00:00:00Z"))
+        );
+        assert_eq!(
+            CronSpec::parse("0 0 31 2 *")
+                .unwrap()
+                .next_after(t("2026-01-01T00:00:00Z")),
+            None
+        );
+        assert!(CronSpec::parse("61 * * * *").is_err());
+        assert!(CronSpec::parse("* * *").is_err());
+    }
+
+    #[test]
+    fn at_needs_a_zone() {
+        assert!(parse_at("2027-01-01T00:00:00Z").is_ok());
+        assert!(parse_at("2027-01-01T09:00:00+02:00").is_ok());
+        assert!(parse_at("2027-01-01T00:00:00").is_err());
+    }
+
+    #[test]
+    fn every_advances_by_its_period() {
+        let now = t("2026-11-30T00:00:00Z");
+        assert_eq!(
+            next_fire(&ScheduleKind::Every, "90s", now).unwrap(),
+            Some(now + TimeDelta::seconds(90))
+        );
+        assert_eq!(next_fire(&ScheduleKind::Delay, "10m", now).unwrap(), None);
+    }
+
+    #[test]
+    fn handler_answers() {
+        assert!(
+            matches!(HandlerAnswer::read(&json!("skip")), Ok(HandlerAnswer::Plain(s)) if s == "skip")
+        );
+        assert!(matches!(
+            HandlerAnswer::read(&json!({"action": "followup", "message": "hi"})),
+            Ok(HandlerAnswer::Followup(m)) if m == "hi"
+        ));
+        assert!(HandlerAnswer::read(&json!({"action": "followup"})).is_err());
+        assert!(HandlerAnswer::read(&json!(42)).is_err());
+    }
+
+    #[tokio::test]
+    async fn manual_clock_wakes_sleepers() {
+        let clock = ManualClock::new(t("2026-11-30T00:00:00Z"));
+        let sleep = clock.sleep_until(t("2026-11-30T00:10:00Z"));
+        let handle = tokio::spawn(sleep);
+        clock.advance(TimeDelta::minutes(5));
+        tokio::task::yield_now().await;
+        assert!(!handle.is_finished());
+        clock.advance(TimeDelta::minutes(5));
+        handle.await.unwrap();
+    }
+}

@@ -1,0 +1,497 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Reminders end to end on a manual clock: creation and its refusals,
+//! firing into the conversation, repetition, cancellation, the handler form,
+//! durability across a host rebuild over the same store, and the built-in
+//! tools driven by a scripted turn.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bdk_core::host::{Host, StartSession};
+use bdk_core::reminders::{
+    Clock, HANDLER_LOST, ManualClock, NewReminder, Reminder, ReminderError, ReminderStatus,
+};
+use bdk_core::tool::ToolContext;
+use bdk_core::tool::native::native_tool;
+use bdk_core::{Project, discover};
+use bdk_events::{Event, SessionId, SessionMode};
+use bdk_store::{FsStore, Store};
+use chrono::{DateTime, TimeDelta, Utc};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::json;
+use tempfile::TempDir;
+use tokio_stream::StreamExt;
+
+const RULES: &str = r#"
+[[rules]]
+user_contains = "remind me"
+tool_calls = [{ name = "reminders_create", input = { delay = "10m", prompt = "check the oven" } }]
+
+[[rules]]
+tool_result = "reminders_create"
+reply = "scheduled {{ result.id }}"
+
+[[rules]]
+reply = "got: {{ user }}"
+"#;
+
+fn project() -> (TempDir, Project) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        (
+            "agent/agent.toml",
+            "model = \"scripted\"\n[builtin_tools]\nworkspace = false\nartifacts = false\nreminders = true\n",
+        ),
+        ("agent/instructions.md", "You are a test agent.\n"),
+        ("agent/scripted.toml", RULES),
+    ];
+    for (path, content) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    let d = discover(dir.path());
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    (dir, d.project.unwrap())
+}
+
+fn start() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-11-30T12:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc)
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct Note {
+    #[allow(dead_code)]
+    note: String,
+}
+
+/// A handler tool that asks for a follow-up turn.
+fn handler_tool() -> Arc<dyn bdk_core::tool::Tool> {
+    Arc::new(native_tool(
+        "nudge",
+        "reminder handler",
+        |n: Note, _ctx: ToolContext| async move {
+            Ok(json!({"action": "followup", "message": format!("handler says {}", n.note)}))
+        },
+    ))
+}
+
+async fn host_at(
+    project: &Project,
+    root: &Path,
+    clock: &Arc<ManualClock>,
+    with_handler: bool,
+) -> Host {
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(root).unwrap());
+    let mut b = Host::builder(project.clone(), store).clock(Arc::clone(clock) as Arc<dyn Clock>);
+    if with_handler {
+        b = b.tool(handler_tool());
+    }
+    b.build().await.unwrap()
+}
+
+async fn chat(host: &Host) -> SessionId {
+    host.start_session(StartSession::default())
+        .await
+        .unwrap()
+        .session_id
+}
+
+fn req(f: impl FnOnce(&mut NewReminder)) -> NewReminder {
+    let mut r = NewReminder {
+        prompt: Some("ping".into()),
+        ..NewReminder::default()
+    };
+    f(&mut r);
+    r
+}
+
+/// Waits for the next `message.received` at or after `from` and returns its text.
+async fn next_message(host: &Host, session: &SessionId, from: u64) -> (u64, String) {
+    let mut stream = host.subscribe(session, from, None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(env) = stream.next().await {
+            let env = env.unwrap();
+            if let Event::MessageReceived(m) = &env.event {
+                return (env.index, m.message.clone());
+            }
+        }
+        panic!("stream ended");
+    })
+    .await
+    .expect("no message.received within 10s")
+}
+
+/// Polls the reminder table until `pred` holds (the fire's bookkeeping is
+/// written after the send, with no event of its own), bounded at 10 s.
+async fn wait_reminder(host: &Host, id: &str, pred: impl Fn(&Reminder) -> bool) -> Reminder {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = host.reminder(id).unwrap();
+        if pred(&r) {
+            return r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "reminder never reached the state: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn bad_inputs_are_refused_clearly() {
+    let (dir, p) = project();
+    let clock = ManualClock::new(start());
+    let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
+    let s = chat(&host).await;
+    let cases = [
+        req(|r| r.delay = Some("-5m".into())),
+        req(|r| r.delay = Some("10y".into())),
+        req(|r| r.delay = Some("0s".into())),
+        req(|r| r.delay = Some("400d".into())),
+        req(|r| r.every = Some("30s".into())),
+        req(|r| r.cron = Some("0 0 31 2 *".into())),
+        req(|r| r.cron = Some("0 25 * * *".into())),
+        req(|r| r.at = Some("2026-11-30T11:00:00Z".into())),
+        req(|r| r.at = Some("2026-12-30T11:00:00".into())),
+    ];
+    for c in cases {
+        let e = host.create_reminder(&s, c.clone()).await.unwrap_err();
+        assert!(matches!(e, ReminderError::InvalidSchedule(_)), "{c:?}: {e}");
+    }
+    let e = host
+        .create_reminder(
+            &s,
+            req(|r| {
+                r.delay = Some("1m".into());
+                r.every = Some("1m".into());
+            }),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ReminderError::InvalidRequest(_)), "{e}");
+    let e = host
+        .create_reminder(&s, req(|r| r.handler = Some("nudge".into())))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ReminderError::InvalidRequest(_)), "{e}");
+
+    let task = host
+        .start_session(StartSession {
+            mode: SessionMode::Task,
+            ..StartSession::default()
+        })
+        .await
+        .unwrap()
+        .session_id;
+    let e = host
+        .create_reminder(&task, req(|r| r.delay = Some("1m".into())))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ReminderError::TaskSession(_)), "{e}");
+    let e = host
+        .create_reminder(&SessionId::generate(), req(|r| r.delay = Some("1m".into())))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ReminderError::SessionNotFound(_)), "{e}");
+    let e = host
+        .create_reminder(
+            &s,
+            NewReminder {
+                delay: Some("1m".into()),
+                handler: Some("missing".into()),
+                ..NewReminder::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ReminderError::UnknownHandler(_)), "{e}");
+    assert!(host.list_reminders(None).is_empty());
+}
+
+#[tokio::test]
+async fn next_fire_times_follow_the_schedule() {
+    let (dir, p) = project();
+    let clock = ManualClock::new(start());
+    let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
+    let s = chat(&host).await;
+    let at = |r: Reminder| r.next_fire_at.unwrap().to_rfc3339();
+    let d = host
+        .create_reminder(&s, req(|r| r.delay = Some("90s".into())))
+        .await
+        .unwrap();
+    assert_eq!(at(d), "2026-11-30T12:01:30+00:00");
+    let e = host
+        .create_reminder(&s, req(|r| r.every = Some("2h".into())))
+        .await
+        .unwrap();
+    assert_eq!(at(e), "2026-11-30T14:00:00+00:00");
+    let c = host
+        .create_reminder(&s, req(|r| r.cron = Some("30 9 * * MON".into())))
+        .await
+        .unwrap();
+    assert_eq!(at(c), "2026-12-07T09:30:00+00:00");
+    let a = host
+        .create_reminder(&s, req(|r| r.at = Some("2026-12-01T10:00:00+02:00".into())))
+        .await
+        .unwrap();
+    assert_eq!(at(a), "2026-12-01T08:00:00+00:00");
+    assert_eq!(host.list_reminders(Some(&s)).len(), 4);
+}
+
+#[tokio::test]
+async fn a_delay_fires_its_prompt_into_the_conversation_once() {
+    let (dir, p) = project();
+    let clock = ManualClock::new(start());
+    let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
+    let s = chat(&host).await;
+    let r = host
+        .create_reminder(
+            &s,
+            NewReminder {
+                delay: Some("10m".into()),
+                prompt: Some("stand up".into()),
+                until: Some("the user has stood up".into()),
+                ..NewReminder::default()
+            },
+        )
+        .await
+        .unwrap();
+    clock.advance(TimeDelta::minutes(9));
+    tokio::task::yield_now().await;
+    assert_eq!(host.reminder(&r.id).unwrap().fire_count, 0);
+    clock.advance(TimeDelta::minutes(1));
+    let (_, text) = next_message(&host, &s, 0).await;
+    assert!(text.starts_with("stand up"), "{text}");
+    assert!(text.contains("the user has stood up"), "{text}");
+    let done = wait_reminder(&host, &r.id, |r| r.fire_count == 1).await;
+    assert_eq!(done.status, ReminderStatus::Completed);
+    assert_eq!(done.next_fire_at, None);
+    host.wait_idle(&s).await;
+    let result = host
+        .events(&s, 0, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .find_map(|e| match e.event {
+            Event::TurnCompleted(_) => Some(()),
+            _ => None,
+        });
+    assert!(result.is_some(), "the fire started a model turn");
+}
+
+#[tokio::test]
+async fn every_keeps_firing_until_cancelled() {
+    let (dir, p) = project();
+    let clock = ManualClock::new(start());
+    let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
+    let s = chat(&host).await;
+    let r = host
+        .create_reminder(&s, req(|r| r.every = Some("1m".into())))
+        .await
+        .unwrap();
+    let mut from = 0;
+    for n in 1..=3u64 {
+        clock.advance(TimeDelta::minutes(1));
+        let (index, text) = next_message(&host, &s, from).await;
+        assert_eq!(text, "ping");
+        from = index + 1;
+        let now = wait_reminder(&host, &r.id, |r| r.fire_count == n).await;
+        assert_eq!(
+            now.next_fire_at,
+            Some(start() + TimeDelta::minutes(n as i64 + 1))
+        );
+        host.wait_idle(&s).await;
+    }
+    let cancelled = host.cancel_reminder(&r.id, Some(&s)).await.unwrap();
+    assert_eq!(cancelled.status, ReminderStatus::Cancelled);
+    assert!(matches!(
+        host.cancel_reminder(&r.id, None).await,
+        Err(ReminderError::NotArmed(_))
+    ));
+    // Cancelled reminders are refused by a manual fire too.
+    assert!(host.dispatch_reminder(&r.id).await.is_err());
+    // Another session cannot cancel it.
+    let other = chat(&host).await;
+    let r2 = host
+        .create_reminder(&s, req(|r| r.every = Some("1m".into())))
+        .await
+        .unwrap();
+    assert!(matches!(
+        host.cancel_reminder(&r2.id, Some(&other)).await,
+        Err(ReminderError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn handler_followup_starts_a_turn() {
+    let (dir, p) = project();
+    let clock = ManualClock::new(start());
+    let host = host_at(&p, &dir.path().join("state"), &clock, true).await;
+    let s = chat(&host).await;
+    let r = host
+        .create_reminder(
+            &s,
+            NewReminder {
+                cron: Some("0 * * * *".into()),
+                handler: Some("nudge".into()),
+                args: Some(json!({"note": "hello"})),
+                ..NewReminder::default()
+            },
+        )
+        .await
+        .unwrap();
+    let out = host.dispatch_reminder(&r.id).await.unwrap();
+    assert_eq!(out.result, "delivered");
+    assert!(out.turn_id.is_some());
+    // A manual fire keeps the recurring schedule where it was.
+    assert_eq!(out.reminder.next_fire_at, r.next_fire_at);
+    assert_eq!(out.reminder.fire_count, 1);
+    let (_, text) = next_message(&host, &s, 0).await;
+    assert_eq!(text, "handler says hello");
+}
+
+#[tokio::test]
+async fn reminders_survive_a_rebuild_and_lost_handlers_are_disarmed() {
+    let (dir, p) = project();
+    let root = dir.path().join("state");
+    let clock = ManualClock::new(start());
+    let (s, prompt_id, handler_id, next) = {
+        let host = host_at(&p, &root, &clock, true).await;
+        let s = chat(&host).await;
+        let a = host
+            .create_reminder(&s, req(|r| r.every = Some("5m".into())))
+            .await
+            .unwrap();
+        let b = host
+            .create_reminder(
+                &s,
+                NewReminder {
+                    delay: Some("1h".into()),
+                    handler: Some("nudge".into()),
+                    args: Some(json!({"note": "x"})),
+                    ..NewReminder::default()
+                },
+            )
+            .await
+            .unwrap();
+        host.shutdown(Duration::from_secs(5)).await;
+        (s, a.id, b.id, a.next_fire_at)
+    };
+    let host = host_at(&p, &root, &clock, false).await;
+    let kept = host.reminder(&prompt_id).unwrap();
+    assert_eq!(kept.status, ReminderStatus::Armed);
+    assert_eq!(kept.next_fire_at, next);
+    let lost = host.reminder(&handler_id).unwrap();
+    assert_eq!(lost.status, ReminderStatus::Disarmed);
+    assert_eq!(lost.reason.as_deref(), Some(HANDLER_LOST));
+    // The re-armed reminder fires on the rebuilt host's timer.
+    clock.advance(TimeDelta::minutes(5));
+    let (_, text) = next_message(&host, &s, 0).await;
+    assert_eq!(text, "ping");
+    // The disarmed state is durable too.
+    let store = FsStore::open(&root).unwrap();
+    let stored = store
+        .kv_get("reminders", &handler_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored["status"], "disarmed");
+    assert_eq!(stored["reason"], HANDLER_LOST);
+}
+
+#[tokio::test]
+async fn timers_can_be_switched_off() {
+    let (dir, p) = project();
+    let clock = ManualClock::new(start());
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let host = Host::builder(p, store)
+        .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+        .reminder_timers(false)
+        .build()
+        .await
+        .unwrap();
+    let s = chat(&host).await;
+    let r = host
+        .create_reminder(&s, req(|r| r.delay = Some("1m".into())))
+        .await
+        .unwrap();
+    clock.advance(TimeDelta::hours(1));
+    tokio::task::yield_now().await;
+    assert_eq!(host.reminder(&r.id).unwrap().fire_count, 0);
+    let out = host.dispatch_reminder(&r.id).await.unwrap();
+    assert_eq!(out.reminder.status, ReminderStatus::Completed);
+    let (_, text) = next_message(&host, &s, 0).await;
+    assert_eq!(text, "ping");
+    assert!(matches!(
+        host.dispatch_reminder("rem_unknown").await,
+        Err(ReminderError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn builtin_tools_create_list_and_cancel_in_the_calling_session() {
+    let (dir, p) = project();
+    let clock = ManualClock::new(start());
+    let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
+    let names: Vec<String> = host.tools().into_iter().map(|t| t.name).collect();
+    for n in ["reminders_create", "reminders_list", "reminders_cancel"] {
+        assert!(names.contains(&n.to_owned()), "{names:?}");
+    }
+    let started = host
+        .start_session(StartSession {
+            message: Some("please remind me about the oven".into()),
+            ..StartSession::default()
+        })
+        .await
+        .unwrap();
+    let s = started.session_id;
+    let result = host
+        .wait_turn(&s, started.turn_id.as_ref().unwrap())
+        .await
+        .unwrap();
+    assert!(result.ok, "{result:?}");
+    let listed = host.list_reminders(Some(&s));
+    assert_eq!(listed.len(), 1);
+    assert_eq!(result.reply, format!("scheduled {}", listed[0].id));
+    assert_eq!(listed[0].prompt.as_deref(), Some("check the oven"));
+    assert_eq!(
+        listed[0].next_fire_at,
+        Some(start() + TimeDelta::minutes(10))
+    );
+
+    // list and cancel through direct calls bound to the session.
+    let call = |name: &str, input| bdk_core::host::DirectCall {
+        name: name.into(),
+        input,
+        session_id: Some(s.clone()),
+        ..Default::default()
+    };
+    let out = host
+        .call_tool(call("reminders_list", json!({})))
+        .await
+        .unwrap();
+    assert!(!out.is_error);
+    assert_eq!(out.result["reminders"][0]["id"], json!(listed[0].id));
+    let out = host
+        .call_tool(call("reminders_cancel", json!({"id": listed[0].id})))
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{:?}", out.result);
+    assert_eq!(out.result["status"], "cancelled");
+    // Without a session the tools explain what they need.
+    let out = host
+        .call_tool(bdk_core::host::DirectCall {
+            name: "reminders_list".into(),
+            input: json!({}),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(out.is_error);
+}

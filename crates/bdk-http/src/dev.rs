@@ -1,0 +1,109 @@
+//! Schedules in the HTTP app: the dev dispatch route
+//! (`POST /v1/dev/schedules/:id`) and the production cadence task.
+//!
+//! Both go through one [`Dispatcher`] per agent, whose channel hand-off is
+//! the agent's own [`Channels`] instance, so a scheduled hand-off joins its
+//! conversation through the same one-session-per-key path as a message that
+//! arrives over HTTP. The route only answers under `--dev`; otherwise it
+//! answers 404 like a route that does not exist.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use bdk_core::host::Host;
+use bdk_scheduler::{Clock, Dispatcher, Handoff, HandoffFn, ScheduleError, Scheduler};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::Agent;
+use crate::auth::Caller;
+use crate::channels::{Channels, Receive};
+use crate::error::ApiError;
+use crate::extract::PathParam;
+
+/// The dispatcher of one agent, handing TOML schedules to `channels` when
+/// the agent serves any.
+pub(crate) fn dispatcher(host: &Host, channels: Option<&Channels>) -> Dispatcher {
+    let dispatcher = Dispatcher::new(host.clone());
+    let Some(channels) = channels.cloned() else {
+        return dispatcher;
+    };
+    let handoff: HandoffFn = Arc::new(move |h: Handoff| {
+        let channels = channels.clone();
+        Box::pin(async move {
+            let receive = Receive {
+                message: h.message,
+                continuation_key: h.continuation_key,
+                principal: Some(h.principal),
+                ..Receive::default()
+            };
+            channels
+                .receive(&h.channel, receive)
+                .await
+                .map(|accepted| accepted.session_id)
+                .map_err(|e| e.to_string())
+        })
+    });
+    dispatcher.with_handoff(handoff)
+}
+
+/// Starts the cadence of `agent`'s schedules on `clock`, stopped by
+/// `shutdown`. A schedule that cannot be scheduled is logged and none of the
+/// agent's schedules fire; the CLI checks them before it gets here.
+pub(crate) fn start_cadence(agent: &Agent, clock: Arc<dyn Clock>, shutdown: &CancellationToken) {
+    let schedules = &agent.host.project().schedules;
+    if schedules.is_empty() {
+        return;
+    }
+    let started = Scheduler::start(
+        schedules,
+        Arc::clone(agent.host.store()),
+        Arc::new(agent.schedules.clone()),
+        clock,
+        shutdown.child_token(),
+    );
+    match started {
+        Ok(scheduler) => {
+            let shutdown = shutdown.clone();
+            // This task owns the scheduler: dropping it would abort the
+            // schedule loops, so it is held until shutdown and then stopped.
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                scheduler.shutdown().await;
+            });
+        }
+        Err(e) => {
+            tracing::error!(agent = %agent.host.project().name, error = %e, "schedules do not fire")
+        }
+    }
+}
+
+/// `POST /v1/dev/schedules/:id`: fires one schedule now, exactly once,
+/// through the production path. 404 for an unknown schedule, and for every
+/// request when the server does not run with `--dev`.
+pub(crate) async fn dispatch_schedule(
+    State(agent): State<Arc<Agent>>,
+    _caller: Caller,
+    PathParam(id): PathParam,
+) -> Result<Json<Value>, ApiError> {
+    if !agent.shared.dev {
+        return Err(ApiError::not_found(
+            "not_found",
+            "dev routes are only served under --dev",
+        ));
+    }
+    match agent.schedules.dispatch_schedule(&id).await {
+        Ok(done) => Ok(Json(json!({
+            "ok": true,
+            "scheduleId": done.schedule_id,
+            "sessionIds": done.session_ids,
+        }))),
+        Err(ScheduleError::Unknown(_)) => Err(ApiError::not_found(
+            "not_found",
+            format!("no schedule named `{id}`"),
+        )),
+        Err(ScheduleError::Host(e)) => Err(e.into()),
+        Err(e) => Err(ApiError::internal(&e)),
+    }
+}

@@ -1,0 +1,103 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The reminder dev routes over HTTP on a loopback port: listing, firing
+//! through the production path, 404 for an unknown id, and no routes at all
+//! without `--dev`.
+
+mod common;
+
+use bdk_core::host::StartSession;
+use bdk_core::reminders::NewReminder;
+use bdk_http::Config;
+use serde_json::json;
+
+use common::{client, expect_error, expect_ok, serve};
+
+#[tokio::test]
+async fn dev_routes_list_and_fire_reminders() {
+    let agent = common::agent("solo").await;
+    let base = serve(
+        vec![agent.mount(None)],
+        Config {
+            dev: true,
+            ..Config::default()
+        },
+    )
+    .await;
+    let http = client();
+    let session = agent
+        .host
+        .start_session(StartSession::default())
+        .await
+        .unwrap()
+        .session_id;
+    let r = agent
+        .host
+        .create_reminder(
+            &session,
+            NewReminder {
+                every: Some("1h".into()),
+                prompt: Some("time to check in".into()),
+                ..NewReminder::default()
+            },
+        )
+        .await
+        .unwrap();
+
+    let listed = expect_ok(
+        http.get(format!("{base}/v1/dev/reminders"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(listed["reminders"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["reminders"][0]["id"], json!(r.id));
+    assert_eq!(listed["reminders"][0]["status"], "armed");
+    assert_eq!(listed["reminders"][0]["fireCount"], 0);
+
+    let fired = expect_ok(
+        http.post(format!("{base}/v1/dev/reminders/{}", r.id))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(fired["result"], "delivered");
+    assert_eq!(fired["reminder"]["fireCount"], 1);
+    assert_eq!(fired["reminder"]["status"], "armed");
+    assert!(fired["turnId"].is_string(), "{fired}");
+    // The fire went into the conversation as a follow-up.
+    let events = common::settle(&http, &base, session.as_str(), 1).await;
+    let received: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "message.received")
+        .filter_map(|e| e["data"]["message"].as_str())
+        .collect();
+    assert_eq!(received, vec!["time to check in"]);
+
+    expect_error(
+        http.post(format!("{base}/v1/dev/reminders/rem_nope"))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn dev_routes_are_absent_without_dev() {
+    let single = common::single(Config::default()).await;
+    expect_error(
+        single
+            .http
+            .get(format!("{}/v1/dev/reminders", single.base))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+}

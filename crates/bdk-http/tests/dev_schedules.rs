@@ -1,0 +1,244 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Schedules through the HTTP app: `POST /v1/dev/schedules/:id` under
+//! `--dev` (task sessions, channel hand-offs, unknown ids), its absence
+//! without `--dev`, and the cadence wiring of `Config::schedules` on a
+//! manual clock (fires in production, never under `--dev`).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bdk_core::discover;
+use bdk_core::host::Host;
+use bdk_http::{Config, Mount, Schedules};
+use bdk_scheduler::ManualClock;
+use bdk_store::{FsStore, Store};
+use chrono::{TimeZone, Utc};
+use common::{client, expect_error, expect_ok, is, serve, stream};
+use tempfile::TempDir;
+
+const INBOX: &str = r#"
+description = "Receives scheduled hand-offs."
+auth = "default"
+
+[[routes]]
+method = "POST"
+path = "/"
+message = "{{ method }} {{ path }}"
+"#;
+
+async fn agent(cron: &str) -> (TempDir, Host) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        (
+            "agent/agent.toml",
+            "name = \"sched\"\ndescription = \"Schedules.\"\nmodel = \"scripted\"\n".to_owned(),
+        ),
+        ("agent/instructions.md", "You run on a schedule.\n".to_owned()),
+        (
+            "agent/scripted.toml",
+            "[[rules]]\nreply = \"echo: {{ user }}\"\n".to_owned(),
+        ),
+        ("agent/channels/inbox.toml", INBOX.to_owned()),
+        (
+            "agent/schedules/nightly.md",
+            format!("---\ncron: \"{cron}\"\n---\n\nSummarize the day.\n"),
+        ),
+        (
+            "agent/schedules/relay.toml",
+            "cron = \"0 6 * * *\"\nchannel = \"inbox\"\nmessage = \"morning\"\ncontinuation_key = \"daily\"\n"
+                .to_owned(),
+        ),
+    ];
+    for (path, content) in &files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    let d = discover(dir.path());
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let project = d.project.unwrap();
+    assert_eq!(project.schedules.len(), 2);
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let host = Host::builder(project, store).build().await.unwrap();
+    (dir, host)
+}
+
+fn mount(host: &Host) -> Mount {
+    Mount {
+        slug: None,
+        host: host.clone(),
+        diagnostics: Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn dev_dispatch_starts_a_task_session_that_completes() {
+    let (_dir, host) = agent("0 3 * * *").await;
+    let config = Config {
+        dev: true,
+        ..Config::default()
+    };
+    let base = serve(vec![mount(&host)], config).await;
+    let http = client();
+
+    let body = expect_ok(
+        http.post(format!("{base}/v1/dev/schedules/nightly"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(body["scheduleId"], "nightly");
+    let ids = body["sessionIds"].as_array().unwrap();
+    assert_eq!(ids.len(), 1, "{body}");
+    let id = ids[0].as_str().unwrap();
+
+    let events = stream(&http, &base, id, 0)
+        .await
+        .until(|e| e["type"] == "session.completed" || e["type"] == "session.failed")
+        .await;
+    assert!(
+        is("session.completed")(events.last().unwrap()),
+        "{events:#?}"
+    );
+    let text = serde_json::to_string(&events).unwrap();
+    assert!(text.contains("echo: Summarize the day."), "{text}");
+
+    let record = host
+        .session(&bdk_events::SessionId::parse(id).unwrap(), None)
+        .await
+        .unwrap();
+    let record = serde_json::to_value(&record).unwrap();
+    assert_eq!(record["channel"], "schedule", "{record}");
+    assert_eq!(record["principal"], "schedule:nightly", "{record}");
+    assert_eq!(record["mode"], "task", "{record}");
+}
+
+#[tokio::test]
+async fn dev_dispatch_of_a_handoff_joins_one_conversation_per_key() {
+    let (_dir, host) = agent("0 3 * * *").await;
+    let config = Config {
+        dev: true,
+        ..Config::default()
+    };
+    let base = serve(vec![mount(&host)], config).await;
+    let http = client();
+    let url = format!("{base}/v1/dev/schedules/relay");
+    let first = expect_ok(http.post(&url).send().await.unwrap()).await;
+    let id = first["sessionIds"][0].as_str().unwrap().to_owned();
+    // Let the first turn end so the second message is a plain follow-up.
+    stream(&http, &base, &id, 0)
+        .await
+        .until(is("session.waiting"))
+        .await;
+    let second = expect_ok(http.post(&url).send().await.unwrap()).await;
+    assert_eq!(second["scheduleId"], "relay");
+    assert_eq!(second["sessionIds"][0], id.as_str(), "{second}");
+    let record = host
+        .session(&bdk_events::SessionId::parse(&id).unwrap(), None)
+        .await
+        .unwrap();
+    let record = serde_json::to_value(&record).unwrap();
+    assert_eq!(record["continuationToken"], "inbox:daily", "{record}");
+}
+
+#[tokio::test]
+async fn unknown_schedules_and_non_dev_servers_answer_404() {
+    let (_dir, host) = agent("0 3 * * *").await;
+    let http = client();
+    let dev = serve(
+        vec![mount(&host)],
+        Config {
+            dev: true,
+            ..Config::default()
+        },
+    )
+    .await;
+    let body = expect_error(
+        http.post(format!("{dev}/v1/dev/schedules/nope"))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+    assert!(body["message"].as_str().unwrap().contains("nope"), "{body}");
+
+    let prod = serve(vec![mount(&host)], Config::default()).await;
+    expect_error(
+        http.post(format!("{prod}/v1/dev/schedules/nightly"))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+    assert!(host.list_sessions(None).await.unwrap().is_empty());
+}
+
+/// Waits (bounded) until the host lists `n` sessions.
+async fn wait_for_sessions(host: &Host, n: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        // Polling: the host publishes no event for "a session was created".
+        let count = host.list_sessions(None).await.unwrap().len();
+        if count >= n {
+            assert_eq!(count, n);
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {count} sessions"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_cadence_fires_in_production_and_never_under_dev() {
+    let start = Utc.with_ymd_and_hms(2026, 3, 10, 9, 0, 30).unwrap();
+
+    let (_dev_dir, dev_host) = agent("* * * * *").await;
+    let dev_clock = ManualClock::new(start);
+    let _dev = bdk_http::app(
+        vec![mount(&dev_host)],
+        Config {
+            dev: true,
+            schedules: Schedules::On(Arc::new(dev_clock.clone())),
+            ..Config::default()
+        },
+    );
+
+    let (_dir, host) = agent("* * * * *").await;
+    let clock = ManualClock::new(start);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let _app = bdk_http::app(
+        vec![mount(&host)],
+        Config {
+            schedules: Schedules::On(Arc::new(clock.clone())),
+            shutdown: shutdown.clone(),
+            ..Config::default()
+        },
+    );
+    clock.advance(chrono::Duration::minutes(1));
+    dev_clock.advance(chrono::Duration::minutes(1));
+    wait_for_sessions(&host, 1).await;
+    clock.advance(chrono::Duration::minutes(1));
+    wait_for_sessions(&host, 2).await;
+    let claims = host.store().kv_list("schedules", "nightly@").await.unwrap();
+    assert_eq!(
+        claims,
+        vec![
+            "nightly@2026-03-10T09:01:00Z",
+            "nightly@2026-03-10T09:02:00Z"
+        ]
+    );
+    // The production app fired twice while the dev one, on a clock that
+    // moved the same way, fired nothing.
+    assert!(dev_host.list_sessions(None).await.unwrap().is_empty());
+    shutdown.cancel();
+}
