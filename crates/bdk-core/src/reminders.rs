@@ -707,6 +707,15 @@ impl Host {
         Ok(reminder)
     }
 
+    /// The time the reminder timer wakes next: the earliest armed fire,
+    /// dropping stale entries on the way. This is the lookup the timer does
+    /// after every change, exposed so the runtime benchmark can time it with
+    /// many reminders armed.
+    #[doc(hidden)]
+    pub fn next_reminder_fire(&self) -> Option<DateTime<Utc>> {
+        self.reminder_engine().next_due()
+    }
+
     /// All reminders, or those of one session, oldest first.
     pub fn list_reminders(&self, session: Option<&SessionId>) -> Vec<Reminder> {
         self.reminder_engine().list(session)

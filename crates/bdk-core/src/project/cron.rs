@@ -1,7 +1,9 @@
 //! Validation of standard 5-field cron expressions (UTC, minute granularity).
 //!
-//! Discovery only needs to know whether an expression is well formed and, if
-//! not, which field is wrong; computing fire times belongs to the scheduler.
+//! Discovery needs to know whether an expression is well formed and, if
+//! not, which field is wrong, and whether it can fire at all (that second
+//! check borrows the reminder engine's matcher); computing fire times for
+//! real belongs to the scheduler.
 //! The accepted grammar is the classic crontab one: per field `*`, a number,
 //! a range `a-b`, a step `*/n` or `a-b/n`, or a comma-separated list of those;
 //! months and weekdays also take three-letter English names.
@@ -68,6 +70,29 @@ pub fn validate_cron(expr: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks that a well-formed expression fires at least once, such as
+/// rejecting `0 0 31 2 *` (February never has a 31st). It asks the exact
+/// matcher of [`crate::reminders::CronSpec`] for the first fire after a
+/// fixed instant: its search spans four years, which always includes a
+/// leap day, so an expression that finds nothing there matches no date at
+/// all. The instant is fixed so the answer never depends on the clock.
+///
+/// This is separate from [`validate_cron`] because `CronSpec::parse` calls
+/// that function first; the syntax check must stay free of the matcher.
+pub fn next_fire_exists(expr: &str) -> Result<(), String> {
+    let spec = crate::reminders::CronSpec::parse(expr).map_err(|e| e.to_string())?;
+    let anchor =
+        chrono::DateTime::<chrono::Utc>::UNIX_EPOCH + chrono::TimeDelta::days(DAYS_TO_2024);
+    match spec.next_after(anchor) {
+        Some(_) => Ok(()),
+        None => Err("it matches no calendar date, so it never fires".to_owned()),
+    }
+}
+
+/// Days from 1970-01-01 to 2024-01-01, a leap year, where the search of
+/// [`next_fire_exists`] starts.
+const DAYS_TO_2024: i64 = 19_723;
+
 fn check_field(field: &Field, text: &str) -> Result<(), String> {
     for item in text.split(',') {
         if item.is_empty() {
@@ -132,7 +157,28 @@ fn value(field: &Field, text: &str) -> Result<u32, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::validate_cron;
+    use super::{DAYS_TO_2024, next_fire_exists, validate_cron};
+
+    #[test]
+    fn the_search_anchor_is_the_start_of_2024() {
+        let anchor =
+            chrono::DateTime::<chrono::Utc>::UNIX_EPOCH + chrono::TimeDelta::days(DAYS_TO_2024);
+        assert_eq!(anchor.to_rfc3339(), "2024-01-01T00:00:00+00:00");
+    }
+
+    #[test]
+    fn expressions_that_never_fire_are_rejected() {
+        for expr in ["0 0 31 2 *", "0 0 30 2 *", "0 0 31 4,6,9,11 *"] {
+            assert_eq!(validate_cron(expr), Ok(()), "{expr} is well formed");
+            let err = next_fire_exists(expr).unwrap_err();
+            assert!(err.contains("never fires"), "{expr}: {err}");
+        }
+        // A leap day, and a 31st restricted by weekday too (either matches).
+        for expr in ["0 0 29 2 *", "0 0 31 2 MON", "* * * * *", "0 9 31 * *"] {
+            assert_eq!(next_fire_exists(expr), Ok(()), "{expr}");
+        }
+        assert!(next_fire_exists("61 * * * *").is_err());
+    }
 
     #[test]
     fn accepts_standard_expressions() {

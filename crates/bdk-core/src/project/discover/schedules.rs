@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::frontmatter;
 use super::util::{Diags, Fields, Kind, list_dir, read_text, read_toml, report_other};
-use crate::project::cron::validate_cron;
+use crate::project::cron::{next_fire_exists, validate_cron};
 use crate::project::{Schedule, ScheduleAction};
 
 /// The most schedules one agent may declare.
@@ -103,7 +103,7 @@ fn walk(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf,
 }
 
 fn check_cron(d: &mut Diags, path: &Path, cron: &str) -> bool {
-    match validate_cron(cron) {
+    match validate_cron(cron).and_then(|()| next_fire_exists(cron)) {
         Ok(()) => true,
         Err(e) => {
             d.error(
