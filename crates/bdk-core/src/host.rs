@@ -602,6 +602,10 @@ struct SlotState {
     running: Option<Running>,
     pending: Vec<Nudge>,
     transcript: Option<Vec<Message>>,
+    /// The running turn has ended and its end is being recorded: the turn is
+    /// no longer "running" for direct calls, which wait for it to settle
+    /// instead of answering `session_busy`.
+    ending: bool,
 }
 
 struct Slot {
@@ -1382,6 +1386,7 @@ impl Host {
                     }
                     .into(),
                 };
+                slot.state().ending = true;
                 let mut batch: Vec<NewEvent> = end_event.into_iter().collect();
                 batch.push(NewEvent::session(rest));
                 if let Err(e) = self.record_batch(&record.id, batch).await {
@@ -1390,6 +1395,7 @@ impl Host {
                 // Re-check under the lock: a follow-up may have been queued
                 // while the rest state was being recorded.
                 let mut state = slot.state();
+                state.ending = false;
                 if chat && !state.pending.is_empty() {
                     next = Some(std::mem::take(&mut state.pending));
                 } else {
@@ -1688,8 +1694,22 @@ impl Host {
         let _admission = match spec.effect {
             Effect::Write => {
                 let guard = slot.admission.lock().await;
-                if slot.state().running.is_some() {
-                    return Err(HostError::SessionBusy(id.to_string()));
+                // A turn whose end is already being recorded settles in a
+                // moment: wait for it rather than refuse a caller who has
+                // just seen turn.completed or session.waiting.
+                loop {
+                    let settling = {
+                        let state = slot.state();
+                        match &state.running {
+                            None => None,
+                            Some(r) if state.ending => Some(r.done.clone()),
+                            Some(_) => return Err(HostError::SessionBusy(id.to_string())),
+                        }
+                    };
+                    match settling {
+                        Some(done) => wait_done(done).await,
+                        None => break,
+                    }
                 }
                 Some(guard)
             }

@@ -1279,3 +1279,36 @@ reply = "parent got: {{ result_text }}"
     let completed = k.iter().position(|x| *x == "subagent.completed").unwrap();
     assert!(called < completed);
 }
+
+/// Regression: a write call made right after `turn.completed` was seen used
+/// to race the session's rest state and answer `session_busy`.
+#[tokio::test]
+async fn a_write_call_right_after_the_turn_ends_is_not_refused() {
+    let (dir, p) = project(&with(&[(
+        "agent/scripted.toml",
+        "[[rules]]\nreply = \"ok\"\n",
+    )]));
+    let host = host_over(p, &dir.path().join("state"), |b| b).await;
+    for i in 0..20 {
+        let s = host
+            .start_session(StartSession {
+                message: Some(format!("hi {i}")),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        host.wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
+            .await
+            .unwrap();
+        let out = host
+            .call_tool(DirectCall {
+                name: "write_file".into(),
+                input: json!({"path": "a.txt", "content": "x"}),
+                session_id: Some(s.session_id.clone()),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("round {i}: {e}"));
+        assert!(!out.is_error, "{out:?}");
+    }
+}
