@@ -6,11 +6,17 @@
 //!   command and duration and ends with one total over every test step
 //!   (`tests: N passed, N failed, N skipped`). If it passes locally, CI
 //!   (`.ci/run`) is green.
+//!   Before the steps it checks that the PostgreSQL the store tests use
+//!   (`BDK_TEST_DATABASE_URL`, default [`DEFAULT_TEST_DATABASE_URL`]) accepts
+//!   connections, and stops with the fix when it does not; the URL is passed
+//!   to the test step explicitly.
 //! - `cargo xtask lint` runs only the formatting and clippy gates.
 //! - `cargo xtask bench` builds and runs the benchmark programs in release
 //!   mode (the only release build of the project): the runtime benchmarks of
-//!   `bdk-core` and the HTTP benchmarks of `bdk-cli` (which also time the
-//!   release `bdk` binary cargo builds for them). It merges their reports
+//!   `bdk-core`, the HTTP benchmarks of `bdk-cli` (which also time the
+//!   release `bdk` binary cargo builds for them) and the PostgreSQL store
+//!   benchmarks of `bdk-store` (which need the database `cargo xtask test`
+//!   checks for). It merges their reports
 //!   into one JSON report, prints it and saves it as `bench-report.json` in
 //!   the target directory.
 //!
@@ -56,7 +62,10 @@ fn main() -> ExitCode {
     let result = parse(&args).and_then(|task| match task {
         Task::Test => {
             let root = workspace_root();
-            install_test_deps(&root).and_then(|()| run_steps("test", &test_steps(&root)))
+            let database = test_database_url();
+            install_test_deps(&root)
+                .and_then(|()| check_postgres(&database))
+                .and_then(|()| run_steps("test", &test_steps(&root, &database)))
         }
         Task::Lint => run_steps("lint", &lint_steps()),
         Task::Bench(options) => bench(options),
@@ -97,6 +106,8 @@ enum Error {
     Malformed { what: &'static str, message: String },
     /// `--strict` benchmarks missed a target.
     MissedTargets(Vec<String>),
+    /// A service the tests need is not there.
+    Service { name: &'static str, message: String },
 }
 
 impl fmt::Display for Error {
@@ -118,6 +129,7 @@ impl fmt::Display for Error {
             Error::MissedTargets(names) => {
                 write!(f, "benchmarks missed their target: {}", names.join(", "))
             }
+            Error::Service { name, message } => write!(f, "{name} is not reachable: {message}"),
         }
     }
 }
@@ -171,7 +183,7 @@ fn parse(args: &[String]) -> Result<Task, Error> {
 struct Step {
     name: &'static str,
     args: Vec<String>,
-    env: Vec<(&'static str, &'static str)>,
+    env: Vec<(&'static str, String)>,
     /// Runs tests: its output is relayed and its test counts are totalled.
     runs_tests: bool,
 }
@@ -196,8 +208,8 @@ impl Step {
         self
     }
 
-    fn with_env(mut self, key: &'static str, value: &'static str) -> Self {
-        self.env.push((key, value));
+    fn with_env(mut self, key: &'static str, value: impl Into<String>) -> Self {
+        self.env.push((key, value.into()));
         self
     }
 
@@ -206,7 +218,7 @@ impl Step {
         let mut parts: Vec<String> = self
             .env
             .iter()
-            .map(|(k, v)| format!("{k}={}", shell_quote(v)))
+            .map(|(k, v)| format!("{k}={}", shell_quote(&redact_password(v))))
             .collect();
         parts.push("cargo".into());
         parts.extend(self.args.iter().map(|a| shell_quote(a)));
@@ -240,7 +252,7 @@ fn lint_steps() -> Vec<Step> {
     ]
 }
 
-fn test_steps(root: &Path) -> Vec<Step> {
+fn test_steps(root: &Path, database: &str) -> Vec<Step> {
     let mut steps = lint_steps();
     if nextest_installed() {
         // Our nextest settings (per-test timeouts) ride along as a tool
@@ -258,6 +270,7 @@ fn test_steps(root: &Path) -> Vec<Step> {
                 ],
             )
             .arg(format!("xtask:{}", config.display()))
+            .with_env(DATABASE_ENV, database)
             .running_tests(),
         );
     } else {
@@ -267,6 +280,7 @@ fn test_steps(root: &Path) -> Vec<Step> {
                 "tests (cargo test)",
                 &["test", "--workspace", "--all-features"],
             )
+            .with_env(DATABASE_ENV, database)
             .running_tests(),
         );
     }
@@ -315,6 +329,103 @@ fn install_test_deps(root: &Path) -> Result<(), Error> {
     }
 }
 
+/// The variable naming the PostgreSQL database of the store tests.
+const DATABASE_ENV: &str = "BDK_TEST_DATABASE_URL";
+
+/// The database the store tests use when [`DATABASE_ENV`] is unset: the
+/// local server `.ci/run` starts.
+const DEFAULT_TEST_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn test_database_url() -> String {
+    env::var(DATABASE_ENV)
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| DEFAULT_TEST_DATABASE_URL.to_owned())
+}
+
+/// The password of a URL's user info replaced by `***`, for printing.
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) if user_info.contains(':') => {
+            let user = user_info.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Host and port of a `postgres://` URL (port 5432 when absent).
+fn pg_host_port(url: &str) -> Option<(String, u16)> {
+    let rest = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))?;
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = if let Some(v6) = host_port.strip_prefix('[') {
+        let (host, after) = v6.split_once(']')?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match host_port.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        }
+    };
+    let port = match port {
+        None | Some("") => 5432,
+        Some(p) => p.parse().ok()?,
+    };
+    let host = if host.is_empty() { "localhost" } else { host };
+    Some((host.to_owned(), port))
+}
+
+/// Checks that the store tests' PostgreSQL accepts connections, before any
+/// step runs: a TCP connect, then `pg_isready` when it is installed.
+fn check_postgres(url: &str) -> Result<(), Error> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    const FIX: &str = "the PostgreSQL store tests need it. Start the local server with \
+        `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` \
+        (`.ci/run` does this), or set BDK_TEST_DATABASE_URL to a reachable database";
+    let shown = redact_password(url);
+    let fail = |why: String| Error::Service {
+        name: "PostgreSQL",
+        message: format!("{why} ({DATABASE_ENV}={shown}); {FIX}"),
+    };
+    let (host, port) =
+        pg_host_port(url).ok_or_else(|| fail("the URL is not a postgres:// URL".into()))?;
+    let addrs: Vec<_> = (host.as_str(), port)
+        .to_socket_addrs()
+        .map_err(|e| fail(format!("cannot resolve {host}: {e}")))?
+        .collect();
+    let connected = addrs
+        .iter()
+        .any(|a| TcpStream::connect_timeout(a, Duration::from_secs(5)).is_ok());
+    if !connected {
+        return Err(fail(format!(
+            "nothing accepts connections at {host}:{port}"
+        )));
+    }
+    match Command::new("pg_isready")
+        .args(["-q", "-t", "10", "-d", url])
+        .status()
+    {
+        Ok(status) if status.success() => {}
+        Ok(status) => {
+            return Err(fail(format!(
+                "{host}:{port} is open but pg_isready says it is not ready ({status})"
+            )));
+        }
+        // pg_isready is not installed: the TCP connect has to do.
+        Err(_) => {}
+    }
+    println!("==> [0] postgresql: accepting connections at {host}:{port}");
+    Ok(())
+}
+
 fn nextest_installed() -> bool {
     Command::new(cargo())
         .args(["nextest", "--version"])
@@ -356,7 +467,7 @@ fn run_steps(task: &str, steps: &[Step]) -> Result<(), Error> {
         let mut child = Command::new(cargo());
         child
             .args(&step.args)
-            .envs(step.env.iter().copied())
+            .envs(step.env.iter().map(|(k, v)| (k, v.as_str())))
             .current_dir(&root);
         let spawned = if step.runs_tests {
             tally::run_counting(&mut child).map(|(status, counts)| {
@@ -432,7 +543,15 @@ fn workspace_metadata(root: &Path) -> Result<Value, Error> {
 
 /// The benchmark programs, as (package, bench target). Each is a plain
 /// program (no harness) that prints one JSON report on stdout.
-const BENCH_PROGRAMS: &[(&str, &str)] = &[("bdk-core", "runtime"), ("bdk-cli", "http")];
+///
+/// `bdk-store`'s `pg` program measures the PostgreSQL store (append
+/// throughput, cross-replica delivery latency) against the database of
+/// `BDK_TEST_DATABASE_URL`, beside the file store's figures from `runtime`.
+const BENCH_PROGRAMS: &[(&str, &str)] = &[
+    ("bdk-core", "runtime"),
+    ("bdk-cli", "http"),
+    ("bdk-store", "pg"),
+];
 
 /// `cargo bench` arguments running every benchmark program. One invocation
 /// builds them all with one feature resolution, so the programs share their
@@ -453,6 +572,9 @@ fn bench_args(quick: bool) -> Vec<&'static str> {
 
 fn bench(options: BenchOptions) -> Result<(), Error> {
     let root = workspace_root();
+    // The PostgreSQL store benchmarks need the database: say so up front
+    // rather than after the release build.
+    check_postgres(&test_database_url())?;
     let args = bench_args(options.quick);
     let command = format!("cargo {}", args.join(" "));
     println!("==> bench: {command}");
@@ -624,7 +746,7 @@ mod tests {
 
     #[test]
     fn test_steps_run_in_the_documented_order_with_shared_features() {
-        let steps = test_steps(&workspace_root());
+        let steps = test_steps(&workspace_root(), DEFAULT_TEST_DATABASE_URL);
         let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
         assert_eq!(names[..2], ["fmt", "clippy"]);
         assert!(names[2].starts_with("tests ("), "{names:?}");
@@ -646,6 +768,57 @@ mod tests {
             steps[4].display(),
             "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --all-features"
         );
+        // The test step hands the database URL to the tests explicitly.
+        assert!(
+            steps[2]
+                .env
+                .iter()
+                .any(|(k, v)| *k == DATABASE_ENV && v == DEFAULT_TEST_DATABASE_URL),
+            "{}",
+            steps[2].display()
+        );
+    }
+
+    #[test]
+    fn database_urls_give_host_port_and_hide_passwords() {
+        assert_eq!(
+            pg_host_port(DEFAULT_TEST_DATABASE_URL),
+            Some(("127.0.0.1".into(), 5432))
+        );
+        assert_eq!(
+            pg_host_port("postgresql://u:p@db.example:6543/x?sslmode=require"),
+            Some(("db.example".into(), 6543))
+        );
+        assert_eq!(
+            pg_host_port("postgres://[::1]:5433/x"),
+            Some(("::1".into(), 5433))
+        );
+        assert_eq!(
+            pg_host_port("postgres:///x"),
+            Some(("localhost".into(), 5432))
+        );
+        assert_eq!(pg_host_port("mysql://h/x"), None);
+        assert_eq!(pg_host_port("postgres://h:port/x"), None);
+        assert_eq!(
+            redact_password("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(
+            redact_password(DEFAULT_TEST_DATABASE_URL),
+            DEFAULT_TEST_DATABASE_URL
+        );
+    }
+
+    #[test]
+    fn an_unreachable_database_fails_with_the_fix() {
+        // Port 1 on loopback: nothing listens there.
+        let err = check_postgres("postgres://postgres@127.0.0.1:1/test")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("PostgreSQL is not reachable"), "{err}");
+        assert!(err.contains("pg_ctlcluster"), "{err}");
+        assert!(err.contains(DATABASE_ENV), "{err}");
+        assert!(check_postgres("not a url").is_err());
     }
 
     #[test]
@@ -705,9 +878,21 @@ mod tests {
         assert_eq!(
             bench_args(false),
             [
-                "bench", "-p", "bdk-core", "-p", "bdk-cli", "--bench", "runtime", "--bench", "http"
+                "bench",
+                "-p",
+                "bdk-core",
+                "-p",
+                "bdk-cli",
+                "-p",
+                "bdk-store",
+                "--bench",
+                "runtime",
+                "--bench",
+                "http",
+                "--bench",
+                "pg"
             ]
         );
-        assert_eq!(bench_args(true)[9..], ["--", "--quick"]);
+        assert_eq!(bench_args(true)[13..], ["--", "--quick"]);
     }
 }

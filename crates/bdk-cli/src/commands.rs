@@ -42,6 +42,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             dry_run,
             as_of,
             record,
+            otlp_endpoint: _,
         } => {
             let dir = project.dir(None);
             let root = project.state_root(&dir);
@@ -82,9 +83,11 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             state_root,
             bearer_tokens,
             allow_anonymous,
-            no_playground: _,
+            no_playground,
             no_docs,
             no_schedules,
+            otlp_endpoint: _,
+            store,
         } => {
             let opts = crate::serve::ServeOptions {
                 dirs,
@@ -96,10 +99,13 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
                 bearer_tokens,
                 allow_anonymous,
                 docs: !no_docs,
+                playground: !no_playground,
                 schedules: !no_schedules,
+                store,
             };
             crate::serve::run(opts, logs).await
         }
+        Command::Evals(args) => crate::evals::run(args).await,
         Command::Mcp { project } => {
             let dir = project.dir(None);
             crate::mcp::run(&dir, &project.state_root(&dir)).await
@@ -177,7 +183,11 @@ fn load(dir: &Path) -> std::result::Result<Project, u8> {
 }
 
 fn validate(dir: &Path, json: bool) -> Result<u8> {
-    let discovery = discover(dir);
+    let mut discovery = discover(dir);
+    // Eval files are checked by bdk-evals, which bdk-core cannot name.
+    discovery
+        .diagnostics
+        .extend(bdk_evals::load(dir).diagnostics);
     let (errors, warnings) = counts(&discovery.diagnostics);
     if json {
         print_json(&json!({

@@ -13,11 +13,14 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 mod cost;
+mod evals;
 mod init;
 mod lock;
 mod logs;
 mod mcp;
 mod serve;
+mod store;
+mod telemetry;
 
 /// Build, run and inspect BDK agents.
 #[derive(Parser, Debug)]
@@ -102,6 +105,10 @@ enum Command {
         /// `model = "replay/<FILE>"`.
         #[arg(long, value_name = "FILE")]
         record: Option<PathBuf>,
+        /// Export traces and metrics over OTLP/gRPC to URL (e.g.
+        /// http://localhost:4317); `OTEL_EXPORTER_OTLP_ENDPOINT` also turns it on.
+        #[arg(long, value_name = "URL")]
+        otlp_endpoint: Option<String>,
     },
     /// Call a server tool without a model turn.
     Call {
@@ -165,6 +172,14 @@ enum Command {
         /// Do not fire schedules.
         #[arg(long)]
         no_schedules: bool,
+        /// Export traces and metrics over OTLP/gRPC to URL (e.g.
+        /// http://localhost:4317); `OTEL_EXPORTER_OTLP_ENDPOINT` also turns it on.
+        #[arg(long, value_name = "URL")]
+        otlp_endpoint: Option<String>,
+        /// Where sessions and state live: `fs` (default, the state root) or a
+        /// `postgres://` URL shared by several replicas (schema `bdk_<slug>`).
+        #[arg(long, value_name = "fs|URL", env = "BDK_STORE")]
+        store: Option<String>,
     },
     /// Token usage and estimated cost per session, with totals.
     Cost {
@@ -183,6 +198,9 @@ enum Command {
         #[command(flatten)]
         project: ProjectArgs,
     },
+    /// Run the project's evals (`evals/**/*.eval.toml`) and report; exits 1
+    /// when a case fails.
+    Evals(evals::EvalsArgs),
     /// Show one stored session.
     Session {
         /// The session id.
@@ -198,23 +216,6 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let logs = bdk_http::LogBuffer::new(2000);
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        let filter = tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-        let stderr_filter = tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-        use tracing_subscriber::Layer as _;
-        tracing_subscriber::registry()
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_filter(stderr_filter),
-            )
-            .with(logs::RingLayer::new(logs.clone()).with_filter(filter))
-            .init();
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -225,7 +226,53 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // OpenTelemetry export, for the commands that run turns; its exporters
+    // must be built inside the runtime.
+    let otlp = match &cli.command {
+        Command::Serve { otlp_endpoint, .. } | Command::Run { otlp_endpoint, .. } => {
+            Some(otlp_endpoint.as_deref())
+        }
+        _ => None,
+    };
+    let telemetry = match otlp {
+        None => None,
+        Some(flag) => {
+            let _guard = runtime.enter();
+            match telemetry::Telemetry::start(flag) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    };
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::util::SubscriberInitExt;
+        // The runtime's turn/step/tool spans (`bdk::gen_ai`) are for the
+        // OpenTelemetry layers; off in the log ring unless BDK_LOG asks.
+        let filter = tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,bdk::gen_ai=off"));
+        let stderr_filter = tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        use tracing_subscriber::Layer as _;
+        tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_filter(stderr_filter),
+            )
+            .with(logs::RingLayer::new(logs.clone()).with_filter(filter))
+            .with(telemetry.as_ref().map(telemetry::Telemetry::layers))
+            .init();
+    }
     let code = runtime.block_on(commands::dispatch(cli.command, logs));
+    // Flush spans and metrics while the runtime still drives the exporters'
+    // connections (after `serve` has drained on SIGINT/SIGTERM).
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     // Turn tasks that outlive the command (none should) must not hold the
     // process open.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));

@@ -8,11 +8,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use bdk_core::host::Host;
 use bdk_http::{Auth, BearerToken, Config, LogBuffer, Mount, Schedules};
-use bdk_store::FsStore;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-
-use crate::lock;
 
 /// How many ports after a busy preferred one are tried.
 const PORT_FALLBACKS: u16 = 20;
@@ -42,8 +39,12 @@ pub struct ServeOptions {
     pub allow_anonymous: bool,
     /// Serve `/docs`.
     pub docs: bool,
+    /// Serve the web playground (off with `--no-playground`).
+    pub playground: bool,
     /// Fire schedules on their cadence (never under `dev`).
     pub schedules: bool,
+    /// `--store`: `fs` (default) or a `postgres://` URL.
+    pub store: Option<String>,
 }
 
 /// True for `[A-Za-z0-9][A-Za-z0-9_-]*` and not a reserved segment.
@@ -179,24 +180,46 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         return Ok(2);
     }
 
+    let store_spec = match crate::store::StoreSpec::parse(opts.store.as_deref()) {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(2);
+        }
+    };
     let mut mounts = Vec::new();
     let mut locks = Vec::new();
     let mut hosts: Vec<Host> = Vec::new();
+    // One clock for tools, reminders and the schedule cadence.
+    let clock: Arc<dyn bdk_scheduler::Clock> = Arc::new(bdk_scheduler::SystemClock);
     for (slug, project, diagnostics) in projects {
         let root = match (&opts.state_root, opts.single) {
             (Some(r), true) => r.clone(),
             (Some(r), false) => r.join(&slug),
             (None, _) => project.root.join(".bdk"),
         };
-        locks.push(lock::acquire(&root)?);
-        let store = FsStore::open(&root)
-            .with_context(|| format!("failed to open the state root {}", root.display()))?;
+        let (store, held) = crate::store::open(&store_spec, &slug, &root).await?;
+        locks.push(held);
         // Advertised MCP tools are listed in the background: serving starts
         // at once and the tools join the catalog as their servers answer.
         let hub = crate::commands::mcp_hub(&project, false).await;
         // Under --dev reminders stay armed but fire only through
         // POST /v1/dev/reminders/:id, like schedules.
-        let mut builder = Host::builder(project, Arc::new(store)).reminder_timers(!opts.dev);
+        let mut builder = Host::builder(project, store)
+            .clock(Arc::clone(&clock))
+            .reminder_timers(!opts.dev);
+        if store_spec.is_shared()
+            && let crate::store::StoreSpec::Postgres(url) = &store_spec
+        {
+            // Several replicas share this store: each turn takes the
+            // session's lease there, and startup recovery only interrupts
+            // turns that no live replica runs (see docs/replicas.md).
+            let schema = crate::store::schema_for(&slug);
+            let coord = bdk_store::PgCoordination::connect(url, &schema)
+                .await
+                .with_context(|| format!("failed to join the replicas of agent `{slug}`"))?;
+            builder = builder.coordination(Arc::new(coord));
+        }
         if let Some(hub) = hub {
             builder = builder.mcp(hub);
         }
@@ -222,14 +245,14 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
             Auth::LocalDevStrict
         },
         dev: opts.dev,
-        playground: false,
+        playground: opts.playground,
         docs: opts.docs,
         max_body_bytes: 1024 * 1024,
         heartbeat: Duration::from_secs(15),
         logs,
         shutdown: shutdown.clone(),
         schedules: if opts.schedules && !opts.dev {
-            Schedules::On(Arc::new(bdk_scheduler::SystemClock))
+            Schedules::On(Arc::clone(&clock))
         } else {
             Schedules::Off
         },
@@ -247,6 +270,10 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         match slug {
             Some(s) => println!("  {name}: {base}/{s}/v1"),
             None => println!("  {name}: {base}/v1"),
+        }
+        if opts.playground {
+            let prefix = slug.as_ref().map_or_else(String::new, |s| format!("/{s}"));
+            println!("  {name} playground: {base}{prefix}/playground");
         }
     }
     if opts.docs {

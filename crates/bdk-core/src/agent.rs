@@ -18,6 +18,12 @@
 //! - reads that fail transiently are retried (`action.tool_retry`);
 //! - the step limit and the per-turn tool-call limit end a runaway turn;
 //! - cancellation reaches the model stream and every tool call promptly.
+//!
+//! Tracing: each model step is a `bdk.step` span and each tool call a
+//! `bdk.tool_call` span, both under the caller's current span (the host's
+//! `bdk.turn`), carrying OpenTelemetry GenAI attribute names. They use the
+//! [`TRACE_TARGET`] target, so a subscriber that does not ask for it pays
+//! nothing for them; `bdk-cli` turns them into OTLP traces and metrics.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -35,6 +41,8 @@ use futures::StreamExt;
 use futures::future::join_all;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+use tracing::field::Empty;
 
 use crate::model::{
     Message, Model, ModelError, ModelEvent, ModelRequest, ToolCall, ToolDefinition,
@@ -52,6 +60,37 @@ pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 pub const READ_ATTEMPTS: u32 = 3;
 /// The name of the built-in delegation tool.
 pub const TASK_TOOL: &str = "task";
+/// The `tracing` target of the turn, step and tool-call spans.
+pub const TRACE_TARGET: &str = "bdk::gen_ai";
+
+/// The provider part of a `provider/model` id (`gen_ai.provider.name`).
+pub fn provider_name(model_id: &str) -> &str {
+    model_id.split_once('/').map_or(model_id, |(p, _)| p)
+}
+
+/// A low-cardinality class of a model error (`error.type`).
+fn model_error_type(e: &ModelError) -> &'static str {
+    match e {
+        ModelError::Config(_) => "model_config",
+        ModelError::Provider(_) => "model_provider",
+        ModelError::Timeout(_) => "model_timeout",
+        ModelError::Cancelled => "cancelled",
+    }
+}
+
+/// A count as a span field: `tracing-opentelemetry` exports `i64` fields as
+/// integers but `u64` ones as strings.
+pub fn as_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Marks a step span failed by `e` (a cancelled step is not an error).
+fn record_model_error(span: &tracing::Span, e: &ModelError) {
+    if !matches!(e, ModelError::Cancelled) {
+        span.record("error.type", model_error_type(e));
+        span.record("otel.status_code", "ERROR");
+    }
+}
 
 /// A recording failure: the store refused an append. The turn cannot go on
 /// without a durable record, so it ends.
@@ -188,6 +227,8 @@ pub struct TurnEnv {
     pub dry_run: bool,
     /// Pinned "now".
     pub as_of: Option<DateTime<Utc>>,
+    /// "Now" for tools when `as_of` does not pin it.
+    pub clock: Arc<dyn crate::clock::Clock>,
     /// Host services for built-in tools.
     pub services: Option<Arc<dyn ToolServices>>,
 }
@@ -321,9 +362,39 @@ impl Run<'_> {
             effort: self.input.spec.effort.clone(),
         };
         let cancel = self.input.cancel.clone();
-        let mut stream = match self.input.spec.model.step(request, cancel.clone()).await {
+        // The step span covers the model call only; the batch of tool calls
+        // that follows gets spans of its own beside it, under the turn.
+        let spec = self.input.spec;
+        let step_span = tracing::info_span!(
+            target: TRACE_TARGET,
+            "bdk.step",
+            otel.name = %format_args!("chat {}", spec.model_name),
+            otel.kind = "client",
+            otel.status_code = Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = provider_name(spec.model.id()),
+            gen_ai.system = provider_name(spec.model.id()),
+            gen_ai.request.model = %spec.model_name,
+            gen_ai.response.model = Empty,
+            gen_ai.response.finish_reasons = Empty,
+            gen_ai.usage.input_tokens = Empty,
+            gen_ai.usage.output_tokens = Empty,
+            gen_ai.conversation.id = self.input.env.session.id.as_ref().map(tracing::field::display),
+            gen_ai.agent.name = %spec.name,
+            bdk.step = i64::from(step),
+            error.type = Empty,
+        );
+        let mut stream = match spec
+            .model
+            .step(request, cancel.clone())
+            .instrument(step_span.clone())
+            .await
+        {
             Ok(s) => s,
-            Err(e) => return State::Done(model_end(e)),
+            Err(e) => {
+                record_model_error(&step_span, &e);
+                return State::Done(model_end(e));
+            }
         };
         let mut text = String::new();
         let mut reasoning = String::new();
@@ -358,13 +429,26 @@ impl Run<'_> {
                     finish = Some(reason.as_str().to_owned());
                     Ok(())
                 }
-                Err(e) => return State::Done(model_end(e)),
+                Err(e) => {
+                    record_model_error(&step_span, &e);
+                    return State::Done(model_end(e));
+                }
             };
             if let Err(e) = recorded {
                 return State::Done(TurnEnd::Failed(e.to_string()));
             }
         }
         drop(stream);
+        step_span.record("gen_ai.response.model", spec.model_name.as_str());
+        step_span.record("gen_ai.usage.input_tokens", as_i64(step_usage.input_tokens));
+        step_span.record(
+            "gen_ai.usage.output_tokens",
+            as_i64(step_usage.output_tokens),
+        );
+        if let Some(reason) = &finish {
+            step_span.record("gen_ai.response.finish_reasons", reason.as_str());
+        }
+        drop(step_span);
         self.usage.add(&step_usage);
         if !reasoning.is_empty()
             && let Err(e) = self.emit(ReasoningCompleted { text: reasoning }).await
@@ -497,8 +581,28 @@ impl Run<'_> {
 
     /// Executes one call and records its `action.result`.
     async fn execute(&self, call: &ToolCall) -> Result<ToolOutput, RecordError> {
+        let span = tracing::info_span!(
+            target: TRACE_TARGET,
+            "bdk.tool_call",
+            otel.name = %format_args!("execute_tool {}", call.name),
+            otel.status_code = Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.name,
+            gen_ai.tool.call.id = %call.id,
+            gen_ai.tool.type = "function",
+            gen_ai.conversation.id = self.input.env.session.id.as_ref().map(tracing::field::display),
+            bdk.tool.status = Empty,
+            error.type = Empty,
+        );
         let started = Instant::now();
-        let (out, stubbed) = self.execute_inner(call).await?;
+        let (out, stubbed) = self.execute_inner(call).instrument(span.clone()).await?;
+        if out.is_error {
+            span.record("bdk.tool.status", "error");
+            span.record("error.type", "tool_error");
+            span.record("otel.status_code", "ERROR");
+        } else {
+            span.record("bdk.tool.status", "ok");
+        }
         let result = ActionResult {
             call_id: call.id.clone(),
             name: call.name.clone(),
@@ -653,7 +757,7 @@ impl Run<'_> {
             session: env.session.clone(),
             workspace_dir: env.workspace_dir.clone(),
             state_root: env.state_root.clone(),
-            now: env.as_of.unwrap_or_else(Utc::now),
+            now: env.as_of.unwrap_or_else(|| env.clock.now()),
             as_of_pinned: env.as_of.is_some(),
             dry_run: env.dry_run,
             approved_by,

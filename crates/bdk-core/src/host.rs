@@ -30,6 +30,7 @@ use bdk_events::{
     SessionMode, SessionStarted, SessionWaiting, TurnCompleted, TurnFailed, TurnId, TurnQueued,
     TurnStarted, Usage,
 };
+use bdk_store::coord::{Control, ControlKind, Coordination};
 use bdk_store::{
     ArtifactRecord, EventStream, NewEvent, SessionRecord, Store, StoreError, TokenSwap,
 };
@@ -39,11 +40,13 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, oneshot, watch};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::agent::{
     self, AgentSpec, ApprovalGate, DEFAULT_MAX_STEPS, DEFAULT_TOOL_TIMEOUT, Decision, Nudge,
     RecordError, Recorder, Steering, TASK_TOOL, ToolEntry, TurnEnd, TurnEnv, TurnInput,
 };
+use crate::clock::{Clock, SystemClock};
 use crate::context::{BudgetedModel, context_window};
 use crate::endpoint::{Endpoint, EndpointGrant};
 use crate::hooks::{Hook, HookBus, ManifestHook};
@@ -53,7 +56,7 @@ use crate::model::replay::{Recording, RecordingModel, ReplayModel};
 use crate::model::scripted::ScriptedModel;
 use crate::model::{Message, Model, ModelError, ModelRequest, ModelStream};
 use crate::project::Project;
-use crate::reminders::{self, Clock, SessionReminders, SystemClock};
+use crate::reminders::{self, SessionReminders};
 use crate::tool::{
     Effect, Execution, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec,
 };
@@ -82,6 +85,19 @@ pub enum HostError {
     /// A write-effect direct call while a turn runs.
     #[error("session {0} is running a turn; write calls wait until it finishes")]
     SessionBusy(String),
+    /// A turn of the session runs on another replica and did not end within
+    /// the bounded wait of a follow-up or a stop.
+    #[error(
+        "session {session} is running a turn on replica {replica} that did not end within {waited_ms} ms; retry later"
+    )]
+    ReplicaBusy {
+        /// The session.
+        session: String,
+        /// The replica that owns the turn.
+        replica: String,
+        /// How long the caller waited.
+        waited_ms: u64,
+    },
     /// No callable server tool by that name.
     #[error("unknown tool `{name}`; available tools: {}", available.join(", "))]
     UnknownTool {
@@ -127,6 +143,7 @@ impl HostError {
             HostError::StaleToken => "stale_continuation_token",
             HostError::TaskSession(_) => "task_session",
             HostError::SessionBusy(_) => "session_busy",
+            HostError::ReplicaBusy { .. } => "session_busy",
             HostError::UnknownTool { .. } => "unknown_tool",
             HostError::ToolNotCallable(_) => "tool_not_callable",
             HostError::InvalidToolInput { .. } => "invalid_tool_input",
@@ -228,6 +245,8 @@ pub struct HostBuilder {
     mcp: Option<Arc<dyn McpHub>>,
     clock: Arc<dyn Clock>,
     reminder_timers: bool,
+    coordination: Option<Arc<dyn Coordination>>,
+    coordination_wait: Duration,
 }
 
 impl HostBuilder {
@@ -244,10 +263,14 @@ impl HostBuilder {
             mcp: None,
             clock: Arc::new(SystemClock),
             reminder_timers: true,
+            coordination: None,
+            coordination_wait: crate::replica::DEFAULT_REMOTE_WAIT,
         }
     }
 
-    /// Replaces the clock that drives reminders (a [`crate::reminders::ManualClock`] in tests).
+    /// Replaces the clock (a [`crate::clock::ManualClock`] in tests): it is
+    /// "now" for tools (unless a session pins `asOf`) and drives reminders;
+    /// give the schedule cadence the same one to share it.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
@@ -257,6 +280,23 @@ impl HostBuilder {
     /// reminders stay armed and fire only through [`Host::dispatch_reminder`].
     pub fn reminder_timers(mut self, on: bool) -> Self {
         self.reminder_timers = on;
+        self
+    }
+
+    /// Runs this host as one replica of several sharing the store: turns take
+    /// the session's lease in `coordination`, follow-ups and stops reach
+    /// turns running on other replicas, and dead replicas' turns are
+    /// recorded interrupted (see [`crate::replica`]). Without it the host
+    /// assumes it is the store's only user.
+    pub fn coordination(mut self, coordination: Arc<dyn Coordination>) -> Self {
+        self.coordination = Some(coordination);
+        self
+    }
+
+    /// How long a follow-up, stop or write call waits for a turn running on
+    /// another replica to end before answering `session_busy` (default 30 s).
+    pub fn coordination_wait(mut self, wait: Duration) -> Self {
+        self.coordination_wait = wait;
         self
     }
 
@@ -506,10 +546,21 @@ impl HostBuilder {
             prices,
             recording,
             reminders,
+            coordination: self.coordination,
+            coordination_wait: self.coordination_wait,
         });
         let host = Host { inner };
+        let controls = host.join_cluster().await?;
         if self.recover {
             host.recover().await?;
+        }
+        if let (Some(coord), Some(controls)) = (host.coordination(), controls) {
+            tokio::spawn(crate::replica::run(
+                host.downgrade(),
+                Arc::clone(coord),
+                controls,
+                host.inner.shutdown.child_token(),
+            ));
         }
         host.rearm_reminders()
             .await
@@ -656,6 +707,10 @@ struct Inner {
     endpoint: Endpoint,
     /// Durable reminders and the clock of their timer.
     reminders: Arc<reminders::Engine>,
+    /// Turn leases and controls shared with other replicas, when there are any.
+    coordination: Option<Arc<dyn Coordination>>,
+    /// The bounded wait for a turn running on another replica.
+    coordination_wait: Duration,
 }
 
 /// The session runtime for one agent. Cheap to clone.
@@ -834,8 +889,51 @@ impl Host {
         WeakHost(Arc::downgrade(&self.inner))
     }
 
+    /// The host's clock: "now" for tools and reminders.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(self.inner.reminders.clock())
+    }
+
     pub(crate) fn reminder_engine(&self) -> Arc<reminders::Engine> {
         Arc::clone(&self.inner.reminders)
+    }
+
+    /// The coordination shared with other replicas, when there are any.
+    pub(crate) fn coordination(&self) -> Option<&Arc<dyn Coordination>> {
+        self.inner.coordination.as_ref()
+    }
+
+    /// The bounded wait for a turn running on another replica.
+    pub(crate) fn coordination_wait(&self) -> Duration {
+        self.inner.coordination_wait
+    }
+
+    /// Applies a control from another replica to the local turn it names;
+    /// a control for a turn that no longer runs here is ignored.
+    pub(crate) fn apply_control(&self, control: &Control) {
+        let slot = {
+            let slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
+            match slots.get(&control.session_id) {
+                Some(slot) => Arc::clone(slot),
+                None => return,
+            }
+        };
+        let mut state = slot.state();
+        let Some(running) = state.running.as_ref() else {
+            return;
+        };
+        if running.turn_id != control.turn_id {
+            return;
+        }
+        let reason = match control.kind {
+            ControlKind::Stop => REASON_STOP,
+            ControlKind::Preempt => REASON_PREEMPT,
+        };
+        running.reason.store(reason, Ordering::SeqCst);
+        running.cancel.cancel();
+        if control.kind == ControlKind::Stop {
+            state.pending.clear();
+        }
     }
 
     /// The project served.
@@ -957,7 +1055,7 @@ impl Host {
         }))
     }
 
-    async fn record(
+    pub(crate) async fn record(
         &self,
         id: &SessionId,
         turn: Option<&TurnId>,
@@ -1214,7 +1312,22 @@ impl Host {
                 None => break,
             }
         }
-        let (turn_id, index) = self.begin_turn(&record, &slot, vec![nudge]).await?;
+        let (turn_id, index) = match self.begin_turn(&record, &slot, vec![nudge]).await {
+            Ok(started) => started,
+            Err(e) => {
+                // With replicas the turn can fail to start (another
+                // replica's turn did not end in time): nothing was accepted,
+                // so the caller's token stays good for a retry.
+                if self.coordination().is_some() && new_token != record.continuation_token {
+                    let _ = self
+                        .inner
+                        .store
+                        .rotate_token(id, &new_token, &record.continuation_token)
+                        .await;
+                }
+                return Err(e);
+            }
+        };
         Ok(Sent {
             session_id: id.clone(),
             continuation_token: new_token,
@@ -1245,8 +1358,42 @@ impl Host {
                 wait_done(done).await;
                 Ok(true)
             }
-            None => Ok(false),
+            // With replicas the turn may run elsewhere: ask its owner.
+            None => self.stop_remote(id).await,
         }
+    }
+
+    /// Deletes a session owned by `principal`: stops its running turn,
+    /// removes it from the store (record, events, workspace) and disarms its
+    /// reminders with [`reminders::SESSION_DELETED`]. `Ok(false)` when there
+    /// is no such session.
+    pub async fn delete_session(
+        &self,
+        id: &SessionId,
+        principal: Option<&str>,
+    ) -> HostResult<bool> {
+        match self.stop(id, principal).await {
+            Ok(_) => {}
+            Err(HostError::SessionNotFound(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let slot = self.slot(id);
+        let _admission = slot.admission.lock().await;
+        // A turn admitted between the stop and this lock is not ours to kill.
+        if slot.state().running.is_some() {
+            return Err(HostError::SessionBusy(id.to_string()));
+        }
+        let deleted = self.inner.store.delete_session(id).await?;
+        self.inner
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if let Err(e) = self.disarm_session_reminders(id).await {
+            // The fire-time check disarms them later if this fails.
+            tracing::warn!(session_id = %id, error = %e, "cannot disarm the reminders of a deleted session");
+        }
+        Ok(deleted)
     }
 
     /// Waits until the given turn has ended and reads how.
@@ -1317,13 +1464,28 @@ impl Host {
         messages: Vec<Nudge>,
     ) -> HostResult<(TurnId, u64)> {
         let turn_id = TurnId::generate();
+        // With replicas, the turn first takes the session's lease (waiting
+        // out a turn of another replica).
+        self.lease_turn(&record.id, &turn_id).await?;
+        if self.coordination().is_some() {
+            // Other replicas may have run turns since this one cached the
+            // conversation: rebuild it from the store.
+            slot.state().transcript = None;
+        }
         let cancel = self.inner.shutdown.child_token();
         let reason = Arc::new(AtomicU8::new(REASON_NONE));
         let (done_tx, done_rx) = watch::channel(false);
         let received = received_event(&messages);
-        let recorded = self
+        let recorded = match self
             .record(&record.id, Some(&turn_id), vec![received.into()])
-            .await?;
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.release_lease(&record.id, &turn_id).await;
+                return Err(e);
+            }
+        };
         let index = recorded.first().map_or(0, |e| e.index);
         slot.state().running = Some(Running {
             turn_id: turn_id.clone(),
@@ -1403,6 +1565,7 @@ impl Host {
                 }
             }
             let Some(drained) = next else {
+                self.release_lease(&record.id, &turn_id).await;
                 let _ = done_tx.send(true);
                 return;
             };
@@ -1411,6 +1574,11 @@ impl Host {
             (turn_id, cancel, reason) = (t, c, r);
             let _ = done_tx.send(true);
             done_tx = d;
+            if !self.move_lease(&record.id, &turn_id).await {
+                slot.state().running = None;
+                let _ = done_tx.send(true);
+                return;
+            }
             let received = received_event(&messages).into();
             if let Err(e) = self
                 .record(&record.id, Some(&turn_id), vec![received])
@@ -1418,6 +1586,7 @@ impl Host {
             {
                 tracing::error!(session_id = %record.id, error = %e, "failed to record a drained follow-up");
                 slot.state().running = None;
+                self.release_lease(&record.id, &turn_id).await;
                 let _ = done_tx.send(true);
                 return;
             }
@@ -1562,6 +1731,7 @@ impl Host {
             state_root: self.inner.store.state_root(),
             dry_run: record.dry_run,
             as_of: record.as_of,
+            clock: self.clock(),
             services: Some(Arc::new(Services {
                 host: self.clone(),
                 session_id: Some(id.clone()),
@@ -1580,8 +1750,27 @@ impl Host {
             host: self.clone(),
             session_id: id.clone(),
         };
+        let root = self.current_root();
+        // The turn's span: steps and tool calls nest under it (see `agent`).
+        let turn_span = tracing::info_span!(
+            target: agent::TRACE_TARGET,
+            "bdk.turn",
+            otel.name = %format_args!("invoke_agent {}", root.name),
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = %root.name,
+            gen_ai.conversation.id = %id,
+            gen_ai.provider.name = agent::provider_name(&model),
+            gen_ai.request.model = %root.model_name,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            bdk.turn.id = %turn_id,
+            bdk.turn.status = tracing::field::Empty,
+            bdk.turn.steps = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
         let outcome = agent::run_turn(TurnInput {
-            spec: &self.current_root(),
+            spec: &root,
             history,
             env: &env,
             recorder: &recorder,
@@ -1590,6 +1779,7 @@ impl Host {
             cancel: cancel.clone(),
             verbose: true,
         })
+        .instrument(turn_span.clone())
         .await;
 
         {
@@ -1622,6 +1812,29 @@ impl Host {
                 (event, Err(message))
             }
         };
+        let status = match &event {
+            Event::TurnFailed(f) => match f.status {
+                FailStatus::Failed => "failed",
+                FailStatus::Cancelled => "cancelled",
+                FailStatus::Interrupted => "interrupted",
+            },
+            _ => "completed",
+        };
+        turn_span.record("bdk.turn.status", status);
+        turn_span.record("bdk.turn.steps", i64::from(outcome.steps));
+        turn_span.record(
+            "gen_ai.usage.input_tokens",
+            agent::as_i64(usage.input_tokens),
+        );
+        turn_span.record(
+            "gen_ai.usage.output_tokens",
+            agent::as_i64(usage.output_tokens),
+        );
+        if matches!(status, "failed" | "interrupted") {
+            turn_span.record("error.type", status);
+            turn_span.record("otel.status_code", "ERROR");
+        }
+        drop(turn_span);
         // The end event is recorded by the caller, together with the
         // session's rest state when nothing is queued: one durable write
         // (one fsync) for both.
@@ -1689,6 +1902,7 @@ impl Host {
         };
         let id = record.id.clone();
         let slot = self.slot(&id);
+        let turn_id = TurnId::generate();
         // Writes take the admission lock, so no turn starts under them; reads
         // run alongside whatever is running.
         let _admission = match spec.effect {
@@ -1711,7 +1925,10 @@ impl Host {
                         None => break,
                     }
                 }
-                Some(guard)
+                // With replicas, the call also holds the session's lease, so
+                // no other replica starts a turn under it.
+                let lease = self.lease_call(&id, &turn_id).await?;
+                Some((guard, lease))
             }
             Effect::Read => None,
         };
@@ -1729,7 +1946,6 @@ impl Host {
                 }
             }
         }
-        let turn_id = TurnId::generate();
         self.record(
             &id,
             Some(&turn_id),
@@ -1756,7 +1972,7 @@ impl Host {
             },
             workspace_dir: scratch.clone().unwrap_or(workspace),
             state_root: self.inner.store.state_root(),
-            now: record.as_of.unwrap_or_else(Utc::now),
+            now: record.as_of.unwrap_or_else(|| self.clock().now()),
             as_of_pinned: record.as_of.is_some(),
             dry_run: record.dry_run,
             approved_by: None,
@@ -1855,7 +2071,7 @@ impl Host {
             },
             workspace_dir: dir.clone(),
             state_root: self.inner.store.state_root(),
-            now: Utc::now(),
+            now: self.clock().now(),
             as_of_pinned: false,
             dry_run: false,
             approved_by: None,
@@ -1971,6 +2187,7 @@ impl Host {
         if tokio::time::timeout(grace, all).await.is_err() {
             tracing::warn!("some turns did not settle within the shutdown grace period");
         }
+        self.leave_cluster().await;
         self.inner.endpoint.close();
         if let Some(mcp) = &self.inner.mcp {
             mcp.shutdown().await;
@@ -1999,6 +2216,12 @@ impl Host {
                 }
             }
             let Some(turn_id) = open else { continue };
+            if self.coordination().is_some() {
+                // Another replica may be running it: only a turn whose lease
+                // is free is interrupted.
+                self.recover_shared(&record.id, &turn_id).await?;
+                continue;
+            }
             tracing::warn!(session_id = %record.id, turn_id = %turn_id, "recording a turn interrupted by a restart");
             let rest: Event = match record.mode {
                 SessionMode::Chat => SessionWaiting {}.into(),

@@ -8,7 +8,9 @@
 //! model providers, `url` tools and `url` hooks.
 
 pub mod agent;
+pub mod clock;
 pub mod context;
+pub mod cron;
 pub mod endpoint;
 pub mod hooks;
 pub mod host;
@@ -17,6 +19,7 @@ pub mod model;
 pub mod net;
 pub mod project;
 pub mod reminders;
+pub mod replica;
 pub mod tool;
 pub mod trajectory;
 pub mod workspace;

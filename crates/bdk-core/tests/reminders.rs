@@ -11,6 +11,7 @@ use std::time::Duration;
 use bdk_core::host::{Host, StartSession};
 use bdk_core::reminders::{
     Clock, HANDLER_LOST, ManualClock, NewReminder, Reminder, ReminderError, ReminderStatus,
+    SESSION_DELETED,
 };
 use bdk_core::tool::ToolContext;
 use bdk_core::tool::native::native_tool;
@@ -146,7 +147,7 @@ async fn wait_reminder(host: &Host, id: &str, pred: impl Fn(&Reminder) -> bool) 
 #[tokio::test]
 async fn bad_inputs_are_refused_clearly() {
     let (dir, p) = project();
-    let clock = ManualClock::new(start());
+    let clock = Arc::new(ManualClock::new(start()));
     let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
     let s = chat(&host).await;
     let cases = [
@@ -217,7 +218,7 @@ async fn bad_inputs_are_refused_clearly() {
 #[tokio::test]
 async fn next_fire_times_follow_the_schedule() {
     let (dir, p) = project();
-    let clock = ManualClock::new(start());
+    let clock = Arc::new(ManualClock::new(start()));
     let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
     let s = chat(&host).await;
     let at = |r: Reminder| r.next_fire_at.unwrap().to_rfc3339();
@@ -247,7 +248,7 @@ async fn next_fire_times_follow_the_schedule() {
 #[tokio::test]
 async fn a_delay_fires_its_prompt_into_the_conversation_once() {
     let (dir, p) = project();
-    let clock = ManualClock::new(start());
+    let clock = Arc::new(ManualClock::new(start()));
     let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
     let s = chat(&host).await;
     let r = host
@@ -288,7 +289,7 @@ async fn a_delay_fires_its_prompt_into_the_conversation_once() {
 #[tokio::test]
 async fn every_keeps_firing_until_cancelled() {
     let (dir, p) = project();
-    let clock = ManualClock::new(start());
+    let clock = Arc::new(ManualClock::new(start()));
     let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
     let s = chat(&host).await;
     let r = host
@@ -331,7 +332,7 @@ async fn every_keeps_firing_until_cancelled() {
 #[tokio::test]
 async fn handler_followup_starts_a_turn() {
     let (dir, p) = project();
-    let clock = ManualClock::new(start());
+    let clock = Arc::new(ManualClock::new(start()));
     let host = host_at(&p, &dir.path().join("state"), &clock, true).await;
     let s = chat(&host).await;
     let r = host
@@ -360,7 +361,7 @@ async fn handler_followup_starts_a_turn() {
 async fn reminders_survive_a_rebuild_and_lost_handlers_are_disarmed() {
     let (dir, p) = project();
     let root = dir.path().join("state");
-    let clock = ManualClock::new(start());
+    let clock = Arc::new(ManualClock::new(start()));
     let (s, prompt_id, handler_id, next) = {
         let host = host_at(&p, &root, &clock, true).await;
         let s = chat(&host).await;
@@ -408,7 +409,7 @@ async fn reminders_survive_a_rebuild_and_lost_handlers_are_disarmed() {
 #[tokio::test]
 async fn timers_can_be_switched_off() {
     let (dir, p) = project();
-    let clock = ManualClock::new(start());
+    let clock = Arc::new(ManualClock::new(start()));
     let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
     let host = Host::builder(p, store)
         .clock(Arc::clone(&clock) as Arc<dyn Clock>)
@@ -437,7 +438,7 @@ async fn timers_can_be_switched_off() {
 #[tokio::test]
 async fn builtin_tools_create_list_and_cancel_in_the_calling_session() {
     let (dir, p) = project();
-    let clock = ManualClock::new(start());
+    let clock = Arc::new(ManualClock::new(start()));
     let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
     let names: Vec<String> = host.tools().into_iter().map(|t| t.name).collect();
     for n in ["reminders_create", "reminders_list", "reminders_cancel"] {
@@ -494,4 +495,201 @@ async fn builtin_tools_create_list_and_cancel_in_the_calling_session() {
         .await
         .unwrap();
     assert!(out.is_error);
+}
+
+/// Regression: a reminder whose session was deleted kept firing, and every
+/// fire only added another delivery failure to `lastError`.
+#[tokio::test]
+async fn a_reminder_on_a_deleted_session_is_disarmed_instead_of_firing() {
+    let (dir, p) = project();
+    let clock = Arc::new(ManualClock::new(start()));
+    let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
+    let s = chat(&host).await;
+    let r = host
+        .create_reminder(&s, req(|r| r.every = Some("5m".into())))
+        .await
+        .unwrap();
+    // Deleted behind the host's back, straight from the store.
+    assert!(host.store().delete_session(&s).await.unwrap());
+    clock.advance(TimeDelta::minutes(5));
+    let r = wait_reminder(&host, &r.id, |r| r.status != ReminderStatus::Armed).await;
+    assert_eq!(r.status, ReminderStatus::Disarmed);
+    assert_eq!(r.reason.as_deref(), Some(SESSION_DELETED));
+    assert_eq!(r.fire_count, 0, "{r:?}");
+    assert_eq!(r.last_error, None);
+    assert_eq!(r.next_fire_at, None);
+    let stored = host
+        .store()
+        .kv_get("reminders", &r.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored["status"], "disarmed");
+    assert_eq!(stored["reason"], SESSION_DELETED);
+    // Later cadence points fire nothing more.
+    clock.advance(TimeDelta::minutes(30));
+    tokio::task::yield_now().await;
+    assert_eq!(host.reminder(&r.id).unwrap(), r);
+}
+
+#[tokio::test]
+async fn dispatching_a_reminder_of_a_deleted_session_disarms_it() {
+    let (dir, p) = project();
+    let clock = Arc::new(ManualClock::new(start()));
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let host = Host::builder(p, store)
+        .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+        .reminder_timers(false)
+        .build()
+        .await
+        .unwrap();
+    let s = chat(&host).await;
+    let r = host
+        .create_reminder(&s, req(|r| r.delay = Some("1h".into())))
+        .await
+        .unwrap();
+    host.store().delete_session(&s).await.unwrap();
+    let out = host.dispatch_reminder(&r.id).await.unwrap();
+    assert_eq!(out.result, "disarmed");
+    assert_eq!(out.turn_id, None);
+    assert_eq!(out.reminder.status, ReminderStatus::Disarmed);
+    assert_eq!(out.reminder.reason.as_deref(), Some(SESSION_DELETED));
+    // Disarmed is final: a second dispatch is refused, not re-delivered.
+    assert!(matches!(
+        host.dispatch_reminder(&r.id).await,
+        Err(ReminderError::NotArmed(_))
+    ));
+}
+
+#[tokio::test]
+async fn deleting_a_session_through_the_host_disarms_its_reminders() {
+    let (dir, p) = project();
+    let clock = Arc::new(ManualClock::new(start()));
+    let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
+    let s = chat(&host).await;
+    let other = chat(&host).await;
+    let mine = host
+        .create_reminder(&s, req(|r| r.cron = Some("0 * * * *".into())))
+        .await
+        .unwrap();
+    let done = host
+        .create_reminder(&s, req(|r| r.delay = Some("1h".into())))
+        .await
+        .unwrap();
+    host.cancel_reminder(&done.id, None).await.unwrap();
+    let theirs = host
+        .create_reminder(&other, req(|r| r.delay = Some("1h".into())))
+        .await
+        .unwrap();
+
+    // Another principal may not delete it.
+    let started = host
+        .start_session(StartSession {
+            principal: Some("alice".into()),
+            ..StartSession::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        host.delete_session(&started.session_id, Some("mallory"))
+            .await
+            .is_err()
+    );
+    assert!(host.session(&started.session_id, None).await.is_ok());
+
+    assert!(host.delete_session(&s, None).await.unwrap());
+    assert!(host.session(&s, None).await.is_err());
+    let mine = host.reminder(&mine.id).unwrap();
+    assert_eq!(mine.status, ReminderStatus::Disarmed);
+    assert_eq!(mine.reason.as_deref(), Some(SESSION_DELETED));
+    // A cancelled reminder keeps its own ending; another session's stays armed.
+    assert_eq!(
+        host.reminder(&done.id).unwrap().status,
+        ReminderStatus::Cancelled
+    );
+    assert_eq!(
+        host.reminder(&theirs.id).unwrap().status,
+        ReminderStatus::Armed
+    );
+    // Deleting again finds nothing.
+    assert!(!host.delete_session(&s, None).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_restart_disarms_reminders_whose_session_is_gone() {
+    let (dir, p) = project();
+    let root = dir.path().join("state");
+    let clock = Arc::new(ManualClock::new(start()));
+    let (gone, kept) = {
+        let host = host_at(&p, &root, &clock, false).await;
+        let s = chat(&host).await;
+        let t = chat(&host).await;
+        let gone = host
+            .create_reminder(&s, req(|r| r.delay = Some("1h".into())))
+            .await
+            .unwrap();
+        let kept = host
+            .create_reminder(&t, req(|r| r.delay = Some("1h".into())))
+            .await
+            .unwrap();
+        host.shutdown(Duration::from_secs(5)).await;
+        host.store().delete_session(&s).await.unwrap();
+        (gone, kept)
+    };
+    let host = host_at(&p, &root, &clock, false).await;
+    let gone = host.reminder(&gone.id).unwrap();
+    assert_eq!(gone.status, ReminderStatus::Disarmed);
+    assert_eq!(gone.reason.as_deref(), Some(SESSION_DELETED));
+    assert_eq!(
+        host.reminder(&kept.id).unwrap().status,
+        ReminderStatus::Armed
+    );
+}
+
+/// Two hosts over one store stand in for replicas: both have the reminder
+/// armed and both timers wake at each due time, yet each fire is delivered
+/// once, because a scheduled fire claims its due time in the store first.
+#[tokio::test]
+async fn hosts_sharing_a_store_deliver_each_due_time_once() {
+    let (dir, p) = project();
+    let clock = Arc::new(ManualClock::new(start()));
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let build = || {
+        Host::builder(p.clone(), Arc::clone(&store))
+            .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+            .build()
+    };
+    let a = build().await.unwrap();
+    let s = chat(&a).await;
+    let r = a
+        .create_reminder(&s, req(|r| r.every = Some("1m".into())))
+        .await
+        .unwrap();
+    // B loads the reminder from the store when it starts.
+    let b = build().await.unwrap();
+    assert_eq!(b.reminder(&r.id).unwrap().status, ReminderStatus::Armed);
+    for n in 1..=3i64 {
+        let due = start() + TimeDelta::minutes(n);
+        clock.advance(TimeDelta::minutes(1));
+        // Both copies move past the due time: the winner by firing, the
+        // loser by taking the claim's verdict.
+        wait_reminder(&a, &r.id, |r| r.next_fire_at.is_some_and(|t| t > due)).await;
+        wait_reminder(&b, &r.id, |r| r.next_fire_at.is_some_and(|t| t > due)).await;
+        a.wait_idle(&s).await;
+        b.wait_idle(&s).await;
+        let pings = store
+            .read(&s, 0)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(&e.event, Event::MessageReceived(m) if m.message == "ping"))
+            .count();
+        assert_eq!(pings, n as usize, "fire {n} delivered {pings} pings in all");
+    }
+    // Only the latest claim is kept.
+    let claims = store
+        .kv_list(bdk_core::reminders::CLAIMS_NAMESPACE, &format!("{}@", r.id))
+        .await
+        .unwrap();
+    assert_eq!(claims.len(), 1, "{claims:?}");
 }

@@ -1,11 +1,13 @@
-//! Schedules in the HTTP app: the dev dispatch route
-//! (`POST /v1/dev/schedules/:id`) and the production cadence task.
+//! Schedules in the HTTP app: the dev routes (`GET /v1/dev/schedules`, each
+//! schedule's next fire, last run and skipped fires; `POST
+//! /v1/dev/schedules/:id`, a dispatch by hand) and the production cadence
+//! task.
 //!
 //! Both go through one [`Dispatcher`] per agent, whose channel hand-off is
 //! the agent's own [`Channels`] instance, so a scheduled hand-off joins its
 //! conversation through the same one-session-per-key path as a message that
-//! arrives over HTTP. The route only answers under `--dev`; otherwise it
-//! answers 404 like a route that does not exist.
+//! arrives over HTTP. The routes only answer under `--dev`; otherwise they
+//! answer 404 like routes that do not exist.
 
 use std::sync::Arc;
 
@@ -79,6 +81,38 @@ pub(crate) fn start_cadence(agent: &Agent, clock: Arc<dyn Clock>, shutdown: &Can
     }
 }
 
+fn dev_only(agent: &Agent) -> Result<(), ApiError> {
+    if agent.shared.dev {
+        Ok(())
+    } else {
+        Err(ApiError::not_found(
+            "not_found",
+            "dev routes are only served under --dev",
+        ))
+    }
+}
+
+/// `GET /v1/dev/schedules`: every schedule with its next fire, the latest
+/// claimed minute, how its last run ended and the fires skipped under the
+/// catch-up policy (read from the agent's state, so fires recorded by an
+/// earlier production run over the same state root show too).
+pub(crate) async fn list_schedules(
+    State(agent): State<Arc<Agent>>,
+    _caller: Caller,
+) -> Result<Json<Value>, ApiError> {
+    dev_only(&agent)?;
+    let now = agent
+        .shared
+        .schedule_clock
+        .as_ref()
+        .map_or_else(|| agent.host.clock().now(), |c| c.now());
+    let schedules =
+        bdk_scheduler::schedule_status(agent.host.store(), &agent.host.project().schedules, now)
+            .await
+            .map_err(|e| ApiError::internal(&e))?;
+    Ok(Json(json!({"ok": true, "schedules": schedules})))
+}
+
 /// `POST /v1/dev/schedules/:id`: fires one schedule now, exactly once,
 /// through the production path. 404 for an unknown schedule, and for every
 /// request when the server does not run with `--dev`.
@@ -87,18 +121,20 @@ pub(crate) async fn dispatch_schedule(
     _caller: Caller,
     PathParam(id): PathParam,
 ) -> Result<Json<Value>, ApiError> {
-    if !agent.shared.dev {
-        return Err(ApiError::not_found(
-            "not_found",
-            "dev routes are only served under --dev",
-        ));
-    }
+    dev_only(&agent)?;
     match agent.schedules.dispatch_schedule(&id).await {
-        Ok(done) => Ok(Json(json!({
-            "ok": true,
-            "scheduleId": done.schedule_id,
-            "sessionIds": done.session_ids,
-        }))),
+        Ok(done) => {
+            let mut body = json!({
+                "ok": true,
+                "scheduleId": done.schedule_id,
+                "sessionIds": done.session_ids,
+            });
+            // A tool schedule answers with its call, error results included.
+            if let Some(call) = done.tool_call {
+                body["toolCall"] = json!(call);
+            }
+            Ok(Json(body))
+        }
         Err(ScheduleError::Unknown(_)) => Err(ApiError::not_found(
             "not_found",
             format!("no schedule named `{id}`"),

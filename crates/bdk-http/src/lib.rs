@@ -5,8 +5,9 @@
 //! events, stop, list, cost, approvals), direct tool calls, discovery
 //! (`/v1/info`, `/v1/tools`, `/v1/meta`, `/v1/health`, `/v1/logs`),
 //! artifacts, the agent's custom channel routes ([`channels`]) and the
-//! OpenAPI document ([`openapi`]); at the host root the agent index,
-//! health, the OpenAPI document and `/docs`.
+//! OpenAPI document ([`openapi`]) and the web playground (`/playground`,
+//! unless turned off); at the host root the agent index, health, the
+//! OpenAPI document and `/docs`.
 //!
 //! Layout: when every mount has a slug, each agent lives under
 //! `/<slug>/v1/*` and the host routes sit at the root; one mount without a
@@ -45,10 +46,12 @@ mod dev_reminders;
 mod discovery;
 mod docs;
 mod error;
+mod evals;
 mod extract;
 mod logs;
 mod mcp;
 pub mod openapi;
+mod playground;
 mod sessions;
 mod stream;
 mod tools;
@@ -187,6 +190,8 @@ pub(crate) struct Agent {
     pub(crate) shared: Arc<Shared>,
     /// Fires this agent's schedules (dev route and cadence alike).
     pub(crate) schedules: bdk_scheduler::Dispatcher,
+    /// The eval routes' state (run history, the active run).
+    pub(crate) evals: evals::Evals,
 }
 
 /// App-wide settings, derived once from [`Config`].
@@ -345,6 +350,7 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
     });
     let agent = Arc::new(Agent {
         schedules: dev::dispatcher(&host, channels.as_ref()),
+        evals: evals::Evals::new(host.clone(), shared.shutdown.clone()),
         host,
         slug: mount.slug,
         prefix,
@@ -374,9 +380,14 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
         .route("/v1/logs", get(discovery::logs))
         .route("/v1/artifacts", get(artifacts::list))
         .route("/v1/artifacts/{id}/content", get(artifacts::content))
+        .route("/v1/dev/schedules", get(dev::list_schedules))
         .route("/v1/dev/schedules/{id}", post(dev::dispatch_schedule))
         .route("/v1/dev/reminders", get(dev_reminders::list))
         .route("/v1/dev/reminders/{id}", post(dev_reminders::fire))
+        .route("/v1/dev/evals", get(evals::list))
+        .route("/v1/dev/evals/runs", get(evals::runs).post(evals::start))
+        .route("/v1/dev/evals/runs/{id}", get(evals::run))
+        .route("/v1/dev/evals/runs/{id}/cancel", post(evals::cancel))
         .route(
             "/v1/mcp",
             post(mcp::agent).get(mcp::stateless).delete(mcp::stateless),
@@ -393,6 +404,12 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
         .route("/v1/health", get(discovery::health))
         .route("/v1/meta", get(discovery::meta))
         .route("/v1/openapi.json", get(openapi::agent_document));
+    // The web playground (`--no-playground` leaves it out).
+    let open = if shared.playground {
+        open.merge(playground::routes())
+    } else {
+        open
+    };
 
     let mut router = protected.merge(open).with_state(Arc::clone(&agent));
 

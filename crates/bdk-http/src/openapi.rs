@@ -112,6 +112,11 @@ enum Code {
     PayloadTooLarge,
     UnsupportedMediaType,
     WorkspaceUnavailable,
+    InvalidEvals,
+    NoMatchingEvals,
+    EvalRunNotFound,
+    EvalRunActive,
+    EvalRunFinished,
     Internal,
 }
 
@@ -139,6 +144,11 @@ impl Code {
         Code::PayloadTooLarge,
         Code::UnsupportedMediaType,
         Code::WorkspaceUnavailable,
+        Code::InvalidEvals,
+        Code::NoMatchingEvals,
+        Code::EvalRunNotFound,
+        Code::EvalRunActive,
+        Code::EvalRunFinished,
         Code::Internal,
     ];
 
@@ -166,6 +176,11 @@ impl Code {
             Code::PayloadTooLarge => "payload_too_large",
             Code::UnsupportedMediaType => "unsupported_media_type",
             Code::WorkspaceUnavailable => "workspace_unavailable",
+            Code::InvalidEvals => "invalid_evals",
+            Code::NoMatchingEvals => "no_matching_evals",
+            Code::EvalRunNotFound => "eval_run_not_found",
+            Code::EvalRunActive => "eval_run_active",
+            Code::EvalRunFinished => "eval_run_finished",
             Code::Internal => "internal",
         }
     }
@@ -179,16 +194,23 @@ impl Code {
             | Code::InvalidToolInput
             | Code::ToolNotCallable
             | Code::InvalidBody
-            | Code::InvalidQuery => 400,
+            | Code::InvalidQuery
+            | Code::InvalidEvals => 400,
             Code::Unauthorized => 401,
             Code::Forbidden => 403,
             Code::NotFound
             | Code::SessionNotFound
             | Code::InvalidSessionId
             | Code::UnknownTool
-            | Code::ApprovalNotFound => 404,
+            | Code::ApprovalNotFound
+            | Code::NoMatchingEvals
+            | Code::EvalRunNotFound => 404,
             Code::MethodNotAllowed => 405,
-            Code::StaleContinuationToken | Code::TaskSession | Code::SessionBusy => 409,
+            Code::StaleContinuationToken
+            | Code::TaskSession
+            | Code::SessionBusy
+            | Code::EvalRunActive
+            | Code::EvalRunFinished => 409,
             Code::PayloadTooLarge => 413,
             Code::UnsupportedMediaType => 415,
             Code::WorkspaceUnavailable | Code::Internal => 500,
@@ -226,13 +248,22 @@ impl Code {
             Code::StaleContinuationToken => "the continuation token is not the current one",
             Code::TaskSession => "task sessions take no follow-up messages",
             Code::SessionBusy => {
-                "a session-bound write call while a turn runs; retry after the turn"
+                "a session-bound write call while a turn runs, or a follow-up or stop whose turn another replica did not give up in time; retry"
             }
             Code::PayloadTooLarge => "the body is over the server's limit (1 MiB by default)",
             Code::UnsupportedMediaType => "the body is not sent as `application/json`",
             Code::WorkspaceUnavailable => {
                 "the session workspace cannot be created for a session-bound write call"
             }
+            Code::InvalidEvals => {
+                "the eval files have errors; `diagnostics` lists them with their fixes"
+            }
+            Code::NoMatchingEvals => {
+                "the selection matches no eval case, or the agent has no `evals/` folder"
+            }
+            Code::EvalRunNotFound => "no eval run in the history has this id",
+            Code::EvalRunActive => "another eval run is still running; `activeRunId` names it",
+            Code::EvalRunFinished => "the eval run already ended",
             Code::Internal => "a failure inside the server; the details are in the server log",
         }
     }
@@ -466,7 +497,9 @@ fn build() -> Value {
             {"name": "channels", "description": "Routes an agent declares in `agent/channels/<name>.toml`."},
             {"name": "host", "description": "Routes of the server as a whole."},
             {"name": "dev", "description": "Development helpers, served only under `bdk serve --dev`; without it they answer `404 not_found`."},
+            {"name": "evals", "description": "The project's evals: list the cases, run them in the background, poll and cancel runs. Served with or without `--dev`."},
             {"name": "docs", "description": "The user documentation, rendered as HTML."},
+            {"name": "playground", "description": "The web playground: a page and its static files, served under every agent unless `--no-playground`."},
         ],
         "security": [{"bearerAuth": []}, {}],
         "paths": paths,
@@ -531,8 +564,75 @@ fn path_items() -> Vec<PathItem> {
     items.extend(mcp_items());
     items.extend(channel_items());
     items.extend(dev_items());
+    items.extend(eval_items());
+    items.extend(playground_items());
     items.extend(host_items());
     items
+}
+
+fn playground_items() -> Vec<PathItem> {
+    let headers = || {
+        json!({
+            "ETag": {"schema": {"type": "string"}, "description": "A strong validator; send it back in `If-None-Match` to get `304`."},
+            "Content-Security-Policy": {"schema": {"type": "string"}, "description": "Scripts, styles and fetches from this origin only."},
+        })
+    };
+    vec![
+        PathItem {
+            path: "/playground",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getPlayground",
+                    "playground",
+                    "The web playground",
+                    "The playground's page for this agent. It holds no agent data, so it runs no auth; the app calls the routes of this API with the token typed into its navbar. A `sessionId` query opens that session. Absent with `--no-playground`.",
+                )
+                .open()
+                .response(
+                    "200",
+                    json!({
+                        "description": "The page.",
+                        "headers": headers(),
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }),
+                )
+                .response("304", json!({"description": "The copy named by `If-None-Match` is current."}))
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/playground/assets/{file}",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getPlaygroundAsset",
+                    "playground",
+                    "One file of the web playground",
+                    "A script, style sheet or icon of the playground, embedded in the binary. Any other name is `404 not_found`. Absent with `--no-playground`.",
+                )
+                .open()
+                .param(path_param(
+                    "file",
+                    json!({"type": "string"}),
+                    "The file name, for example `app.js`.",
+                ))
+                .response(
+                    "200",
+                    json!({
+                        "description": "The file, as `text/javascript`, `text/css` or `image/svg+xml`.",
+                        "headers": headers(),
+                        "content": {"*/*": {"schema": {"type": "string"}}},
+                    }),
+                )
+                .response("304", json!({"description": "The copy named by `If-None-Match` is current."}))
+                .errors(&[Code::NotFound])
+                .build(),
+            )],
+        },
+    ]
 }
 
 fn dev_items() -> Vec<PathItem> {
@@ -580,6 +680,23 @@ fn dev_items() -> Vec<PathItem> {
             )],
         },
         PathItem {
+            path: "/v1/dev/schedules",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "listSchedules",
+                    "dev",
+                    "List schedules",
+                    "Every discovered schedule with its next fire time, the latest scheduled minute that fired, how its last run ended (sessions, or the tool call of a tool schedule) and the fires skipped under the catch-up policy. Read from the agent's state, so a production run's history over the same state root shows too. Only under `--dev`; otherwise `404 not_found`.",
+                )
+                .json("200", "The schedules.", "ScheduleList")
+                .errors(&[Code::NotFound])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
         path: "/v1/dev/schedules/{id}",
         mount: AGENT,
         operations: vec![(
@@ -588,7 +705,7 @@ fn dev_items() -> Vec<PathItem> {
                 "dispatchSchedule",
                 "dev",
                 "Fire a schedule now",
-                "Fires the schedule once, through the same path as a fire on its cadence: a Markdown schedule starts a task session (channel `schedule`, principal `schedule:<name>`), a TOML schedule hands its message to its channel. No claim is recorded, so the cadence is unaffected. Only under `--dev`; otherwise, and for an unknown schedule, `404 not_found`.",
+                "Fires the schedule once, through the same path as a fire on its cadence: a Markdown schedule starts a task session (channel `schedule`, principal `schedule:<name>`), a TOML schedule hands its message to its channel or calls its tool (the answer then carries `toolCall`, error results included). No claim is recorded, so the cadence is unaffected. Only under `--dev`; otherwise, and for an unknown schedule, `404 not_found`.",
             )
             .param(path_param(
                 "id",
@@ -600,11 +717,109 @@ fn dev_items() -> Vec<PathItem> {
                 Code::NotFound,
                 Code::InvalidRequest,
                 Code::WorkspaceUnavailable,
+                Code::UnknownTool,
+                Code::InvalidToolInput,
             ])
             .protected()
             .build(),
         )],
     },
+    ]
+}
+
+fn eval_items() -> Vec<PathItem> {
+    let id = || path_param("id", json!({"type": "string"}), "The run id (`evr_...`).");
+    vec![
+        PathItem {
+            path: "/v1/dev/evals",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "listEvals",
+                    "evals",
+                    "List eval cases",
+                    "The cases discovered under `evals/` (read on every request) and the eval config. A project without `evals/` answers an empty list; files with problems answer the cases that loaded (none when there are errors) and `diagnostics`.",
+                )
+                .json("200", "The cases and config.", "EvalList")
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/dev/evals/runs",
+            mount: AGENT,
+            operations: vec![
+                (
+                    "get",
+                    Op::new(
+                        "listEvalRuns",
+                        "evals",
+                        "List eval runs",
+                        "Recent runs, newest first, at most `maxPlaygroundRuns`; `activeRunId` names the run in progress.",
+                    )
+                    .json("200", "The runs.", "EvalRunList")
+                    .protected()
+                    .build(),
+                ),
+                (
+                    "post",
+                    Op::new(
+                        "startEvalRun",
+                        "evals",
+                        "Start an eval run",
+                        "Starts a run in the background and answers at once with its first snapshot; poll `GET /v1/dev/evals/runs/{id}`. Entries of `filterIds` (case ids, or id prefixes ending at a `/`) and of `tags` are alternatives; when both are given a case must match one of each. Every session the run opens has purpose `eval` and belongs to the caller. `404 no_matching_evals` when nothing matches, `409 eval_run_active` while another run is running, `400 invalid_evals` when the eval files have errors.",
+                    )
+                    .body(
+                        "EvalRunRequest",
+                        false,
+                        "The selection; an empty body runs every case.",
+                        json!({"filterIds": ["weather/current-conditions"], "tags": ["smoke"], "timeoutMs": 60000}),
+                    )
+                    .json("202", "The run started.", "EvalRunStarted")
+                    .errors(&[Code::InvalidEvals, Code::NoMatchingEvals, Code::EvalRunActive])
+                    .json_body_errors()
+                    .protected()
+                    .build(),
+                ),
+            ],
+        },
+        PathItem {
+            path: "/v1/dev/evals/runs/{id}",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getEvalRun",
+                    "evals",
+                    "Get an eval run",
+                    "The run's snapshot: `running` with case progress, then `completed` (every case ran; see `summary` for failures), `failed` (the run itself broke; see `error`) or `cancelled`.",
+                )
+                .param(id())
+                .json("200", "The run.", "EvalRunView")
+                .errors(&[Code::EvalRunNotFound])
+                .protected()
+                .build(),
+            )],
+        },
+        PathItem {
+            path: "/v1/dev/evals/runs/{id}/cancel",
+            mount: AGENT,
+            operations: vec![(
+                "post",
+                Op::new(
+                    "cancelEvalRun",
+                    "evals",
+                    "Cancel an eval run",
+                    "Cancels the active run: running turns are stopped and unfinished cases end `cancelled`. Answers with the run once it settled (after a short wait it may still say `running`; poll then). `404 eval_run_not_found` for an unknown id, `409 eval_run_finished` when the run already ended.",
+                )
+                .param(id())
+                .json("200", "The run after cancelling.", "EvalRunView")
+                .errors(&[Code::EvalRunNotFound, Code::EvalRunFinished])
+                .protected()
+                .build(),
+            )],
+        },
     ]
 }
 
@@ -660,6 +875,7 @@ fn session_items() -> Vec<PathItem> {
                     Code::InvalidSessionId,
                     Code::StaleContinuationToken,
                     Code::TaskSession,
+                    Code::SessionBusy,
                 ])
                 .protected()
                 .build(),
@@ -756,7 +972,12 @@ fn session_items() -> Vec<PathItem> {
                 )
                 .param(session_id_param())
                 .json("200", "`stopped` is false when no turn was running.", "StopResponse")
-                .errors(&[Code::Forbidden, Code::SessionNotFound, Code::InvalidSessionId])
+                .errors(&[
+                    Code::Forbidden,
+                    Code::SessionNotFound,
+                    Code::InvalidSessionId,
+                    Code::SessionBusy,
+                ])
                 .protected()
                 .build(),
             )],
@@ -1549,6 +1770,83 @@ fn schemas() -> Value {
                 "ok": ok_true(),
                 "scheduleId": {"type": "string", "description": "The schedule name."},
                 "sessionIds": {"type": "array", "items": schema("SessionId")},
+                "toolCall": schema("ScheduleToolCall"),
+            },
+        }),
+    );
+    put(
+        "ScheduleToolCall",
+        json!({
+            "type": "object",
+            "description": "The direct call a tool schedule made, as the principal `schedule:<name>`.",
+            "required": ["toolName", "callId", "isError", "result", "durationMs"],
+            "properties": {
+                "toolName": text("The tool."),
+                "callId": text("The call id (`tool_<name>_...`)."),
+                "isError": {"type": "boolean", "description": "True when the tool answered an error."},
+                "result": {"description": "What the tool returned."},
+                "durationMs": {"type": "integer", "minimum": 0},
+            },
+        }),
+    );
+    put(
+        "ScheduleStatus",
+        json!({
+            "type": "object",
+            "required": ["name", "cron", "kind"],
+            "properties": {
+                "name": text("The schedule name."),
+                "cron": text("Its 5-field UTC cron expression."),
+                "kind": {"type": "string", "enum": ["prompt", "handoff", "tool"]},
+                "nextFireAt": {"type": "string", "format": "date-time", "description": "The next scheduled minute after now."},
+                "lastClaimedFor": {"type": "string", "format": "date-time", "description": "The latest scheduled minute that fired (claimed) on record."},
+                "lastRun": {
+                    "type": "object",
+                    "description": "How the latest fire (scheduled or by hand) ended.",
+                    "required": ["finishedAt", "ok", "sessionIds"],
+                    "properties": {
+                        "finishedAt": {"type": "string", "format": "date-time"},
+                        "scheduledFor": {"type": "string", "format": "date-time", "description": "The scheduled minute; absent for a dispatch by hand."},
+                        "ok": {"type": "boolean"},
+                        "sessionIds": {"type": "array", "items": schema("SessionId")},
+                        "toolCall": schema("ScheduleToolCall"),
+                        "error": text("Why the fire failed."),
+                    },
+                },
+                "missed": {
+                    "type": "object",
+                    "description": "Fires skipped under the catch-up policy (skip).",
+                    "required": ["schedule", "policy", "total", "incidents"],
+                    "properties": {
+                        "schedule": text("The schedule name."),
+                        "policy": {"type": "string", "enum": ["skip"]},
+                        "total": {"type": "integer", "minimum": 0},
+                        "incidents": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["detectedAt", "reason", "count", "skipped"],
+                                "properties": {
+                                    "detectedAt": {"type": "string", "format": "date-time"},
+                                    "reason": {"type": "string", "enum": ["server_down", "late_wake"]},
+                                    "count": {"type": "integer", "minimum": 0},
+                                    "skipped": {"type": "array", "items": {"type": "string", "format": "date-time"}},
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        }),
+    );
+    put(
+        "ScheduleList",
+        json!({
+            "type": "object",
+            "required": ["ok", "schedules"],
+            "properties": {
+                "ok": ok_true(),
+                "schedules": {"type": "array", "items": schema("ScheduleStatus")},
             },
         }),
     );
@@ -1567,13 +1865,192 @@ fn schemas() -> Value {
                 "handler": text("The server tool called on fire (handler form)."),
                 "args": {"description": "The handler's input."},
                 "status": {"type": "string", "enum": ["armed", "completed", "cancelled", "disarmed"]},
-                "reason": text("Why the host disarmed it (`handler_lost_on_restart`)."),
+                "reason": text("Why the host disarmed it (`handler_lost_on_restart`, `session_deleted`)."),
                 "fireCount": {"type": "integer", "minimum": 0},
                 "nextFireAt": {"type": "string", "format": "date-time"},
                 "lastFiredAt": {"type": "string", "format": "date-time"},
                 "lastError": text("The last delivery failure."),
                 "createdAt": {"type": "string", "format": "date-time"},
             },
+        }),
+    );
+    put(
+        "EvalCase",
+        json!({
+            "type": "object",
+            "required": ["id", "file", "tags", "metadata", "iterations", "minPassRate", "messages"],
+            "properties": {
+                "id": text("`<path under evals/ without .eval.toml>/<case name>`."),
+                "file": text("The case file, relative to the project root."),
+                "description": {"type": ["string", "null"]},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "metadata": {"type": "object", "description": "File metadata with the case's merged over it."},
+                "timeoutMs": {"type": ["integer", "null"], "minimum": 1},
+                "iterations": {"type": "integer", "minimum": 1},
+                "minPassRate": {"type": "number", "minimum": 0, "maximum": 1},
+                "judge": {"type": ["string", "null"], "description": "The judge model, when the case has one."},
+                "messages": {"type": "array", "items": {"type": "string"}, "description": "The messages its steps send, in order."},
+            },
+        }),
+    );
+    put(
+        "EvalList",
+        json!({
+            "type": "object",
+            "required": ["ok", "evals", "config", "diagnostics"],
+            "properties": {
+                "ok": ok_true(),
+                "evals": {"type": "array", "items": schema("EvalCase")},
+                "config": {
+                    "type": "object",
+                    "required": ["maxConcurrency", "maxPlaygroundRuns", "persistRuns", "durableRuns"],
+                    "properties": {
+                        "maxConcurrency": {"type": "integer", "minimum": 1, "maximum": 200},
+                        "timeoutMs": {"type": ["integer", "null"]},
+                        "judge": {"type": ["string", "null"]},
+                        "maxPlaygroundRuns": {"type": "integer", "minimum": 1},
+                        "persistRuns": {"type": "boolean"},
+                        "durableRuns": {"type": "boolean", "description": "Whether this server keeps runs in its store."},
+                    },
+                },
+                "diagnostics": {"type": "array", "items": {"type": "object"}},
+            },
+        }),
+    );
+    put(
+        "EvalRunRequest",
+        json!({
+            "type": "object",
+            "properties": {
+                "filterIds": {"type": "array", "maxItems": 500, "items": {"type": "string", "minLength": 1, "maxLength": 300}},
+                "tags": {"type": "array", "maxItems": 500, "items": {"type": "string", "minLength": 1, "maxLength": 300}},
+                "timeoutMs": {"type": "integer", "minimum": 1, "maximum": 3600000, "description": "Per-case timeout; a case's or file's own timeout wins."},
+                "verbose": {"type": "boolean", "description": "Keep whole replies of passing turns."},
+            },
+        }),
+    );
+    put(
+        "EvalFailure",
+        json!({
+            "type": "object",
+            "required": ["assertion", "scope", "message"],
+            "properties": {
+                "assertion": text("The assertion as written, like `calledTool(\"get_weather\")`."),
+                "scope": text("`case`, or `turn N` for an assertion on one turn."),
+                "message": text("What went wrong."),
+                "event": {
+                    "type": "object",
+                    "required": ["index", "type"],
+                    "description": "The event that broke it: the offending event, or the last one inspected when something expected never happened.",
+                    "properties": {"index": {"type": "integer", "minimum": 0}, "type": {"type": "string"}},
+                },
+            },
+        }),
+    );
+    put(
+        "EvalIteration",
+        json!({
+            "type": "object",
+            "required": ["iteration", "status", "durationMs", "failures", "scores", "assertions", "turns"],
+            "properties": {
+                "iteration": {"type": "integer", "minimum": 1},
+                "status": {"type": "string", "enum": ["passed", "failed", "timeout", "cancelled"]},
+                "durationMs": {"type": "integer", "minimum": 0},
+                "failures": {"type": "array", "items": schema("EvalFailure")},
+                "scores": {"type": "array", "items": {
+                    "type": "object", "required": ["name", "value"],
+                    "properties": {"name": {"type": "string"}, "value": {"type": "number", "minimum": 0, "maximum": 1}},
+                }},
+                "assertions": {"type": "integer", "minimum": 0},
+                "turns": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["index", "prompt", "message", "ok", "toolCalls"],
+                    "properties": {
+                        "index": {"type": "integer", "minimum": 1},
+                        "prompt": {"type": "string"},
+                        "message": {"type": "string"},
+                        "ok": {"type": "boolean"},
+                        "toolCalls": {"type": "array", "items": {"type": "string"}},
+                    },
+                }},
+                "sessionId": schema("SessionId"),
+                "stopped": text("Why the case body stopped early (a require form, expect_ok, a send error, the timeout, a cancel)."),
+            },
+        }),
+    );
+    put(
+        "EvalCaseResult",
+        json!({
+            "type": "object",
+            "required": ["id", "file", "tags", "metadata", "status", "passRate", "minPassRate", "iterationCount", "iterations", "durationMs"],
+            "properties": {
+                "id": {"type": "string"},
+                "file": {"type": "string"},
+                "description": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "metadata": {"type": "object"},
+                "status": {"type": "string", "enum": ["pending", "running", "passed", "failed", "cancelled"]},
+                "passRate": {"type": "number", "minimum": 0, "maximum": 1},
+                "minPassRate": {"type": "number", "minimum": 0, "maximum": 1},
+                "iterationCount": {"type": "integer", "minimum": 1},
+                "iterations": {"type": "array", "items": schema("EvalIteration")},
+                "durationMs": {"type": "integer", "minimum": 0},
+            },
+        }),
+    );
+    put(
+        "EvalRun",
+        json!({
+            "type": "object",
+            "required": ["runId", "status", "options", "startedAt", "durationMs", "summary", "cases"],
+            "properties": {
+                "runId": text("`evr_...`."),
+                "status": {"type": "string", "enum": ["running", "completed", "failed", "cancelled"]},
+                "options": schema("EvalRunRequest"),
+                "startedAt": {"type": "string", "format": "date-time"},
+                "finishedAt": {"type": "string", "format": "date-time"},
+                "durationMs": {"type": "integer", "minimum": 0},
+                "summary": {
+                    "type": "object",
+                    "required": ["total", "passed", "failed", "cancelled"],
+                    "properties": {
+                        "total": {"type": "integer", "minimum": 0},
+                        "passed": {"type": "integer", "minimum": 0},
+                        "failed": {"type": "integer", "minimum": 0},
+                        "cancelled": {"type": "integer", "minimum": 0, "description": "Cancelled, or not finished yet."},
+                    },
+                },
+                "cases": {"type": "array", "items": schema("EvalCaseResult")},
+                "error": text("What broke the run, when its status is `failed`."),
+            },
+        }),
+    );
+    put(
+        "EvalRunList",
+        json!({
+            "type": "object",
+            "required": ["ok", "runs"],
+            "properties": {
+                "ok": ok_true(),
+                "runs": {"type": "array", "items": schema("EvalRun")},
+                "activeRunId": text("The run in progress, when there is one."),
+            },
+        }),
+    );
+    put(
+        "EvalRunStarted",
+        json!({
+            "type": "object",
+            "required": ["ok", "runId", "run"],
+            "properties": {"ok": ok_true(), "runId": {"type": "string"}, "run": schema("EvalRun")},
+        }),
+    );
+    put(
+        "EvalRunView",
+        json!({
+            "type": "object",
+            "required": ["ok", "run"],
+            "properties": {"ok": ok_true(), "run": schema("EvalRun")},
         }),
     );
     put(
@@ -1595,7 +2072,7 @@ fn schemas() -> Value {
             "properties": {
                 "ok": ok_true(),
                 "reminder": schema("Reminder"),
-                "result": {"type": "string", "enum": ["delivered", "skip", "stop", "failed"]},
+                "result": {"type": "string", "enum": ["delivered", "skip", "stop", "failed", "disarmed"], "description": "`disarmed` when the reminder's session no longer exists: it is disarmed with reason `session_deleted` instead of firing."},
                 "turnId": {"type": ["string", "null"], "description": "The turn the fire started; null when it started none."},
             },
         }),

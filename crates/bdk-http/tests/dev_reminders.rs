@@ -101,3 +101,61 @@ async fn dev_routes_are_absent_without_dev() {
     )
     .await;
 }
+
+/// Regression: a reminder whose session was deleted fired into `lastError`
+/// forever; firing it now disarms it with `session_deleted`.
+#[tokio::test]
+async fn firing_a_reminder_of_a_deleted_session_disarms_it() {
+    let agent = common::agent("solo").await;
+    let base = serve(
+        vec![agent.mount(None)],
+        Config {
+            dev: true,
+            ..Config::default()
+        },
+    )
+    .await;
+    let http = client();
+    let session = agent
+        .host
+        .start_session(StartSession::default())
+        .await
+        .unwrap()
+        .session_id;
+    let r = agent
+        .host
+        .create_reminder(
+            &session,
+            NewReminder {
+                every: Some("1h".into()),
+                prompt: Some("still there?".into()),
+                ..NewReminder::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(agent.host.store().delete_session(&session).await.unwrap());
+    let url = format!("{base}/v1/dev/reminders/{}", r.id);
+    let body = expect_ok(http.post(&url).send().await.unwrap()).await;
+    assert_eq!(body["result"], "disarmed", "{body}");
+    assert_eq!(body["turnId"], serde_json::Value::Null);
+    assert_eq!(body["reminder"]["status"], "disarmed");
+    assert_eq!(body["reminder"]["reason"], "session_deleted");
+    assert_eq!(body["reminder"]["fireCount"], 0);
+    assert!(body["reminder"].get("lastError").is_none(), "{body}");
+    // It is no longer armed, so a second fire is refused.
+    expect_error(
+        http.post(&url).send().await.unwrap(),
+        400,
+        "invalid_request",
+    )
+    .await;
+    let list = expect_ok(
+        http.get(format!("{base}/v1/dev/reminders"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(list["reminders"][0]["reason"], "session_deleted");
+}

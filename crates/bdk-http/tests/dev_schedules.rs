@@ -1,8 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Schedules through the HTTP app: `POST /v1/dev/schedules/:id` under
 //! `--dev` (task sessions, channel hand-offs, unknown ids), its absence
-//! without `--dev`, and the cadence wiring of `Config::schedules` on a
-//! manual clock (fires in production, never under `--dev`).
+//! without `--dev`, tool schedules (the answer carries the call), the
+//! schedule list with last runs and skipped fires (`GET /v1/dev/schedules`),
+//! and the cadence wiring of `Config::schedules` on a manual clock (fires in
+//! production, never under `--dev`).
 
 mod common;
 
@@ -28,6 +30,19 @@ path = "/"
 message = "{{ method }} {{ path }}"
 "#;
 
+/// A subprocess tool that answers with the request it was sent, so a test
+/// sees the input and the call context (principal, session) it got.
+const STAMP: &str = r#"
+description = "Answers with the request it received."
+effect = "read"
+command = ["sh", "-c", "cat"]
+
+[input_schema]
+type = "object"
+required = ["note"]
+properties = { note = { type = "string" } }
+"#;
+
 async fn agent(cron: &str) -> (TempDir, Host) {
     let dir = tempfile::tempdir().unwrap();
     let files = [
@@ -45,6 +60,12 @@ async fn agent(cron: &str) -> (TempDir, Host) {
             "agent/schedules/nightly.md",
             format!("---\ncron: \"{cron}\"\n---\n\nSummarize the day.\n"),
         ),
+        ("agent/tools/stamp.toml", STAMP.to_owned()),
+        (
+            "agent/schedules/stamp.toml",
+            "cron = \"0 6 * * *\"\ntool = \"stamp\"\n\n[input]\nnote = \"from the schedule\"\n"
+                .to_owned(),
+        ),
         (
             "agent/schedules/relay.toml",
             "cron = \"0 6 * * *\"\nchannel = \"inbox\"\nmessage = \"morning\"\ncontinuation_key = \"daily\"\n"
@@ -59,7 +80,7 @@ async fn agent(cron: &str) -> (TempDir, Host) {
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
     let project = d.project.unwrap();
-    assert_eq!(project.schedules.len(), 2);
+    assert_eq!(project.schedules.len(), 3);
     let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
     let host = Host::builder(project, store).build().await.unwrap();
     (dir, host)
@@ -241,4 +262,120 @@ async fn the_cadence_fires_in_production_and_never_under_dev() {
     // moved the same way, fired nothing.
     assert!(dev_host.list_sessions(None).await.unwrap().is_empty());
     shutdown.cancel();
+}
+
+#[tokio::test]
+async fn dev_dispatch_of_a_tool_schedule_answers_with_the_call() {
+    let (_dir, host) = agent("0 3 * * *").await;
+    let config = Config {
+        dev: true,
+        ..Config::default()
+    };
+    let base = serve(vec![mount(&host)], config).await;
+    let http = client();
+    let body = expect_ok(
+        http.post(format!("{base}/v1/dev/schedules/stamp"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(body["scheduleId"], "stamp");
+    assert_eq!(body["sessionIds"], serde_json::json!([]), "{body}");
+    let call = &body["toolCall"];
+    assert_eq!(call["toolName"], "stamp");
+    assert_eq!(call["isError"], false, "{body}");
+    let request = &call["result"];
+    assert_eq!(request["input"]["note"], "from the schedule", "{body}");
+    assert_eq!(request["context"]["principal"], "schedule:stamp");
+    assert_eq!(request["context"]["sessionId"], serde_json::Value::Null);
+    // No session was created for it.
+    assert!(host.list_sessions(None).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn dev_schedule_list_shows_next_fires_last_runs_and_skipped_fires() {
+    let (_dir, host) = agent("0 3 * * *").await;
+    let http = client();
+    let prod = serve(vec![mount(&host)], Config::default()).await;
+    expect_error(
+        http.get(format!("{prod}/v1/dev/schedules"))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+
+    // A skip recorded by an earlier production run over this state root.
+    let missed = serde_json::json!({
+        "schedule": "nightly",
+        "policy": "skip",
+        "total": 2,
+        "incidents": [{
+            "detectedAt": "2026-03-12T08:00:00Z",
+            "reason": "server_down",
+            "count": 2,
+            "skipped": ["2026-03-11T03:00:00Z", "2026-03-12T03:00:00Z"],
+        }],
+    });
+    host.store()
+        .kv_put("schedules", "missed:nightly", missed.clone())
+        .await
+        .unwrap();
+    host.store()
+        .kv_put(
+            "schedules",
+            "nightly@2026-03-10T03:00:00Z",
+            serde_json::json!({}),
+        )
+        .await
+        .unwrap();
+
+    let base = serve(
+        vec![mount(&host)],
+        Config {
+            dev: true,
+            ..Config::default()
+        },
+    )
+    .await;
+    expect_ok(
+        http.post(format!("{base}/v1/dev/schedules/stamp"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let body = expect_ok(
+        http.get(format!("{base}/v1/dev/schedules"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let list = body["schedules"].as_array().unwrap();
+    let names: Vec<&str> = list.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["nightly", "relay", "stamp"]);
+    let by = |n: &str| list.iter().find(|s| s["name"] == n).unwrap();
+
+    let nightly = by("nightly");
+    assert_eq!(nightly["kind"], "prompt");
+    assert_eq!(nightly["cron"], "0 3 * * *");
+    assert_eq!(nightly["missed"], missed);
+    assert_eq!(nightly["lastClaimedFor"], "2026-03-10T03:00:00Z");
+    assert!(nightly.get("lastRun").is_none(), "{nightly}");
+    // The next 03:00 UTC after now, whatever the wall clock says.
+    let next: chrono::DateTime<Utc> = nightly["nextFireAt"].as_str().unwrap().parse().unwrap();
+    assert!(next > Utc::now());
+    assert_eq!(next.format("%H:%M:%S").to_string(), "03:00:00");
+
+    assert_eq!(by("relay")["kind"], "handoff");
+    let stamp = by("stamp");
+    assert_eq!(stamp["kind"], "tool");
+    assert_eq!(stamp["lastRun"]["ok"], true, "{stamp}");
+    assert!(stamp["lastRun"].get("scheduledFor").is_none(), "{stamp}");
+    assert_eq!(stamp["lastRun"]["toolCall"]["toolName"], "stamp");
+    assert!(stamp.get("missed").is_none());
 }

@@ -379,6 +379,8 @@ const ROUTER_FUNCTIONS: &[(&str, &str, &str)] = &[
     ("openapi.rs", "host_routes", "host"),
     // Merged at the root in both layouts.
     ("docs.rs", "routes", "server"),
+    // Merged into every agent's routes unless `--no-playground`.
+    ("playground.rs", "routes", "agent"),
 ];
 
 /// A path template with every parameter written `{}`.
@@ -1115,6 +1117,7 @@ fn param_value(name: &str, path: &str, session: &str) -> String {
         "channel" => "inbox".to_owned(),
         "path" if path.starts_with("/docs/") => "http-api".to_owned(),
         "path" => "hook".to_owned(),
+        "file" => "app.js".to_owned(),
         other => panic!("{path}: no test value for the path parameter {other}"),
     }
 }
@@ -1358,7 +1361,11 @@ async fn multi_agent_layout_serves_every_documented_operation() {
         host,
         diagnostics,
     };
-    let base = common::serve(vec![mount], Config::default()).await;
+    let config = Config {
+        playground: true,
+        ..Config::default()
+    };
+    let base = common::serve(vec![mount], config).await;
     let http = client();
     let doc = bdk_http::openapi::document();
 
@@ -1414,7 +1421,11 @@ async fn single_layout_serves_every_documented_operation() {
         host,
         diagnostics,
     };
-    let base = common::serve(vec![mount], Config::default()).await;
+    let config = Config {
+        playground: true,
+        ..Config::default()
+    };
+    let base = common::serve(vec![mount], config).await;
     let http = client();
     let doc = bdk_http::openapi::document();
 

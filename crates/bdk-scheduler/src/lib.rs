@@ -1,12 +1,14 @@
 //! Cron schedules (`agent/schedules/*`): when they fire and what a fire does.
 //!
-//! - [`clock`]: the injectable [`Clock`] (system and manual).
-//! - [`cron`]: the exact 5-field crontab matcher, UTC, minute granularity.
+//! - [`clock`]: the injectable [`Clock`] (system and manual), from `bdk-core`.
+//! - [`cron`]: the exact 5-field crontab matcher, UTC, minute granularity,
+//!   from `bdk-core` (the one `bdk validate` uses).
 //! - [`Dispatcher`]: what one fire does. A Markdown schedule starts a task
 //!   session (channel `schedule`, principal `schedule:<name>`, the body as
 //!   the message) that ends in `session.completed` or `session.failed`; a
 //!   TOML hand-off goes to a callback the embedder supplies, so this crate
-//!   knows nothing of HTTP or channels. [`Dispatcher::dispatch_schedule`] is
+//!   knows nothing of HTTP or channels; a TOML tool schedule calls a server
+//!   tool through the host's direct-call path as `schedule:<name>`. [`Dispatcher::dispatch_schedule`] is
 //!   the programmatic (and dev-route) entry point.
 //! - [`Scheduler`]: the owned background task that fires every schedule on
 //!   its cadence with a durable at-most-once claim per scheduled minute.
@@ -16,16 +18,17 @@
 //! anything runs, and a claim that already exists is never fired again, so a
 //! restart at the boundary cannot fire twice. Fires missed while the process
 //! was down are skipped (the only catch-up policy, [`CatchUp::Skip`]) with a
-//! warning in the log. Each fire runs in its own task, so a slow run never
+//! warning in the log and a durable record ([`status`]). Each fire runs in its own task, so a slow run never
 //! delays the next fire of any schedule.
 
 pub mod clock;
 pub mod cron;
+pub mod status;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bdk_core::host::{Host, HostError, StartSession};
+use bdk_core::host::{DirectCall, Host, HostError, StartSession};
 use bdk_core::project::{Schedule, ScheduleAction};
 use bdk_events::{SessionId, SessionMode};
 use bdk_store::{Store, StoreError};
@@ -37,6 +40,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cron::{CronError, CronExpr};
+pub use status::{
+    LastRun, MissedFires, MissedIncident, MissedReason, ScheduleStatus, ToolRun, schedule_status,
+};
 
 /// The key-value namespace holding fire claims.
 pub const CLAIMS_NAMESPACE: &str = "schedules";
@@ -85,8 +91,11 @@ pub enum ScheduleError {
 pub struct Dispatched {
     /// The schedule name.
     pub schedule_id: String,
-    /// The sessions the fire started or continued.
+    /// The sessions the fire started or continued (none for a tool schedule).
     pub session_ids: Vec<SessionId>,
+    /// The call a tool schedule made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call: Option<ToolRun>,
 }
 
 /// A hand-off a TOML schedule asks for.
@@ -166,7 +175,10 @@ impl Dispatcher {
             .find(|s| s.name == name)
             .cloned()
             .ok_or_else(|| ScheduleError::Unknown(name.to_owned()))?;
-        self.run(&schedule, Trigger::Manual).await
+        let result = self.run(&schedule, Trigger::Manual).await;
+        let run = last_run(self.host.clock().now(), None, &result);
+        status::record_last_run(self.host.store(), name, &run).await;
+        result
     }
 }
 
@@ -178,7 +190,8 @@ impl Runner for Dispatcher {
         _trigger: Trigger,
     ) -> Result<Dispatched, ScheduleError> {
         let principal = format!("schedule:{}", schedule.name);
-        let session_id = match &schedule.action {
+        let mut tool_call = None;
+        let session_ids = match &schedule.action {
             ScheduleAction::Prompt { prompt } => {
                 let started = self
                     .host
@@ -191,7 +204,7 @@ impl Runner for Dispatcher {
                         ..StartSession::default()
                     })
                     .await?;
-                started.session_id
+                vec![started.session_id]
             }
             ScheduleAction::Handoff {
                 channel,
@@ -214,12 +227,40 @@ impl Runner for Dispatcher {
                     name: schedule.name.clone(),
                     channel: channel.clone(),
                     reason,
-                })?
+                })
+                .map(|id| vec![id])?
+            }
+            ScheduleAction::Tool { tool, input } => {
+                // Unbound: the call belongs to no conversation, and its
+                // principal is the schedule's own.
+                let out = self
+                    .host
+                    .call_tool(DirectCall {
+                        name: tool.clone(),
+                        input: input.clone(),
+                        principal: Some(principal),
+                        ..DirectCall::default()
+                    })
+                    .await?;
+                if out.is_error {
+                    tracing::warn!(schedule = %schedule.name, tool = %tool, call_id = %out.call_id, result = %out.result, "scheduled tool call returned an error");
+                } else {
+                    tracing::info!(schedule = %schedule.name, tool = %tool, call_id = %out.call_id, duration_ms = out.duration_ms, "scheduled tool call finished");
+                }
+                tool_call = Some(ToolRun {
+                    tool_name: out.tool_name,
+                    call_id: out.call_id,
+                    is_error: out.is_error,
+                    result: out.result,
+                    duration_ms: out.duration_ms,
+                });
+                out.session_id.into_iter().collect()
             }
         };
         Ok(Dispatched {
             schedule_id: schedule.name.clone(),
-            session_ids: vec![session_id],
+            session_ids,
+            tool_call,
         })
     }
 }
@@ -231,6 +272,32 @@ pub enum CatchUp {
     /// They are not run; a warning names how many were skipped.
     #[default]
     Skip,
+}
+
+/// The last-run record of a fire that ended with `result`.
+fn last_run(
+    finished_at: DateTime<Utc>,
+    scheduled_for: Option<DateTime<Utc>>,
+    result: &Result<Dispatched, ScheduleError>,
+) -> LastRun {
+    match result {
+        Ok(done) => LastRun {
+            finished_at,
+            scheduled_for,
+            ok: true,
+            session_ids: done.session_ids.clone(),
+            tool_call: done.tool_call.clone(),
+            error: None,
+        },
+        Err(e) => LastRun {
+            finished_at,
+            scheduled_for,
+            ok: false,
+            session_ids: Vec::new(),
+            tool_call: None,
+            error: Some(e.to_string()),
+        },
+    }
 }
 
 /// The claim key of `name` at the scheduled minute `at`.
@@ -322,10 +389,7 @@ impl Loop {
             // Woken late (the process was suspended, or the clock jumped):
             // the minutes between are skipped rather than run in a burst.
             if now > next {
-                let skipped = self.count_between(next, now);
-                if skipped > 0 {
-                    tracing::warn!(schedule = %self.schedule.name, skipped, "fires missed while the process was not running are skipped (catch-up policy: skip)");
-                }
+                self.skip(next, now, MissedReason::LateWake).await;
                 cursor = now;
             } else {
                 cursor = next;
@@ -337,33 +401,38 @@ impl Loop {
     async fn fire(&self, at: DateTime<Utc>) {
         let name = &self.schedule.name;
         let key = claim_key(name, at);
-        match self.store.kv_get(CLAIMS_NAMESPACE, &key).await {
-            Ok(Some(_)) => {
-                tracing::info!(schedule = %name, %key, "scheduled time already claimed; not firing it again");
-                return;
-            }
-            Ok(None) => {}
-            Err(e) => {
-                // Without knowing whether it fired, not firing is the side
-                // that keeps the at-most-once promise.
-                tracing::error!(schedule = %name, %key, error = %e, "cannot read the fire claim; this fire is skipped");
-                return;
-            }
-        }
         let claim = serde_json::json!({
             "schedule": name,
             "scheduledFor": at.to_rfc3339_opts(SecondsFormat::Secs, true),
             "claimedAt": self.clock.now().to_rfc3339_opts(SecondsFormat::Millis, true),
         });
-        if let Err(e) = self.store.kv_put(CLAIMS_NAMESPACE, &key, claim).await {
-            tracing::error!(schedule = %name, %key, error = %e, "cannot record the fire claim; this fire is skipped");
-            return;
+        // One atomic write decides the fire: of several replicas (or
+        // processes) claiming the same scheduled time, exactly one wins.
+        match self
+            .store
+            .kv_put_if_absent(CLAIMS_NAMESPACE, &key, claim)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::info!(schedule = %name, %key, "scheduled time already claimed; not firing it again");
+                return;
+            }
+            Err(e) => {
+                // Without knowing whether the claim landed, not firing is
+                // the side that keeps the at-most-once promise.
+                tracing::error!(schedule = %name, %key, error = %e, "cannot record the fire claim; this fire is skipped");
+                return;
+            }
         }
         let schedule = Arc::clone(&self.schedule);
         let runner = Arc::clone(&self.runner);
+        let store = Arc::clone(&self.store);
+        let clock = Arc::clone(&self.clock);
         // Spawned, not awaited: a slow run must not hold up the next fire.
         tokio::spawn(async move {
-            match runner.run(&schedule, Trigger::Scheduled(at)).await {
+            let result = runner.run(&schedule, Trigger::Scheduled(at)).await;
+            match &result {
                 Ok(done) => {
                     tracing::info!(schedule = %schedule.name, sessions = ?done.session_ids, "schedule fired")
                 }
@@ -371,49 +440,76 @@ impl Loop {
                     tracing::error!(schedule = %schedule.name, error = %e, "schedule fire failed")
                 }
             }
+            let run = last_run(clock.now(), Some(at), &result);
+            status::record_last_run(&store, &schedule.name, &run).await;
         });
     }
 
-    /// Logs the fires between the last claim on record and `started_at`.
+    /// Skips (logs and records) the fires between the last claim on record
+    /// and `started_at`: they fell due while the server was down.
     async fn report_missed(&self, started_at: DateTime<Utc>) {
-        let prefix = format!("{}@", self.schedule.name);
-        let keys = match self.store.kv_list(CLAIMS_NAMESPACE, &prefix).await {
-            Ok(keys) => keys,
+        match status::last_claim(&self.store, &self.schedule.name).await {
+            Ok(Some(last)) => self.skip(last, started_at, MissedReason::ServerDown).await,
+            Ok(None) => {}
             Err(e) => {
                 tracing::warn!(schedule = %self.schedule.name, error = %e, "cannot list past fire claims");
-                return;
-            }
-        };
-        let last = keys
-            .iter()
-            .filter_map(|k| k.strip_prefix(&prefix))
-            .filter_map(|t| DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&Utc))
-            .max();
-        if let Some(last) = last {
-            let missed = self.count_between(last, started_at);
-            if missed > 0 {
-                tracing::warn!(schedule = %self.schedule.name, missed, last = %last, "fires missed while the server was down are skipped (catch-up policy: skip)");
             }
         }
     }
 
-    /// Scheduled minutes in `(from, to]`, counted up to a cap so a long
-    /// outage of an every-minute schedule stays cheap to report.
-    fn count_between(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> usize {
+    /// Applies the catch-up policy to the scheduled minutes in `(from, to]`:
+    /// none of them runs; a warning and a [`MissedFires`] record say so.
+    async fn skip(&self, from: DateTime<Utc>, to: DateTime<Utc>, reason: MissedReason) {
+        let (count, skipped) = self.skipped_between(from, to);
+        let (Some(first), Some(last)) = (skipped.first(), skipped.last()) else {
+            return;
+        };
+        let name = &self.schedule.name;
+        tracing::warn!(
+            schedule = %name,
+            missed = count,
+            first = %status::minute(*first),
+            last_listed = %status::minute(*last),
+            reason = reason.as_str(),
+            "scheduled fires were missed and are skipped (catch-up policy: skip)"
+        );
+        let incident = MissedIncident {
+            detected_at: self.clock.now(),
+            reason,
+            count,
+            skipped,
+        };
+        if let Err(e) = status::record_missed(&self.store, name, incident).await {
+            tracing::warn!(schedule = %name, error = %e, "cannot record the skipped fires");
+        }
+    }
+
+    /// Scheduled minutes in `(from, to]`: how many (counted up to a cap, so
+    /// a long outage of an every-minute schedule stays cheap) and the first
+    /// [`status::MAX_LISTED`] of them. `to` is included because the cadence
+    /// resumes strictly after it.
+    fn skipped_between(
+        &self,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> (usize, Vec<DateTime<Utc>>) {
         const CAP: usize = 10_000;
         let mut count = 0;
+        let mut listed = Vec::new();
         let mut t = from;
         while count < CAP {
             match self.expr.next_after(t) {
                 Some(n) if n <= to => {
                     count += 1;
+                    if listed.len() < status::MAX_LISTED {
+                        listed.push(n);
+                    }
                     t = n;
                 }
                 _ => break,
             }
         }
-        count
+        (count, listed)
     }
 }
 

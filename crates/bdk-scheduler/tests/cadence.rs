@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use bdk_core::project::{Schedule, ScheduleAction};
 use bdk_events::SessionId;
 use bdk_scheduler::{
-    CLAIMS_NAMESPACE, Clock, CronError, Dispatched, ManualClock, Runner, ScheduleError, Scheduler,
-    Trigger, claim_key,
+    CLAIMS_NAMESPACE, Clock, CronError, Dispatched, ManualClock, MissedFires, MissedReason, Runner,
+    ScheduleError, Scheduler, Trigger, claim_key, schedule_status,
 };
 use bdk_store::{FsStore, Store};
 use chrono::{DateTime, TimeZone, Utc};
@@ -56,6 +56,7 @@ impl Runner for Recorder {
         Ok(Dispatched {
             schedule_id: schedule.name.clone(),
             session_ids: vec![SessionId::generate()],
+            tool_call: None,
         })
     }
 }
@@ -198,6 +199,106 @@ async fn fires_missed_while_down_are_skipped() {
     rig.clock.set(at(9, 8, 0));
     assert_eq!(rig.next_fire().await.1, at(9, 8, 0));
     scheduler.shutdown().await;
+
+    // Both skips are on record for people to read, oldest first.
+    let missed: MissedFires = serde_json::from_value(
+        rig.store
+            .kv_get(CLAIMS_NAMESPACE, "missed:tick")
+            .await
+            .unwrap()
+            .expect("a missed-fires record"),
+    )
+    .unwrap();
+    assert_eq!(missed.schedule, "tick");
+    assert_eq!(missed.policy, "skip");
+    assert_eq!(missed.total, 5);
+    let [down, late] = missed.incidents.as_slice() else {
+        panic!("two incidents: {missed:?}");
+    };
+    assert_eq!(down.reason, MissedReason::ServerDown);
+    assert_eq!(down.count, 3);
+    assert_eq!(down.skipped, vec![at(9, 1, 0), at(9, 2, 0), at(9, 3, 0)]);
+    assert_eq!(down.detected_at, at(9, 3, 30));
+    assert_eq!(late.reason, MissedReason::LateWake);
+    assert_eq!(late.skipped, vec![at(9, 6, 0), at(9, 7, 0)]);
+    assert_eq!(late.detected_at, at(9, 7, 0));
+
+    // The status view shows it with the latest claim and the next fire.
+    // The last-run record is written when the run ends, after the runner
+    // reported the fire, so wait (bounded) for the 09:08 run's record.
+    let schedules = [schedule("tick", "* * * * *")];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        let status = schedule_status(&rig.store, &schedules, at(9, 8, 0))
+            .await
+            .unwrap();
+        let last = status[0].last_run.as_ref().and_then(|r| r.scheduled_for);
+        if last == Some(at(9, 8, 0)) {
+            break status;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].kind, "prompt");
+    assert_eq!(status[0].last_claimed_for, Some(at(9, 8, 0)));
+    assert_eq!(status[0].next_fire_at, Some(at(9, 9, 0)));
+    assert_eq!(status[0].missed.as_ref(), Some(&missed));
+    let last = status[0].last_run.as_ref().unwrap();
+    assert!(last.ok);
+    assert_eq!(last.session_ids.len(), 1);
+    assert_eq!(last.error, None);
+}
+
+#[tokio::test]
+async fn a_first_start_with_no_claims_records_no_misses() {
+    let mut rig = rig(at(9, 3, 30));
+    let scheduler = rig.start(&[schedule("fresh", "* * * * *")]).unwrap();
+    rig.clock.wait_for_sleepers(at(9, 4, 0), 1).await;
+    rig.clock.set(at(9, 4, 0));
+    assert_eq!(rig.next_fire().await.1, at(9, 4, 0));
+    rig.clock.wait_for_sleepers(at(9, 5, 0), 1).await;
+    scheduler.shutdown().await;
+    assert_eq!(
+        rig.store
+            .kv_get(CLAIMS_NAMESPACE, "missed:fresh")
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn missed_fire_records_stay_bounded() {
+    let mut rig = rig(at(9, 0, 0));
+    rig.store
+        .kv_put(
+            CLAIMS_NAMESPACE,
+            &claim_key("busy", at(9, 0, 0)),
+            serde_json::json!({}),
+        )
+        .await
+        .unwrap();
+    // A week down for an every-minute schedule.
+    rig.clock.set(at(9, 0, 30) + chrono::Duration::days(7));
+    let scheduler = rig.start(&[schedule("busy", "* * * * *")]).unwrap();
+    let next = at(9, 1, 0) + chrono::Duration::days(7);
+    rig.clock.wait_for_sleepers(next, 1).await;
+    scheduler.shutdown().await;
+    rig.assert_quiet().await;
+    let missed: MissedFires = serde_json::from_value(
+        rig.store
+            .kv_get(CLAIMS_NAMESPACE, "missed:busy")
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    let incident = &missed.incidents[0];
+    // Counting stops at 10,000; the list keeps the first 60.
+    assert_eq!(incident.count, 10_000);
+    assert_eq!(incident.skipped.len(), bdk_scheduler::status::MAX_LISTED);
+    assert_eq!(incident.skipped[0], at(9, 1, 0));
 }
 
 #[tokio::test]

@@ -151,6 +151,8 @@ cases!(
     case_find_by_token,
     case_kv,
     case_kv_keys_are_opaque,
+    case_kv_put_if_absent,
+    case_kv_put_if_absent_race,
     case_files,
     case_artifacts,
     case_hostile_names,
@@ -1050,6 +1052,128 @@ pub async fn case_kv_keys_are_opaque<H: Harness>(h: &H) {
     assert_invalid(store.kv_put("", "k", json!(1)).await, "empty namespace");
     assert_invalid(store.kv_put("ns", "a\0b", json!(1)).await, "NUL in key");
     assert_invalid(store.kv_get("n\0s", "k").await, "NUL in namespace");
+}
+
+/// `kv_put_if_absent` writes only into an empty key, reports whether it
+/// wrote, and never changes an existing value.
+pub async fn case_kv_put_if_absent<H: Harness>(h: &H) {
+    let store = h.fresh().await;
+    assert!(
+        store
+            .kv_put_if_absent("claims", "job@1", json!({"by": "a"}))
+            .await
+            .unwrap(),
+        "first claim writes"
+    );
+    assert!(
+        !store
+            .kv_put_if_absent("claims", "job@1", json!({"by": "b"}))
+            .await
+            .unwrap(),
+        "second claim is refused"
+    );
+    assert_eq!(
+        store.kv_get("claims", "job@1").await.unwrap(),
+        Some(json!({"by": "a"})),
+        "the refused claim changed nothing"
+    );
+    // A key written by `kv_put` counts as present too.
+    store.kv_put("claims", "job@2", json!(2)).await.unwrap();
+    assert!(
+        !store
+            .kv_put_if_absent("claims", "job@2", json!("x"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.kv_get("claims", "job@2").await.unwrap(),
+        Some(json!(2))
+    );
+    // The same key in another namespace is another key; odd keys are opaque.
+    assert!(
+        store
+            .kv_put_if_absent("other", "job@1", Value::Null)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .kv_put_if_absent("claims", "../../x/ünï", json!(1))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.kv_list("claims", "").await.unwrap(),
+        vec!["../../x/ünï", "job@1", "job@2"]
+    );
+    // Deleted, the key can be claimed again; the claim survives a restart.
+    assert!(store.kv_delete("claims", "job@1").await.unwrap());
+    assert!(
+        store
+            .kv_put_if_absent("claims", "job@1", json!({"by": "c"}))
+            .await
+            .unwrap()
+    );
+    let store = h.reopen(store).await;
+    assert!(
+        !store
+            .kv_put_if_absent("claims", "job@1", json!({"by": "d"}))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.kv_get("claims", "job@1").await.unwrap(),
+        Some(json!({"by": "c"}))
+    );
+    assert_invalid(
+        store.kv_put_if_absent("claims", "", json!(1)).await,
+        "empty key",
+    );
+    assert_invalid(
+        store.kv_put_if_absent("", "k", json!(1)).await,
+        "empty namespace",
+    );
+    assert_invalid(
+        store.kv_put_if_absent("claims", "a\0b", json!(1)).await,
+        "NUL in key",
+    );
+}
+
+/// 32 concurrent claims of one key: exactly one wins, and the stored value
+/// is the winner's.
+pub async fn case_kv_put_if_absent_race<H: Harness>(h: &H) {
+    let store = Arc::new(h.fresh().await);
+    for round in 0..5 {
+        let key = format!("nightly@{round}");
+        let mut tasks = Vec::new();
+        for i in 0..32 {
+            let (store, key) = (store.clone(), key.clone());
+            tasks.push(tokio::spawn(async move {
+                let won = store
+                    .kv_put_if_absent("schedules", &key, json!({"claimant": i}))
+                    .await
+                    .unwrap();
+                (won, i)
+            }));
+        }
+        let mut winners = Vec::new();
+        for task in tasks {
+            let (won, i) = task.await.expect("claim task");
+            if won {
+                winners.push(i);
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: exactly one claim wins: {winners:?}"
+        );
+        assert_eq!(
+            store.kv_get("schedules", &key).await.unwrap(),
+            Some(json!({"claimant": winners[0]})),
+            "round {round}: the winner's value is stored"
+        );
+    }
 }
 
 // ---------------------------------------------------------------- files

@@ -6,9 +6,10 @@
 //!
 //! - [`FsStore`]: the default, embedded engine. A documented directory layout
 //!   under a state root, zero setup.
-//! - A PostgreSQL engine arrives with the scale-out issue and must pass the
-//!   same conformance suite (the `conformance` module, behind the feature of
-//!   the same name).
+//! - `PgStore` (feature `postgres`): PostgreSQL through sqlx, for several
+//!   `bdk serve` replicas sharing one database. It passes the same
+//!   conformance suite (the `conformance` module, behind the feature of the
+//!   same name).
 //!
 //! This crate knows the storage engines and nothing above them: it never
 //! names the agent runtime, HTTP or models.
@@ -22,8 +23,15 @@ use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod coord;
 mod fs;
+pub use coord::{Coordination, MemoryCluster, MemoryCoordination};
 pub use fs::FsStore;
+
+#[cfg(feature = "postgres")]
+mod pg;
+#[cfg(feature = "postgres")]
+pub use pg::{PgCoordination, PgOptions, PgStore};
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -60,6 +68,10 @@ pub enum StoreError {
     /// A record could not be encoded or decoded.
     #[error("failed to encode record: {0}")]
     Encode(#[from] serde_json::Error),
+    /// The database engine failed: unreachable, a query or a migration
+    /// refused. Only database-backed engines return it.
+    #[error("database request failed: {0}")]
+    Database(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Result alias of the store port.
@@ -230,6 +242,11 @@ pub trait Store: Send + Sync + 'static {
     async fn kv_get(&self, namespace: &str, key: &str) -> Result<Option<Value>>;
     /// Writes a value.
     async fn kv_put(&self, namespace: &str, key: &str, value: Value) -> Result<()>;
+    /// Writes a value only if the key holds none; true when this call wrote
+    /// it. Atomic across every caller of the same backing state (threads,
+    /// processes, replicas): of concurrent callers on one key, exactly one
+    /// gets true. Durable claims (a schedule's fire) are built on it.
+    async fn kv_put_if_absent(&self, namespace: &str, key: &str, value: Value) -> Result<bool>;
     /// Deletes a value; true when it existed.
     async fn kv_delete(&self, namespace: &str, key: &str) -> Result<bool>;
     /// Keys of a namespace that start with `prefix`, sorted.

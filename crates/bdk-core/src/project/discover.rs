@@ -213,9 +213,14 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         .get("channels")
         .map(|p| manifest_stems(p))
         .unwrap_or_default();
+    let schedule_targets = schedules::Targets {
+        channels: channel_names,
+        tools: schedules::known_tools(&config, &tools, !skills.is_empty()),
+        mcp_advertises: mcp_connections.iter().any(|m| m.advertise_tools),
+    };
     let schedules = folders
         .get("schedules")
-        .map(|p| schedules::discover(d, p, &channel_names))
+        .map(|p| schedules::discover(d, p, &schedule_targets))
         .unwrap_or_default();
     let sandbox_files = folders
         .get("sandbox")

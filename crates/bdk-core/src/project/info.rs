@@ -79,6 +79,7 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
             "kind": match &s.action {
                 super::ScheduleAction::Prompt { .. } => "prompt",
                 super::ScheduleAction::Handoff { .. } => "handoff",
+                super::ScheduleAction::Tool { .. } => "tool",
             },
         })).collect::<Vec<_>>(),
         "sandboxFiles": project.sandbox_files.iter().map(|f| &f.workspace_path).collect::<Vec<_>>(),

@@ -19,7 +19,6 @@ use serde_json::Value;
 
 use crate::tool::ToolSpec;
 
-pub mod cron;
 mod discover;
 pub mod info;
 pub use discover::discover;
@@ -348,7 +347,7 @@ pub enum ScheduleAction {
         /// The Markdown body.
         prompt: String,
     },
-    /// Hand off into a channel (`schedules/<name>.toml`).
+    /// Hand off into a channel (`schedules/<name>.toml` with `channel`).
     Handoff {
         /// The channel id.
         channel: String,
@@ -356,6 +355,14 @@ pub enum ScheduleAction {
         message: String,
         /// The continuation key, when the hand-off continues a conversation.
         continuation_key: Option<String>,
+    },
+    /// Call a server tool directly, without a model turn (`schedules/<name>.toml`
+    /// with `tool`).
+    Tool {
+        /// The tool name.
+        tool: String,
+        /// Its input (`[input]` in the file; `{}` when absent).
+        input: Value,
     },
 }
 

@@ -114,6 +114,9 @@ impl Tool for CommandTool {
             .collect();
         env.extend(context_env(&ctx));
         let mut env_remove = unbound_env(&ctx);
+        // The server's store URL may carry database credentials; tools reach
+        // state through the host endpoint instead.
+        env_remove.push(STORE_ENV.to_owned());
         // The host endpoint capability for this call. It is held until
         // `run_process` returns, which is after the leader is reaped and its
         // process group killed, so the token dies with the last process that
@@ -353,6 +356,9 @@ pub(crate) fn context_env(ctx: &ToolContext) -> Vec<(String, String)> {
 
 /// Variables to clear so an unbound call does not inherit a session id from
 /// the host's own environment.
+/// The variable `bdk serve --store` reads; never passed on to tools.
+const STORE_ENV: &str = "BDK_STORE";
+
 pub(crate) fn unbound_env(ctx: &ToolContext) -> Vec<String> {
     if ctx.session.id.is_none() {
         vec!["BDK_SESSION_ID".to_owned()]

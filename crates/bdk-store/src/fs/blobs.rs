@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::paths::{
     self, MAX_KEY_LEN, MAX_NAMESPACE_LEN, chunked_path, encode, invalid, is_missing,
-    prune_empty_parents, safe_id, walk_chunked, write_atomic,
+    prune_empty_parents, safe_id, walk_chunked, write_atomic, write_new,
 };
 use crate::{ArtifactFilter, ArtifactRecord, Result, StoreError};
 
@@ -99,6 +99,18 @@ impl Areas {
         make_parents(&path)?;
         write_atomic(&self.tmp, &path, &bytes)?;
         Ok(())
+    }
+
+    pub(crate) fn kv_put_if_absent(
+        &self,
+        namespace: &str,
+        key: &str,
+        value: &Value,
+    ) -> Result<bool> {
+        let (_, path) = self.kv_path(namespace, key)?;
+        let bytes = serde_json::to_vec(value)?;
+        make_parents(&path)?;
+        Ok(write_new(&self.tmp, &path, &bytes)?)
     }
 
     pub(crate) fn kv_delete(&self, namespace: &str, key: &str) -> Result<bool> {

@@ -25,7 +25,7 @@
 
 mod blobs;
 mod log;
-mod paths;
+pub(crate) mod paths;
 
 use std::collections::HashMap;
 use std::fs;
@@ -500,6 +500,13 @@ impl Store for FsStore {
     async fn kv_put(&self, namespace: &str, key: &str, value: Value) -> Result<()> {
         let (inner, ns, key) = (self.inner.clone(), namespace.to_owned(), key.to_owned());
         blocking(move || inner.areas.kv_put(&ns, &key, &value)).await
+    }
+
+    /// Atomic through `link(2)`, so it holds even against another process
+    /// sharing the state root (a `bdk run` beside a `bdk serve`).
+    async fn kv_put_if_absent(&self, namespace: &str, key: &str, value: Value) -> Result<bool> {
+        let (inner, ns, key) = (self.inner.clone(), namespace.to_owned(), key.to_owned());
+        blocking(move || inner.areas.kv_put_if_absent(&ns, &key, &value)).await
     }
 
     async fn kv_delete(&self, namespace: &str, key: &str) -> Result<bool> {

@@ -274,6 +274,37 @@ pub(crate) fn write_atomic(temp_dir: &Path, target: &Path, bytes: &[u8]) -> io::
     result
 }
 
+/// Writes `bytes` to `target` only if nothing is there yet; false when the
+/// target already existed (then nothing changes). The content is written and
+/// fsynced in a temp file first and then hard-linked into place: `link(2)`
+/// refuses an existing name atomically, across threads and processes, so of
+/// several concurrent writers exactly one succeeds, and a reader never sees a
+/// half-written file.
+pub(crate) fn write_new(temp_dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<bool> {
+    let temp = temp_dir.join(temp_name("new"));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        match fs::hard_link(&temp, target) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        if let Some(parent) = target.parent() {
+            sync_dir(parent)?;
+        }
+        Ok(true)
+    })();
+    // The temp name is only a staging link: it goes whatever happened.
+    let _ = fs::remove_file(&temp);
+    result
+}
+
 /// Fsyncs a directory so entries created or renamed in it are durable. Only
 /// meaningful (and only possible) on Unix; elsewhere the rename is trusted.
 pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {

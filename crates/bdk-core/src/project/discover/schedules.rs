@@ -1,5 +1,6 @@
-//! `schedules/**`: Markdown prompts with `cron` frontmatter and TOML
-//! hand-offs into a channel.
+//! `schedules/**`: Markdown prompts with `cron` frontmatter, and TOML
+//! handler schedules that hand a message into a channel or call a server
+//! tool with a fixed input.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -7,13 +8,70 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::frontmatter;
-use super::util::{Diags, Fields, Kind, list_dir, read_text, read_toml, report_other};
-use crate::project::cron::{next_fire_exists, validate_cron};
-use crate::project::{Schedule, ScheduleAction};
+use super::util::{
+    Diags, Fields, Kind, list_dir, read_text, read_toml, report_other, toml_to_json,
+};
+use crate::cron::CronExpr;
+use crate::project::{AgentConfig, Schedule, ScheduleAction, ToolManifest};
+use crate::tool::schema::InputValidator;
+use crate::tool::{Execution, ToolSpec, builtin};
 
 /// The most schedules one agent may declare.
 const MAX_SCHEDULES: usize = 64;
-const TOML_KEYS: &[&str] = &["cron", "channel", "message", "continuation_key"];
+const TOML_KEYS: &[&str] = &[
+    "cron",
+    "channel",
+    "message",
+    "continuation_key",
+    "tool",
+    "input",
+];
+
+/// What a TOML schedule may target.
+pub(crate) struct Targets {
+    /// The discovered channel names (every manifest file, even a broken one).
+    pub(crate) channels: BTreeSet<String>,
+    /// The tools known from the folder: manifest tools and the enabled
+    /// built-ins, by name.
+    pub(crate) tools: BTreeMap<String, ToolSpec>,
+    /// Whether an MCP connection advertises its tools, which are only known
+    /// once it is connected.
+    pub(crate) mcp_advertises: bool,
+}
+
+/// The tools discovery can see: the enabled built-ins, then the manifest
+/// tools (which replace a built-in of the same name, as in the host).
+pub(crate) fn known_tools(
+    config: &AgentConfig,
+    manifests: &[ToolManifest],
+    has_skills: bool,
+) -> BTreeMap<String, ToolSpec> {
+    let b = &config.builtin_tools;
+    let mut builtins = Vec::new();
+    if b.workspace {
+        builtins.extend(builtin::workspace_tools());
+    }
+    if b.shell {
+        builtins.push(builtin::shell_tool());
+    }
+    if b.artifacts {
+        builtins.push(builtin::tag_artifact_tool());
+    }
+    if b.reminders {
+        builtins.extend(builtin::reminder_tools());
+    }
+    if has_skills {
+        builtins.push(builtin::load_skill_tool());
+    }
+    let mut tools: BTreeMap<String, ToolSpec> = builtins
+        .iter()
+        .map(|t| (t.spec().name.clone(), t.spec().clone()))
+        .collect();
+    for m in manifests {
+        tools.insert(m.spec.name.clone(), m.spec.clone());
+    }
+    tools
+}
 
 /// True for 1-100 characters of `[A-Za-z0-9._/-]` starting with a letter or digit.
 fn is_schedule_name(name: &str) -> bool {
@@ -23,9 +81,9 @@ fn is_schedule_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-'))
 }
 
-/// Discovers schedules under `dir`, sorted by name. `channels` are the
-/// discovered channel names, which hand-off schedules must target.
-pub(crate) fn discover(d: &mut Diags, dir: &Path, channels: &BTreeSet<String>) -> Vec<Schedule> {
+/// Discovers schedules under `dir`, sorted by name. TOML schedules must
+/// target one of `targets`.
+pub(crate) fn discover(d: &mut Diags, dir: &Path, targets: &Targets) -> Vec<Schedule> {
     let mut files = Vec::new();
     walk(d, dir, "", &mut files);
     let mut sources: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
@@ -43,7 +101,7 @@ pub(crate) fn discover(d: &mut Diags, dir: &Path, channels: &BTreeSet<String>) -
         let schedule = if is_md {
             markdown(d, &path, name.clone())
         } else {
-            handoff(d, &path, name.clone(), channels)
+            handler(d, &path, name.clone(), targets)
         };
         if let Some(s) = schedule {
             out.entry(name).or_insert(s);
@@ -95,7 +153,7 @@ fn walk(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf,
             (Kind::File, _) => d.warn(
                 &entry.path,
                 "stray file in schedules/: schedules are <name>.md or <name>.toml",
-                "rename it to .md (a prompt with `cron` frontmatter) or .toml (a channel hand-off), or remove it",
+                "rename it to .md (a prompt with `cron` frontmatter) or .toml (a channel hand-off or a tool call), or remove it",
             ),
             (Kind::Other, _) => report_other(d, &entry),
         }
@@ -103,12 +161,12 @@ fn walk(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf,
 }
 
 fn check_cron(d: &mut Diags, path: &Path, cron: &str) -> bool {
-    match validate_cron(cron).and_then(|()| next_fire_exists(cron)) {
-        Ok(()) => true,
+    match CronExpr::parse(cron) {
+        Ok(_) => true,
         Err(e) => {
             d.error(
                 path,
-                format!("invalid cron `{cron}`: {e}"),
+                format!("invalid cron `{cron}`: {}", e.reason()),
                 "write a 5-field UTC cron expression such as \"0 9 * * 1-5\"",
             );
             false
@@ -166,33 +224,66 @@ fn markdown(d: &mut Diags, path: &Path, name: String) -> Option<Schedule> {
     })
 }
 
-/// `<name>.toml`: `cron`, `channel`, `message`, optional `continuation_key`.
-fn handoff(
-    d: &mut Diags,
-    path: &Path,
-    name: String,
-    channels: &BTreeSet<String>,
-) -> Option<Schedule> {
+/// `<name>.toml`: `cron` and exactly one target: `channel` with `message`
+/// (and optional `continuation_key`), or `tool` with an optional `[input]`.
+fn handler(d: &mut Diags, path: &Path, name: String, targets: &Targets) -> Option<Schedule> {
     let table = read_toml(d, path)?;
     let f = Fields::new(&table, path);
     f.unknown_keys(d, TOML_KEYS);
     let errors_before = d.error_count();
-    for key in ["cron", "channel", "message"] {
-        if !f.has(key) {
-            d.error(
-                path,
-                format!("missing `{key}`"),
-                format!("add `{key} = \"...\"`"),
-            );
-        }
+    if !f.has("cron") {
+        d.error(path, "missing `cron`", "add `cron = \"...\"`");
     }
     let cron = f.nonempty_string(d, "cron");
     if let Some(c) = &cron {
         check_cron(d, path, c);
     }
+    let action = match (f.has("channel"), f.has("tool")) {
+        (true, true) => {
+            d.error(
+                path,
+                "schedule names both `channel` and `tool`",
+                "keep one: `channel` + `message` hands a message into a channel, `tool` + `[input]` calls a tool",
+            );
+            None
+        }
+        (false, false) => {
+            d.error(
+                path,
+                "schedule names neither `channel` nor `tool`",
+                "add `channel = \"...\"` and `message = \"...\"`, or `tool = \"...\"` with an `[input]` table",
+            );
+            None
+        }
+        (true, false) => handoff(d, path, &f, targets),
+        (false, true) => tool_call(d, path, &f, targets),
+    };
+    if d.error_count() > errors_before {
+        return None;
+    }
+    Some(Schedule {
+        name,
+        path: path.to_owned(),
+        cron: cron?,
+        action: action?,
+    })
+}
+
+/// The `channel` form.
+fn handoff(d: &mut Diags, path: &Path, f: &Fields, targets: &Targets) -> Option<ScheduleAction> {
+    if f.has("input") {
+        d.error(
+            path,
+            "`input` only applies to tool schedules",
+            "remove `[input]`, or call a tool with `tool = \"...\"` instead of `channel`",
+        );
+    }
+    if !f.has("message") {
+        d.error(path, "missing `message`", "add `message = \"...\"`");
+    }
     let channel = f.nonempty_string(d, "channel");
     if let Some(ch) = &channel
-        && !channels.contains(ch)
+        && !targets.channels.contains(ch)
     {
         d.error(
             path,
@@ -202,17 +293,77 @@ fn handoff(
     }
     let message = f.nonempty_string(d, "message");
     let continuation_key = f.nonempty_string(d, "continuation_key");
-    if d.error_count() > errors_before {
-        return None;
-    }
-    Some(Schedule {
-        name,
-        path: path.to_owned(),
-        cron: cron?,
-        action: ScheduleAction::Handoff {
-            channel: channel?,
-            message: message?,
-            continuation_key,
-        },
+    Some(ScheduleAction::Handoff {
+        channel: channel?,
+        message: message?,
+        continuation_key,
     })
+}
+
+/// The `tool` form: the tool must be one the host can call directly, and
+/// the input must match its schema when discovery knows the tool.
+fn tool_call(d: &mut Diags, path: &Path, f: &Fields, targets: &Targets) -> Option<ScheduleAction> {
+    for key in ["message", "continuation_key"] {
+        if f.has(key) {
+            d.error(
+                path,
+                format!("`{key}` only applies to channel hand-offs"),
+                format!("remove `{key}`; a tool schedule passes its `[input]` table to the tool"),
+            );
+        }
+    }
+    let tool = f.nonempty_string(d, "tool")?;
+    let input = match f.table(d, "input") {
+        Some(t) => toml_to_json(&toml::Value::Table(t.clone())),
+        None if f.has("input") => return None,
+        None => Value::Object(serde_json::Map::new()),
+    };
+    match targets.tools.get(&tool) {
+        Some(spec) if spec.execution == Execution::Agent => {
+            d.error(
+                path,
+                format!("tool `{tool}` runs in the agent's workspace and cannot be called by a schedule"),
+                "name a server tool (`execution = \"server\"`)",
+            );
+        }
+        Some(spec) => {
+            // A broken schema is reported by the tool's own manifest.
+            if let Ok(validator) = InputValidator::new(&spec.input_schema)
+                && let Err(errors) = validator.validate(&input)
+            {
+                d.error(
+                    path,
+                    format!(
+                        "`input` does not match the input schema of `{tool}`: {}",
+                        errors.join("; ")
+                    ),
+                    "fix the `[input]` table to match the tool's input_schema",
+                );
+            }
+        }
+        None if targets.mcp_advertises => d.warn(
+            path,
+            format!("tool `{tool}` is not a tool of this folder; it must come from an MCP connection that advertises its tools"),
+            "check the name against the connection's tools (`bdk info` lists them once connected)",
+        ),
+        None => {
+            let known = targets
+                .tools
+                .iter()
+                .filter(|(_, s)| s.execution != Execution::Agent)
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            d.error(
+                path,
+                format!("unknown tool `{tool}`"),
+                if known.is_empty() {
+                    "add a tool under tools/ or name an existing one (this agent has no server tools)".to_owned()
+                } else {
+                    format!("name one of the agent's server tools: {known}")
+                },
+            );
+        }
+    }
+    Some(ScheduleAction::Tool { tool, input })
 }

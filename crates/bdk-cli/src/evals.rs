@@ -1,0 +1,259 @@
+//! `bdk evals`: run the project's evals in process (default) or against a
+//! running server (`--url`), print progress and a summary, write reports,
+//! and exit non-zero when a case fails.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bdk_evals::runner::{CaseResult, CaseStatus, IterationResult, Progress, RunOptions, Runner};
+use bdk_evals::target::{HostTarget, HttpTarget, Target};
+use tokio_util::sync::CancellationToken;
+
+use crate::ProjectArgs;
+use crate::commands::{FAILED, OK, UNUSABLE, print_diagnostics};
+
+/// Arguments of `bdk evals`.
+#[derive(clap::Args, Debug)]
+pub(crate) struct EvalsArgs {
+    #[command(flatten)]
+    project: ProjectArgs,
+    /// Only these case ids (or id prefixes such as a file's path); repeatable, any may match.
+    #[arg(long, value_name = "ID", num_args = 1..)]
+    filter: Vec<String>,
+    /// Only cases with one of these tags; repeatable. With --filter, a case must match both.
+    #[arg(long, value_name = "TAG", num_args = 1..)]
+    tags: Vec<String>,
+    /// Per-case timeout in milliseconds (a case's or file's own timeout wins).
+    #[arg(long, value_name = "MS")]
+    timeout: Option<u64>,
+    /// Print every turn of every case, passing ones included.
+    #[arg(long)]
+    verbose: bool,
+    /// Print the run result as JSON on stdout (progress goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Write a JUnit XML report to FILE.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
+    /// Run against a running `bdk serve` at this agent base URL
+    /// (`http://127.0.0.1:3000/<slug>`, or the server root in single mode).
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+    /// Bearer token for --url.
+    #[arg(long, value_name = "TOKEN", env = "BDK_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+/// Live progress: a rewritten status line on a terminal, one line per
+/// finished case otherwise. Always on stderr.
+struct Live {
+    tty: bool,
+    total: usize,
+    done: AtomicUsize,
+    failed: AtomicUsize,
+    running: AtomicUsize,
+    verbose: bool,
+}
+
+impl Live {
+    fn status(&self) {
+        if !self.tty {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = write!(
+            err,
+            "\r\x1b[2Krunning: {}/{} case(s) done, {} failed, {} iteration(s) in flight",
+            self.done.load(Ordering::Relaxed),
+            self.total,
+            self.failed.load(Ordering::Relaxed),
+            self.running.load(Ordering::Relaxed),
+        );
+        let _ = err.flush();
+    }
+
+    fn clear(&self) {
+        if self.tty {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+}
+
+impl Progress for Live {
+    fn iteration_started(&self, _case: &str, _iteration: u32) {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        self.status();
+    }
+
+    fn iteration_finished(&self, _case: &str, _result: &IterationResult) {
+        self.running.fetch_sub(1, Ordering::Relaxed);
+        self.status();
+    }
+
+    fn case_finished(&self, c: &CaseResult) {
+        self.done.fetch_add(1, Ordering::Relaxed);
+        let mark = match c.status {
+            CaseStatus::Passed => "ok  ",
+            CaseStatus::Failed => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                "FAIL"
+            }
+            _ => "skip",
+        };
+        self.clear();
+        let mut lines = vec![format!("{mark} {} ({} ms)", c.id, c.duration_ms)];
+        if c.status != CaseStatus::Passed {
+            lines.extend(
+                bdk_evals::report::failure_lines(c)
+                    .into_iter()
+                    .map(|l| format!("     - {l}")),
+            );
+        }
+        if self.verbose {
+            for it in &c.iterations {
+                for t in &it.turns {
+                    lines.push(format!(
+                        "     iteration {} turn {}: {:?} -> {} [{}]",
+                        it.iteration,
+                        t.index,
+                        t.prompt,
+                        bdk_evals::report::clip(&t.message, 160),
+                        t.tool_calls.join(", ")
+                    ));
+                }
+            }
+        }
+        eprintln!("{}", lines.join("\n"));
+        self.status();
+    }
+}
+
+pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
+    let dir = args.project.dir(None);
+    let loaded = bdk_evals::load(&dir);
+    print_diagnostics(&loaded.diagnostics, true);
+    let Some(suite) = loaded.suite else {
+        if loaded.diagnostics.is_empty() {
+            eprintln!(
+                "error: {} has no evals/ folder; create evals/evals.toml and a <name>.eval.toml case file",
+                dir.display()
+            );
+        } else {
+            eprintln!(
+                "error: the eval files of {} have errors; fix them and run again",
+                dir.display()
+            );
+        }
+        return Ok(UNUSABLE);
+    };
+    let opts = RunOptions {
+        filter_ids: args.filter.clone(),
+        tags: args.tags.clone(),
+        timeout_ms: args.timeout,
+        verbose: args.verbose,
+    };
+    if args.timeout == Some(0) {
+        eprintln!("error: --timeout must be above 0");
+        return Ok(UNUSABLE);
+    }
+    let cases = bdk_evals::runner::select(&suite.cases, &opts);
+    if cases.is_empty() {
+        eprintln!(
+            "error: no eval case matches the selection (--filter {:?}, --tags {:?}); {} case(s) exist",
+            args.filter,
+            args.tags,
+            suite.cases.len()
+        );
+        return Ok(UNUSABLE);
+    }
+
+    // The judge resolves through the project's providers in both modes, so
+    // the project must be readable even when the agent runs elsewhere.
+    let discovery = bdk_core::discover(&dir);
+    let mut host_guard = None;
+    let target: Arc<dyn Target> = match &args.url {
+        Some(url) => match HttpTarget::new(url, args.token.clone()) {
+            Ok(t) => Arc::new(t),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(UNUSABLE);
+            }
+        },
+        None => {
+            let root = args.project.state_root(&dir);
+            let (host, lock) = match crate::commands::open_host(&dir, &root, None).await? {
+                Ok(h) => h,
+                Err(code) => return Ok(code),
+            };
+            host_guard = Some((host.clone(), lock));
+            Arc::new(HostTarget::new(host))
+        }
+    };
+    let mut runner = Runner::new(suite.config.clone(), target);
+    if let Some(project) = discovery.project {
+        runner = runner.judges(bdk_evals::project_judges(project));
+    }
+
+    let live = Live {
+        tty: std::io::stderr().is_terminal(),
+        total: cases.len(),
+        done: AtomicUsize::new(0),
+        failed: AtomicUsize::new(0),
+        running: AtomicUsize::new(0),
+        verbose: args.verbose,
+    };
+    let cancel = CancellationToken::new();
+    let interrupt = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\ninterrupted: cancelling the eval run");
+                cancel.cancel();
+            }
+        })
+    };
+    let result = runner
+        .run(
+            bdk_evals::runner::new_run_id(),
+            cases.clone(),
+            opts,
+            cancel.clone(),
+            &live,
+        )
+        .await;
+    interrupt.abort();
+    live.clear();
+
+    if let Some((host, _lock)) = host_guard {
+        host.shutdown(Duration::from_secs(5)).await;
+    }
+
+    let table = bdk_evals::report::summary_table(&result);
+    if args.json {
+        eprint!("{table}");
+        println!("{}", bdk_evals::report::json(&result));
+    } else {
+        print!("{table}");
+    }
+    let written = bdk_evals::report::write_reports(&dir, &suite.config.reporters, &cases, &result)
+        .context("failed to write an eval report")?;
+    for path in written {
+        eprintln!("report: {}", path.display());
+    }
+    if let Some(path) = &args.junit {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("failed to create {}", parent.display()))?;
+        }
+        std::fs::write(path, bdk_evals::report::junit(&result))
+            .with_context(|| format!("failed to write {}", path.display()))?;
+        eprintln!("junit: {}", path.display());
+    }
+    Ok(if result.passed() { OK } else { FAILED })
+}

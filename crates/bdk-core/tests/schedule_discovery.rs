@@ -1,0 +1,234 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! TOML tool schedules in discovery (what `bdk validate` reports): the
+//! parsed form, and every refusal: unknown tools, agent-execution tools,
+//! input that breaks the tool's schema, both or neither of `channel` and
+//! `tool`, and keys that belong to the other form.
+
+use bdk_core::project::ScheduleAction;
+use bdk_core::{Discovery, Severity, discover};
+use serde_json::json;
+use tempfile::TempDir;
+
+const ECHO: &str = r#"
+description = "Echo the input back."
+effect = "read"
+command = ["sh", "-c", "cat"]
+
+[input_schema]
+type = "object"
+required = ["text"]
+properties = { text = { type = "string" }, times = { type = "integer", minimum = 1 } }
+additionalProperties = false
+"#;
+
+const NOTIFY: &str = r#"
+description = "Print a notification in the workspace."
+execution = "agent"
+script = "notify.sh"
+"#;
+
+const INBOX: &str = r#"
+description = "Receives scheduled hand-offs."
+auth = "default"
+
+[[routes]]
+method = "POST"
+path = "/"
+message = "{{ method }} {{ path }}"
+"#;
+
+/// A project with tools `echo` (server) and `notify` (agent), channel
+/// `inbox`, and the given schedule files (plus `extra` files).
+fn project(schedules: &[(&str, &str)], extra: &[(&str, &str)]) -> (TempDir, Discovery) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut files: Vec<(String, String)> = vec![
+        ("agent/agent.toml".into(), "model = \"scripted\"\n".into()),
+        ("agent/instructions.md".into(), "You run jobs.\n".into()),
+        (
+            "agent/scripted.toml".into(),
+            "[[rules]]\nreply = \"ok\"\n".into(),
+        ),
+        ("agent/tools/echo.toml".into(), ECHO.into()),
+        ("agent/tools/notify.toml".into(), NOTIFY.into()),
+        ("agent/tools/notify.sh".into(), "echo hi\n".into()),
+        ("agent/channels/inbox.toml".into(), INBOX.into()),
+    ];
+    for (name, body) in schedules {
+        files.push((format!("agent/schedules/{name}.toml"), (*body).to_owned()));
+    }
+    for (path, body) in extra {
+        files.push(((*path).to_owned(), (*body).to_owned()));
+    }
+    for (path, content) in &files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    let d = discover(dir.path());
+    (dir, d)
+}
+
+/// The diagnostics of `agent/schedules/<name>.toml` as `(severity, message)`.
+fn diags(d: &Discovery, name: &str) -> Vec<(Severity, String)> {
+    let file = format!("agent/schedules/{name}.toml");
+    d.diagnostics
+        .iter()
+        .filter(|x| x.file == file)
+        .map(|x| (x.severity, x.message.clone()))
+        .collect()
+}
+
+#[test]
+fn a_tool_schedule_is_parsed_with_its_input() {
+    let (_dir, d) = project(
+        &[
+            (
+                "sweep",
+                "cron = \"*/10 * * * *\"\ntool = \"echo\"\n\n[input]\ntext = \"sweep\"\ntimes = 2\n",
+            ),
+            // No [input]: the tool gets `{}`, which this built-in accepts.
+            (
+                "skills_off",
+                "cron = \"0 * * * *\"\ntool = \"list_files\"\n",
+            ),
+        ],
+        &[],
+    );
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let p = d.project.unwrap();
+    let sweep = p.schedules.iter().find(|s| s.name == "sweep").unwrap();
+    assert_eq!(sweep.cron, "*/10 * * * *");
+    assert_eq!(
+        sweep.action,
+        ScheduleAction::Tool {
+            tool: "echo".into(),
+            input: json!({"text": "sweep", "times": 2}),
+        }
+    );
+    let builtin = p.schedules.iter().find(|s| s.name == "skills_off").unwrap();
+    assert_eq!(
+        builtin.action,
+        ScheduleAction::Tool {
+            tool: "list_files".into(),
+            input: json!({}),
+        }
+    );
+    let info = bdk_core::project::info::surface(&p, &[]);
+    let kinds: Vec<&str> = info["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["tool", "tool"]);
+}
+
+#[test]
+fn tool_schedules_that_cannot_run_are_errors_naming_the_fix() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "ghost",
+            "cron = \"0 * * * *\"\ntool = \"nope\"\n",
+            "unknown tool `nope`",
+        ),
+        (
+            "agentside",
+            "cron = \"0 * * * *\"\ntool = \"notify\"\n",
+            "tool `notify` runs in the agent's workspace",
+        ),
+        (
+            "badinput",
+            "cron = \"0 * * * *\"\ntool = \"echo\"\n[input]\ntimes = 0\n",
+            "`input` does not match the input schema of `echo`",
+        ),
+        (
+            "noinput",
+            "cron = \"0 * * * *\"\ntool = \"echo\"\n",
+            "`input` does not match the input schema of `echo`",
+        ),
+        (
+            "scalar",
+            "cron = \"0 * * * *\"\ntool = \"echo\"\ninput = \"text\"\n",
+            "`input` must be a table",
+        ),
+        (
+            "both",
+            "cron = \"0 * * * *\"\ntool = \"echo\"\nchannel = \"inbox\"\nmessage = \"hi\"\n",
+            "names both `channel` and `tool`",
+        ),
+        (
+            "neither",
+            "cron = \"0 * * * *\"\nmessage = \"hi\"\n",
+            "names neither `channel` nor `tool`",
+        ),
+        (
+            "toolmsg",
+            "cron = \"0 * * * *\"\ntool = \"echo\"\nmessage = \"hi\"\n[input]\ntext = \"x\"\n",
+            "`message` only applies to channel hand-offs",
+        ),
+        (
+            "chaninput",
+            "cron = \"0 * * * *\"\nchannel = \"inbox\"\nmessage = \"hi\"\n[input]\ntext = \"x\"\n",
+            "`input` only applies to tool schedules",
+        ),
+        (
+            "nomsg",
+            "cron = \"0 * * * *\"\nchannel = \"inbox\"\n",
+            "missing `message`",
+        ),
+        (
+            "nocron",
+            "tool = \"echo\"\n[input]\ntext = \"x\"\n",
+            "missing `cron`",
+        ),
+        (
+            "never",
+            "cron = \"0 0 31 2 *\"\ntool = \"echo\"\n[input]\ntext = \"x\"\n",
+            "never fires",
+        ),
+        ("emptytool", "cron = \"0 * * * *\"\ntool = \"\"\n", "`tool`"),
+    ];
+    let files: Vec<(&str, &str)> = cases.iter().map(|(n, b, _)| (*n, *b)).collect();
+    let (_dir, d) = project(&files, &[]);
+    let project = d.project.as_ref().unwrap();
+    for (name, _, want) in cases {
+        let got = diags(&d, name);
+        assert!(
+            got.iter()
+                .any(|(sev, msg)| *sev == Severity::Error && msg.contains(want)),
+            "{name}: want an error containing {want:?}, got {got:#?}"
+        );
+        assert!(
+            project.schedules.iter().all(|s| s.name != *name),
+            "{name} must not be scheduled"
+        );
+    }
+    // The unknown-tool fix lists what can be called (server tools only).
+    let ghost = d
+        .diagnostics
+        .iter()
+        .find(|x| x.message.contains("unknown tool `nope`"))
+        .unwrap();
+    assert!(ghost.fix.contains("echo"), "{}", ghost.fix);
+    assert!(!ghost.fix.contains("notify"), "{}", ghost.fix);
+}
+
+#[test]
+fn a_tool_an_mcp_connection_may_advertise_is_a_warning() {
+    let (_dir, d) = project(
+        &[("remote", "cron = \"0 * * * *\"\ntool = \"linear_search\"\n")],
+        &[(
+            "agent/mcp-connections/linear.toml",
+            "url = \"http://127.0.0.1:9/mcp\"\nadvertise_tools = true\n",
+        )],
+    );
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let got = diags(&d, "remote");
+    assert!(
+        got.iter().any(|(sev, msg)| *sev == Severity::Warning
+            && msg.contains("must come from an MCP connection")),
+        "{got:#?}"
+    );
+    let p = d.project.unwrap();
+    assert_eq!(p.schedules.len(), 1);
+}

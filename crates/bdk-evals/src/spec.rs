@@ -1,0 +1,1316 @@
+//! The declarative form: `evals/evals.toml` and `evals/**/*.eval.toml`.
+//!
+//! Files are parsed and checked in full before anything runs; every problem
+//! becomes a [`Diagnostic`] naming the file (and line when TOML knows it)
+//! and the fix. A case in a file compiles into the same [`CaseBody`] a Rust
+//! author would write by hand: each step is a [`Case::send`], each
+//! expectation the assertion method of the same name.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bdk_core::project::rel_path;
+use bdk_core::{Diagnostic, Severity};
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::assert::{Assertions, CallStatus, EventMatch, Stop, ToolMatch};
+use crate::case::{Case, SendOptions, Turn};
+use crate::matcher::Matcher;
+
+/// The body of a case: what a Rust author writes, and what a file compiles to.
+pub type CaseBody =
+    Arc<dyn for<'a> Fn(&'a mut Case) -> BoxFuture<'a, Result<(), Stop>> + Send + Sync>;
+
+/// Largest accepted `max_concurrency`.
+pub const MAX_CONCURRENCY: u32 = 200;
+/// Default `max_playground_runs`.
+pub const DEFAULT_PLAYGROUND_RUNS: u32 = 20;
+/// Largest accepted `iterations`.
+pub const MAX_ITERATIONS: u32 = 1000;
+
+/// The judge model of a config, file or case.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeSpec {
+    /// `provider/model`, resolved like the agent's model.
+    pub model: String,
+}
+
+/// A reporter that writes a file when the run ends.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReporterSpec {
+    /// `json` or `junit`.
+    #[serde(rename = "type")]
+    pub kind: ReporterKind,
+    /// Where to write, relative to the project root.
+    pub path: String,
+}
+
+/// The file reporters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReporterKind {
+    /// The run result as JSON.
+    Json,
+    /// JUnit XML.
+    Junit,
+}
+
+/// `evals/evals.toml`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Cases (and iterations) running at once, 1-200. Required.
+    pub max_concurrency: u32,
+    /// Default per-case timeout.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Default judge.
+    #[serde(default)]
+    pub judge: Option<JudgeSpec>,
+    /// Reporters of every run.
+    #[serde(default)]
+    pub reporters: Vec<ReporterSpec>,
+    /// Runs kept in the server's history.
+    #[serde(default = "default_playground_runs")]
+    pub max_playground_runs: u32,
+    /// Keep server runs in the store (they survive restarts).
+    #[serde(default)]
+    pub persist_runs: bool,
+}
+
+fn default_playground_runs() -> u32 {
+    DEFAULT_PLAYGROUND_RUNS
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        EvalConfig {
+            max_concurrency: 4,
+            timeout_ms: None,
+            judge: None,
+            reporters: Vec::new(),
+            max_playground_runs: DEFAULT_PLAYGROUND_RUNS,
+            persist_runs: false,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDef {
+    description: Option<String>,
+    #[serde(default)]
+    tags: Option<Vec<String>>,
+    #[serde(default)]
+    metadata: Option<serde_json::Map<String, Value>>,
+    timeout_ms: Option<u64>,
+    iterations: Option<u32>,
+    judge: Option<JudgeSpec>,
+    #[serde(default)]
+    reporters: Vec<ReporterSpec>,
+    #[serde(default)]
+    cases: Vec<toml::Spanned<CaseDef>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseDef {
+    name: String,
+    description: Option<String>,
+    tags: Option<Vec<String>>,
+    metadata: Option<serde_json::Map<String, Value>>,
+    timeout_ms: Option<u64>,
+    iterations: Option<u32>,
+    min_pass_rate: Option<f64>,
+    judge: Option<JudgeSpec>,
+    #[serde(default)]
+    reporters: Vec<ReporterSpec>,
+    #[serde(default)]
+    steps: Vec<StepDef>,
+    #[serde(default)]
+    expect: Vec<AssertDef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StepDef {
+    send: String,
+    #[serde(default)]
+    workspace_files: BTreeMap<String, String>,
+    #[serde(default)]
+    expect_ok: bool,
+    #[serde(default)]
+    expect: Vec<AssertDef>,
+}
+
+/// One assertion as written in a file (`assert = "<kind>"` plus its fields).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "assert", rename_all = "snake_case", deny_unknown_fields)]
+enum AssertDef {
+    Succeeded {},
+    CalledTool {
+        name: String,
+        input: Option<Value>,
+        output: Option<Value>,
+        status: Option<CallStatus>,
+        count: Option<usize>,
+    },
+    RequireToolCall {
+        name: String,
+        input: Option<Value>,
+        output: Option<Value>,
+        status: Option<CallStatus>,
+    },
+    NotCalledTool {
+        name: String,
+    },
+    LoadedSkill {
+        name: String,
+    },
+    ToolOrder {
+        names: Vec<String>,
+    },
+    UsedNoTools {},
+    MaxToolCalls {
+        max: usize,
+    },
+    NoFailedActions {},
+    CalledSubagent {
+        name: String,
+        prompt: Option<Value>,
+        reply: Option<Value>,
+        status: Option<CallStatus>,
+        count: Option<usize>,
+    },
+    TaggedArtifact {
+        kind: Option<String>,
+        data: Option<Value>,
+    },
+    Event {
+        #[serde(rename = "type")]
+        kind: String,
+        data: Option<Value>,
+    },
+    NotEvent {
+        #[serde(rename = "type")]
+        kind: String,
+        data: Option<Value>,
+    },
+    EventOrder {
+        events: Vec<EventDef>,
+    },
+    EventsSatisfy {
+        label: String,
+        #[serde(rename = "type")]
+        kind: String,
+        data: Value,
+    },
+    RequireInputRequest {
+        tool: String,
+    },
+    Check {
+        value: CheckValue,
+        expect: Value,
+    },
+    Score {
+        name: String,
+        value: f64,
+    },
+    Judge {
+        rubric: String,
+        #[serde(default = "default_threshold")]
+        threshold: f64,
+    },
+}
+
+fn default_threshold() -> f64 {
+    0.7
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventDef {
+    #[serde(rename = "type")]
+    kind: String,
+    data: Option<Value>,
+}
+
+/// The values a file's `check` can inspect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum CheckValue {
+    Reply,
+    ToolNames,
+    ToolCallCount,
+    EventCount,
+    TurnCount,
+}
+
+/// A checked assertion, matchers compiled.
+#[derive(Clone, Debug)]
+enum Compiled {
+    Succeeded,
+    CalledTool(String, ToolMatch),
+    RequireToolCall(String, ToolMatch),
+    NotCalledTool(String),
+    LoadedSkill(String),
+    ToolOrder(Vec<String>),
+    UsedNoTools,
+    MaxToolCalls(usize),
+    NoFailedActions,
+    CalledSubagent(String, ToolMatch),
+    TaggedArtifact(Option<String>, Option<Matcher>),
+    Event(EventMatch),
+    NotEvent(EventMatch),
+    EventOrder(Vec<EventMatch>),
+    EventsSatisfy(String, EventMatch),
+    RequireInputRequest(String),
+    Check(CheckValue, Matcher),
+    Score(String, f64),
+    Judge(String, f64),
+}
+
+/// Every event type of the vocabulary, to catch typos in files.
+pub const EVENT_TYPES: &[&str] = &[
+    "session.started",
+    "ab.assigned",
+    "agent.bound",
+    "session.waiting",
+    "session.completed",
+    "session.failed",
+    "message.received",
+    "nudge.delivered",
+    "turn.queued",
+    "turn.started",
+    "turn.completed",
+    "turn.failed",
+    "step.started",
+    "step.completed",
+    "reasoning.appended",
+    "reasoning.completed",
+    "message.appended",
+    "message.completed",
+    "actions.requested",
+    "actions.completed",
+    "action.result",
+    "action.tool_retry",
+    "action.approval_requested",
+    "action.approval_resolved",
+    "subagent.called",
+    "subagent.completed",
+    "artifact.tagged",
+];
+
+fn matcher(v: Option<&Value>, what: &str) -> Result<Option<Matcher>, String> {
+    v.map(|v| Matcher::compile(v).map_err(|e| format!("{what}: {e}")))
+        .transpose()
+}
+
+fn event_type(kind: &str) -> Result<(), String> {
+    if EVENT_TYPES.contains(&kind) {
+        Ok(())
+    } else {
+        Err(format!(
+            "unknown event type `{kind}`; known types: {}",
+            EVENT_TYPES.join(", ")
+        ))
+    }
+}
+
+fn tool_match(
+    input: Option<&Value>,
+    output: Option<&Value>,
+    status: Option<CallStatus>,
+    count: Option<usize>,
+    names: (&str, &str),
+) -> Result<ToolMatch, String> {
+    Ok(ToolMatch {
+        input: matcher(input, names.0)?,
+        output: matcher(output, names.1)?,
+        status,
+        count,
+    })
+}
+
+fn compile(a: &AssertDef) -> Result<Compiled, String> {
+    Ok(match a {
+        AssertDef::Succeeded {} => Compiled::Succeeded,
+        AssertDef::CalledTool {
+            name,
+            input,
+            output,
+            status,
+            count,
+        } => Compiled::CalledTool(
+            name.clone(),
+            tool_match(
+                input.as_ref(),
+                output.as_ref(),
+                *status,
+                *count,
+                ("input", "output"),
+            )?,
+        ),
+        AssertDef::RequireToolCall {
+            name,
+            input,
+            output,
+            status,
+        } => Compiled::RequireToolCall(
+            name.clone(),
+            tool_match(
+                input.as_ref(),
+                output.as_ref(),
+                *status,
+                None,
+                ("input", "output"),
+            )?,
+        ),
+        AssertDef::NotCalledTool { name } => Compiled::NotCalledTool(name.clone()),
+        AssertDef::LoadedSkill { name } => Compiled::LoadedSkill(name.clone()),
+        AssertDef::ToolOrder { names } => {
+            if names.is_empty() {
+                return Err("tool_order needs at least one name".into());
+            }
+            Compiled::ToolOrder(names.clone())
+        }
+        AssertDef::UsedNoTools {} => Compiled::UsedNoTools,
+        AssertDef::MaxToolCalls { max } => Compiled::MaxToolCalls(*max),
+        AssertDef::NoFailedActions {} => Compiled::NoFailedActions,
+        AssertDef::CalledSubagent {
+            name,
+            prompt,
+            reply,
+            status,
+            count,
+        } => Compiled::CalledSubagent(
+            name.clone(),
+            tool_match(
+                prompt.as_ref(),
+                reply.as_ref(),
+                *status,
+                *count,
+                ("prompt", "reply"),
+            )?,
+        ),
+        AssertDef::TaggedArtifact { kind, data } => {
+            Compiled::TaggedArtifact(kind.clone(), matcher(data.as_ref(), "data")?)
+        }
+        AssertDef::Event { kind, data } => {
+            event_type(kind)?;
+            Compiled::Event(EventMatch {
+                kind: kind.clone(),
+                data: matcher(data.as_ref(), "data")?,
+            })
+        }
+        AssertDef::NotEvent { kind, data } => {
+            event_type(kind)?;
+            Compiled::NotEvent(EventMatch {
+                kind: kind.clone(),
+                data: matcher(data.as_ref(), "data")?,
+            })
+        }
+        AssertDef::EventOrder { events } => {
+            if events.is_empty() {
+                return Err("event_order needs at least one event".into());
+            }
+            let mut out = Vec::new();
+            for (i, e) in events.iter().enumerate() {
+                event_type(&e.kind).map_err(|m| format!("events[{i}]: {m}"))?;
+                out.push(EventMatch {
+                    kind: e.kind.clone(),
+                    data: matcher(e.data.as_ref(), &format!("events[{i}].data"))?,
+                });
+            }
+            Compiled::EventOrder(out)
+        }
+        AssertDef::EventsSatisfy { label, kind, data } => {
+            event_type(kind)?;
+            Compiled::EventsSatisfy(
+                label.clone(),
+                EventMatch {
+                    kind: kind.clone(),
+                    data: matcher(Some(data), "data")?,
+                },
+            )
+        }
+        AssertDef::RequireInputRequest { tool } => Compiled::RequireInputRequest(tool.clone()),
+        AssertDef::Check { value, expect } => Compiled::Check(
+            *value,
+            Matcher::compile(expect).map_err(|e| format!("expect: {e}"))?,
+        ),
+        AssertDef::Score { name, value } => {
+            if !(0.0..=1.0).contains(value) {
+                return Err(format!("score {value} is outside 0..=1"));
+            }
+            Compiled::Score(name.clone(), *value)
+        }
+        AssertDef::Judge { rubric, threshold } => {
+            if !(0.0..=1.0).contains(threshold) {
+                return Err(format!("judge threshold {threshold} is outside 0..=1"));
+            }
+            if rubric.trim().is_empty() {
+                return Err("judge needs a rubric".into());
+            }
+            Compiled::Judge(rubric.clone(), *threshold)
+        }
+    })
+}
+
+/// Applies a compiled assertion that needs nothing async.
+fn apply_sync(a: &Compiled, s: &impl Assertions, reply: &str, turns: usize) -> Result<(), Stop> {
+    match a {
+        Compiled::Succeeded => {
+            s.succeeded();
+        }
+        Compiled::CalledTool(n, m) => {
+            s.called_tool(n, m.clone());
+        }
+        Compiled::RequireToolCall(n, m) => {
+            s.require_tool_call(n, m.clone())?;
+        }
+        Compiled::NotCalledTool(n) => {
+            s.not_called_tool(n);
+        }
+        Compiled::LoadedSkill(n) => {
+            s.loaded_skill(n);
+        }
+        Compiled::ToolOrder(names) => {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            s.tool_order(&names);
+        }
+        Compiled::UsedNoTools => {
+            s.used_no_tools();
+        }
+        Compiled::MaxToolCalls(m) => {
+            s.max_tool_calls(*m);
+        }
+        Compiled::NoFailedActions => {
+            s.no_failed_actions();
+        }
+        Compiled::CalledSubagent(n, m) => {
+            s.called_subagent(n, m.clone());
+        }
+        Compiled::TaggedArtifact(k, d) => {
+            s.tagged_artifact(k.as_deref(), d.clone());
+        }
+        Compiled::Event(e) => {
+            s.event(&e.kind, e.data.clone());
+        }
+        Compiled::NotEvent(e) => {
+            s.not_event(&e.kind, e.data.clone());
+        }
+        Compiled::EventOrder(groups) => {
+            s.event_order(groups);
+        }
+        Compiled::EventsSatisfy(label, em) => {
+            s.events_satisfy(label, |events| every_event_matches(events, em));
+        }
+        Compiled::RequireInputRequest(tool) => {
+            s.require_input_request(tool)?;
+        }
+        Compiled::Check(value, expect) => {
+            let calls = crate::assert::tool_calls(s.scope_events());
+            let (label, v) = match value {
+                CheckValue::Reply => ("reply", Value::String(reply.to_owned())),
+                CheckValue::ToolNames => (
+                    "tool_names",
+                    json!(calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>()),
+                ),
+                CheckValue::ToolCallCount => ("tool_call_count", json!(calls.len())),
+                CheckValue::EventCount => ("event_count", json!(s.scope_events().len())),
+                CheckValue::TurnCount => ("turn_count", json!(turns)),
+            };
+            s.check(label, &v, expect);
+        }
+        Compiled::Score(name, v) => {
+            s.score(name, *v);
+        }
+        // Handled by the async callers.
+        Compiled::Judge(..) => {}
+    }
+    Ok(())
+}
+
+fn every_event_matches(
+    events: &[bdk_events::Envelope],
+    em: &EventMatch,
+) -> Result<(), (String, Option<u64>)> {
+    let mut seen = 0;
+    for env in events.iter().filter(|e| e.kind() == em.kind) {
+        seen += 1;
+        if let Some(m) = &em.data {
+            let data = env.event.data_json().unwrap_or(Value::Null);
+            if let Err(why) = m.check(Some(&data)) {
+                return Err((
+                    format!("{} #{}: data {why}", em.kind, env.index),
+                    Some(env.index),
+                ));
+            }
+        }
+    }
+    if seen == 0 {
+        return Err((format!("no {} event to check", em.kind), None));
+    }
+    Ok(())
+}
+
+async fn apply_turn(a: &Compiled, t: &Turn) -> Result<(), Stop> {
+    if let Compiled::Judge(rubric, threshold) = a {
+        t.judge(rubric, *threshold).await;
+        return Ok(());
+    }
+    apply_sync(a, t, &t.message, 1)
+}
+
+async fn apply_case(a: &Compiled, c: &Case) -> Result<(), Stop> {
+    if let Compiled::Judge(rubric, threshold) = a {
+        c.judge(rubric, *threshold).await;
+        return Ok(());
+    }
+    apply_sync(a, c, c.reply(), c.turns().len())
+}
+
+struct StepPlan {
+    send: String,
+    files: BTreeMap<String, String>,
+    expect_ok: bool,
+    expect: Vec<Compiled>,
+}
+
+fn body_of(steps: Vec<StepPlan>, expect: Vec<Compiled>) -> CaseBody {
+    let plan = Arc::new((steps, expect));
+    Arc::new(move |case: &mut Case| {
+        let plan = Arc::clone(&plan);
+        Box::pin(async move {
+            let (steps, expect) = &*plan;
+            for step in steps {
+                let turn = case
+                    .send_with(
+                        &step.send,
+                        SendOptions {
+                            workspace_files: step.files.clone(),
+                        },
+                    )
+                    .await?;
+                for a in &step.expect {
+                    apply_turn(a, &turn).await?;
+                }
+                if step.expect_ok {
+                    turn.expect_ok()?;
+                }
+            }
+            for a in expect {
+                apply_case(a, case).await?;
+            }
+            Ok(())
+        })
+    })
+}
+
+/// One case, from a file or from Rust.
+#[derive(Clone)]
+pub struct CaseSpec {
+    /// `path/under/evals/<case name>` (no `.eval.toml`).
+    pub id: String,
+    /// The file it came from, relative to the project root (empty for Rust cases).
+    pub file: String,
+    /// What it checks.
+    pub description: Option<String>,
+    /// Tags for filtering.
+    pub tags: Vec<String>,
+    /// File metadata with the case's merged over it.
+    pub metadata: Value,
+    /// Timeout (case over file).
+    pub timeout_ms: Option<u64>,
+    /// How many times it runs.
+    pub iterations: u32,
+    /// The share of iterations that must pass (default 1).
+    pub min_pass_rate: f64,
+    /// Judge (case over file over config).
+    pub judge: Option<JudgeSpec>,
+    /// Reporters (file's plus case's; config reporters always apply).
+    pub reporters: Vec<ReporterSpec>,
+    /// Messages sent, in order (for listings).
+    pub messages: Vec<String>,
+    /// What runs.
+    pub body: CaseBody,
+}
+
+impl std::fmt::Debug for CaseSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaseSpec")
+            .field("id", &self.id)
+            .field("tags", &self.tags)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CaseSpec {
+    /// A Rust-authored case.
+    pub fn new(
+        id: impl Into<String>,
+        body: impl for<'a> Fn(&'a mut Case) -> BoxFuture<'a, Result<(), Stop>> + Send + Sync + 'static,
+    ) -> CaseSpec {
+        CaseSpec {
+            id: id.into(),
+            file: String::new(),
+            description: None,
+            tags: Vec::new(),
+            metadata: Value::Object(serde_json::Map::new()),
+            timeout_ms: None,
+            iterations: 1,
+            min_pass_rate: 1.0,
+            judge: None,
+            reporters: Vec::new(),
+            messages: Vec::new(),
+            body: Arc::new(body),
+        }
+    }
+
+    /// With tags.
+    pub fn tags<S: Into<String>>(mut self, tags: impl IntoIterator<Item = S>) -> CaseSpec {
+        self.tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// With iterations.
+    pub fn iterations(mut self, n: u32) -> CaseSpec {
+        self.iterations = n.max(1);
+        self
+    }
+
+    /// With a timeout.
+    pub fn timeout_ms(mut self, ms: u64) -> CaseSpec {
+        self.timeout_ms = Some(ms);
+        self
+    }
+
+    /// The listing shape (`GET /v1/dev/evals`).
+    pub fn listing(&self) -> Value {
+        json!({
+            "id": self.id,
+            "file": self.file,
+            "description": self.description,
+            "tags": self.tags,
+            "metadata": self.metadata,
+            "timeoutMs": self.timeout_ms,
+            "iterations": self.iterations,
+            "minPassRate": self.min_pass_rate,
+            "judge": self.judge.as_ref().map(|j| &j.model),
+            "messages": self.messages,
+        })
+    }
+}
+
+/// Every case of a project, with its config.
+#[derive(Clone, Debug)]
+pub struct Suite {
+    /// The project root.
+    pub root: PathBuf,
+    /// `evals/evals.toml` (defaults when the suite is built in Rust).
+    pub config: EvalConfig,
+    /// Cases sorted by id.
+    pub cases: Vec<CaseSpec>,
+}
+
+/// The result of [`load`]: the suite when there were no errors, and every problem found.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The suite (`None` when an error was found, or there is no `evals/`).
+    pub suite: Option<Suite>,
+    /// Every problem, errors and warnings.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+struct Diags<'a> {
+    root: &'a Path,
+    list: Vec<Diagnostic>,
+}
+
+impl Diags<'_> {
+    fn error(&mut self, file: &Path, message: impl Into<String>, fix: impl Into<String>) {
+        self.push(Severity::Error, file, message.into(), fix.into());
+    }
+    fn warn(&mut self, file: &Path, message: impl Into<String>, fix: impl Into<String>) {
+        self.push(Severity::Warning, file, message.into(), fix.into());
+    }
+    fn push(&mut self, severity: Severity, file: &Path, message: String, fix: String) {
+        self.list.push(Diagnostic {
+            severity,
+            file: rel_path(self.root, file),
+            message,
+            fix,
+        });
+    }
+    fn has_errors(&self) -> bool {
+        self.list.iter().any(|d| d.severity == Severity::Error)
+    }
+}
+
+fn line_col(text: &str, at: usize) -> (usize, usize) {
+    let before = text.get(..at).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let (line, col) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+    format!(
+        "invalid TOML at line {line}, column {col}: {}",
+        crate::matcher::one_line(e.message())
+    )
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric())
+        && name.len() <= 100
+        && chars.all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+}
+
+/// Reads the project's `evals/` folder. No folder: no suite and no
+/// diagnostics. Anything wrong is reported; the suite is returned only when
+/// there are no errors.
+pub fn load(project_root: &Path) -> Loaded {
+    let dir = project_root.join("evals");
+    let mut d = Diags {
+        root: project_root,
+        list: Vec::new(),
+    };
+    if !dir.is_dir() {
+        return Loaded {
+            suite: None,
+            diagnostics: Vec::new(),
+        };
+    }
+    let mut files = Vec::new();
+    walk(&dir, &mut files, &mut d);
+    files.sort();
+
+    let config_path = dir.join("evals.toml");
+    let config = if config_path.is_file() {
+        read_config(&config_path, &mut d)
+    } else {
+        if !files.is_empty() {
+            d.error(
+                &config_path,
+                "evals/evals.toml is missing; it is required when eval files exist",
+                "create evals/evals.toml with at least `max_concurrency = 4`",
+            );
+        }
+        None
+    };
+
+    let mut cases = Vec::new();
+    let mut ids = BTreeSet::new();
+    for file in &files {
+        for case in read_file(&dir, file, config.as_ref(), &mut d) {
+            if !ids.insert(case.id.clone()) {
+                d.error(
+                    file,
+                    format!("duplicate case id `{}`", case.id),
+                    "give every case in a file its own name",
+                );
+            }
+            cases.push(case);
+        }
+    }
+    cases.sort_by(|a, b| a.id.cmp(&b.id));
+    let suite = match config {
+        Some(config) if !d.has_errors() => Some(Suite {
+            root: project_root.to_path_buf(),
+            config,
+            cases,
+        }),
+        _ => None,
+    };
+    Loaded {
+        suite,
+        diagnostics: d.list,
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, d: &mut Diags<'_>) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            d.error(
+                dir,
+                format!("cannot read the folder: {e}"),
+                "check its permissions",
+            );
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            walk(&path, out, d);
+        } else if name.ends_with(".eval.toml") {
+            out.push(path);
+        } else if !(name == "evals.toml" && path.parent() == Some(d.root.join("evals").as_path())) {
+            d.warn(
+                &path,
+                "not an eval file; it is ignored",
+                "name eval files `<name>.eval.toml`, or move this file out of evals/",
+            );
+        }
+    }
+}
+
+fn read_config(path: &Path, d: &mut Diags<'_>) -> Option<EvalConfig> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            d.error(
+                path,
+                format!("cannot read: {e}"),
+                "make the file readable UTF-8",
+            );
+            return None;
+        }
+    };
+    let config: EvalConfig = match toml::from_str(&text) {
+        Ok(c) => c,
+        Err(e) => {
+            d.error(
+                path,
+                toml_error(&text, &e),
+                "fix the TOML; keys: max_concurrency (required), timeout_ms, judge.model, reporters, max_playground_runs, persist_runs",
+            );
+            return None;
+        }
+    };
+    let mut ok = true;
+    if !(1..=MAX_CONCURRENCY).contains(&config.max_concurrency) {
+        d.error(
+            path,
+            format!(
+                "max_concurrency is {}, outside 1-{MAX_CONCURRENCY}",
+                config.max_concurrency
+            ),
+            "set max_concurrency between 1 and 200",
+        );
+        ok = false;
+    }
+    if config.timeout_ms == Some(0) {
+        d.error(
+            path,
+            "timeout_ms must be positive",
+            "remove timeout_ms or set it above 0",
+        );
+        ok = false;
+    }
+    if config.max_playground_runs == 0 {
+        d.error(
+            path,
+            "max_playground_runs must be at least 1",
+            "remove it (default 20) or set it above 0",
+        );
+        ok = false;
+    }
+    ok &= check_judge(config.judge.as_ref(), path, d);
+    ok &= check_reporters(&config.reporters, path, d);
+    ok.then_some(config)
+}
+
+fn check_judge(j: Option<&JudgeSpec>, path: &Path, d: &mut Diags<'_>) -> bool {
+    match j {
+        Some(j) if j.model.trim().is_empty() => {
+            d.error(
+                path,
+                "judge.model is empty",
+                "name a model, like `scripted` or `xai/grok-4`",
+            );
+            false
+        }
+        _ => true,
+    }
+}
+
+fn check_reporters(r: &[ReporterSpec], path: &Path, d: &mut Diags<'_>) -> bool {
+    let mut ok = true;
+    for rep in r {
+        let p = Path::new(&rep.path);
+        if rep.path.is_empty()
+            || p.is_absolute()
+            || p.components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            d.error(
+                path,
+                format!(
+                    "reporter path `{}` must be relative to the project and stay inside it",
+                    rep.path
+                ),
+                "use a path like `reports/evals.xml`",
+            );
+            ok = false;
+        }
+    }
+    ok
+}
+
+fn merge_metadata(
+    base: &serde_json::Map<String, Value>,
+    over: Option<&serde_json::Map<String, Value>>,
+) -> Value {
+    let mut out = base.clone();
+    if let Some(over) = over {
+        for (k, v) in over {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+fn read_file(
+    evals_dir: &Path,
+    path: &Path,
+    config: Option<&EvalConfig>,
+    d: &mut Diags<'_>,
+) -> Vec<CaseSpec> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            d.error(
+                path,
+                format!("cannot read: {e}"),
+                "make the file readable UTF-8",
+            );
+            return Vec::new();
+        }
+    };
+    let file: FileDef = match toml::from_str(&text) {
+        Ok(f) => f,
+        Err(e) => {
+            d.error(
+                path,
+                toml_error(&text, &e),
+                "fix the TOML; see docs/evals.md for the case format",
+            );
+            return Vec::new();
+        }
+    };
+    let rel = rel_path(evals_dir, path);
+    let stem = rel.strip_suffix(".eval.toml").unwrap_or(&rel).to_owned();
+    if file.cases.is_empty() {
+        d.warn(
+            path,
+            "the file has no [[cases]]",
+            "add a [[cases]] table or delete the file",
+        );
+    }
+    if file.iterations == Some(0) || file.iterations.is_some_and(|n| n > MAX_ITERATIONS) {
+        d.error(
+            path,
+            format!("iterations must be 1-{MAX_ITERATIONS}"),
+            "fix iterations",
+        );
+    }
+    if file.timeout_ms == Some(0) {
+        d.error(
+            path,
+            "timeout_ms must be positive",
+            "remove timeout_ms or set it above 0",
+        );
+    }
+    check_judge(file.judge.as_ref(), path, d);
+    check_reporters(&file.reporters, path, d);
+    let file_meta = file.metadata.clone().unwrap_or_default();
+    let mut names = BTreeSet::new();
+    let mut out = Vec::new();
+    for spanned in file.cases {
+        let (line, _) = line_col(&text, spanned.span().start);
+        let c = spanned.into_inner();
+        let at = |m: String| format!("case `{}` (line {line}): {m}", c.name);
+        if !valid_name(&c.name) {
+            d.error(
+                path,
+                at("name must be 1-100 characters of [A-Za-z0-9._-], starting with a letter or digit".into()),
+                "rename the case",
+            );
+            continue;
+        }
+        if !names.insert(c.name.clone()) {
+            d.error(
+                path,
+                at("another case in this file has the same name".into()),
+                "rename one of them",
+            );
+            continue;
+        }
+        if c.steps.is_empty() {
+            d.error(
+                path,
+                at("the case has no [[cases.steps]]".into()),
+                "add a step with `send = \"...\"`",
+            );
+            continue;
+        }
+        if c.iterations == Some(0) || c.iterations.is_some_and(|n| n > MAX_ITERATIONS) {
+            d.error(
+                path,
+                at(format!("iterations must be 1-{MAX_ITERATIONS}")),
+                "fix iterations",
+            );
+            continue;
+        }
+        if c.timeout_ms == Some(0) {
+            d.error(
+                path,
+                at("timeout_ms must be positive".into()),
+                "remove timeout_ms or set it above 0",
+            );
+            continue;
+        }
+        if let Some(r) = c.min_pass_rate
+            && !(0.0..=1.0).contains(&r)
+        {
+            d.error(
+                path,
+                at(format!("min_pass_rate {r} is outside 0..=1")),
+                "use a share like 0.8",
+            );
+            continue;
+        }
+        if !check_judge(c.judge.as_ref(), path, d) || !check_reporters(&c.reporters, path, d) {
+            continue;
+        }
+        let mut failed = false;
+        let mut uses_judge = false;
+        let mut compile_all =
+            |defs: &[AssertDef], where_: &str, d: &mut Diags<'_>| -> Vec<Compiled> {
+                let mut v = Vec::new();
+                for (i, a) in defs.iter().enumerate() {
+                    match compile(a) {
+                        Ok(c2) => {
+                            uses_judge |= matches!(c2, Compiled::Judge(..));
+                            v.push(c2);
+                        }
+                        Err(m) => {
+                            failed = true;
+                            d.error(
+                                path,
+                                at(format!("{where_}expect[{i}]: {m}")),
+                                "fix the assertion (see docs/evals.md)",
+                            );
+                        }
+                    }
+                }
+                v
+            };
+        let mut steps = Vec::new();
+        let mut messages = Vec::new();
+        let mut empty_send = false;
+        for (i, s) in c.steps.iter().enumerate() {
+            if s.send.trim().is_empty() {
+                d.error(
+                    path,
+                    at(format!("steps[{i}].send is empty")),
+                    "give the step a message",
+                );
+                empty_send = true;
+            }
+            messages.push(s.send.clone());
+            let expect = compile_all(&s.expect, &format!("steps[{i}]."), d);
+            steps.push(StepPlan {
+                send: s.send.clone(),
+                files: s.workspace_files.clone(),
+                expect_ok: s.expect_ok,
+                expect,
+            });
+        }
+        let expect = compile_all(&c.expect, "", d);
+        failed |= empty_send;
+        let judge = c
+            .judge
+            .clone()
+            .or_else(|| file.judge.clone())
+            .or_else(|| config.and_then(|cfg| cfg.judge.clone()));
+        if uses_judge && judge.is_none() {
+            d.error(
+                path,
+                at("uses a judge assertion but no judge model is configured".into()),
+                "set [judge] model in evals/evals.toml, or judge = { model = \"...\" } in the file or case",
+            );
+            failed = true;
+        }
+        if failed {
+            continue;
+        }
+        let mut reporters = file.reporters.clone();
+        reporters.extend(c.reporters.iter().cloned());
+        out.push(CaseSpec {
+            id: format!("{stem}/{}", c.name),
+            file: rel_path(d.root, path),
+            description: c.description.clone().or_else(|| file.description.clone()),
+            tags: c
+                .tags
+                .clone()
+                .or_else(|| file.tags.clone())
+                .unwrap_or_default(),
+            metadata: merge_metadata(&file_meta, c.metadata.as_ref()),
+            timeout_ms: c.timeout_ms.or(file.timeout_ms),
+            iterations: c.iterations.or(file.iterations).unwrap_or(1),
+            min_pass_rate: c.min_pass_rate.unwrap_or(1.0),
+            judge,
+            reporters,
+            messages,
+            body: body_of(steps, expect),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (p, text) in files {
+            let path = dir.path().join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        dir
+    }
+
+    const CASE: &str = r#"
+description = "file description"
+tags = ["weather"]
+timeout_ms = 5000
+metadata = { owner = "a", team = "x" }
+
+[[cases]]
+name = "paris"
+metadata = { owner = "b" }
+[[cases.steps]]
+send = "What's the weather in Paris?"
+expect = [{ assert = "called_tool", name = "get_weather", input = { city = "Paris" } }]
+
+[[cases]]
+name = "hello"
+description = "case description"
+tags = ["smoke"]
+timeout_ms = 100
+iterations = 3
+[[cases.steps]]
+send = "hello"
+[[cases.expect]]
+assert = "used_no_tools"
+"#;
+
+    #[test]
+    fn files_compile_with_overrides_and_merged_metadata() {
+        let dir = project(&[
+            (
+                "evals/evals.toml",
+                "max_concurrency = 2\ntimeout_ms = 9000\n",
+            ),
+            ("evals/sub/basic.eval.toml", CASE),
+        ]);
+        let loaded = load(dir.path());
+        assert!(loaded.diagnostics.is_empty(), "{:?}", loaded.diagnostics);
+        let suite = loaded.suite.unwrap();
+        assert_eq!(suite.config.max_playground_runs, 20);
+        let ids: Vec<&str> = suite.cases.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["sub/basic/hello", "sub/basic/paris"]);
+        let hello = &suite.cases[0];
+        assert_eq!(hello.description.as_deref(), Some("case description"));
+        assert_eq!(hello.tags, ["smoke"]);
+        assert_eq!(hello.timeout_ms, Some(100));
+        assert_eq!(hello.iterations, 3);
+        let paris = &suite.cases[1];
+        assert_eq!(paris.description.as_deref(), Some("file description"));
+        assert_eq!(paris.tags, ["weather"]);
+        assert_eq!(paris.timeout_ms, Some(5000));
+        assert_eq!(paris.metadata, json!({"owner": "b", "team": "x"}));
+        assert_eq!(paris.file, "evals/sub/basic.eval.toml");
+    }
+
+    #[test]
+    fn bad_files_get_diagnostics_with_lines_and_fixes() {
+        let dir = project(&[
+            ("evals/evals.toml", "max_concurrency = 500\n"),
+            (
+                "evals/bad.eval.toml",
+                "[[cases]]\nname = \"x\"\n[[cases.steps]]\nsend = \"hi\"\nexpect = [{ assert = \"called_tol\", name = \"a\" }]\n",
+            ),
+            (
+                "evals/worse.eval.toml",
+                "[[cases]]\nname = \"y\"\n[[cases.steps]]\nsend = \"hi\"\nexpect = [{ assert = \"event\", type = \"turn.done\" }, { assert = \"called_tool\", name = \"a\", input = { c = { \"$regex\" = \"(\" } } }]\n",
+            ),
+            ("evals/notes.txt", "stray"),
+        ]);
+        let loaded = load(dir.path());
+        assert!(loaded.suite.is_none());
+        let text: Vec<String> = loaded
+            .diagnostics
+            .iter()
+            .map(|d| format!("{}: {}", d.file, d.message))
+            .collect();
+        let all = text.join("\n");
+        assert!(
+            all.contains("evals/evals.toml: max_concurrency is 500"),
+            "{all}"
+        );
+        assert!(
+            all.contains("evals/bad.eval.toml: invalid TOML at line 5"),
+            "{all}"
+        );
+        assert!(all.contains("unknown variant `called_tol`"), "{all}");
+        assert!(all.contains("unknown event type `turn.done`"), "{all}");
+        assert!(all.contains("invalid $regex"), "{all}");
+        assert!(all.contains("evals/notes.txt: not an eval file"), "{all}");
+    }
+
+    #[test]
+    fn eval_files_without_a_config_are_an_error() {
+        let dir = project(&[(
+            "evals/a.eval.toml",
+            "[[cases]]\nname = \"a\"\n[[cases.steps]]\nsend = \"hi\"\n",
+        )]);
+        let loaded = load(dir.path());
+        assert!(loaded.suite.is_none());
+        assert!(
+            loaded.diagnostics[0]
+                .message
+                .contains("evals.toml is missing")
+        );
+    }
+
+    #[test]
+    fn judge_assertions_need_a_judge_model() {
+        let dir = project(&[
+            ("evals/evals.toml", "max_concurrency = 1\n"),
+            (
+                "evals/j.eval.toml",
+                "[[cases]]\nname = \"j\"\n[[cases.steps]]\nsend = \"hi\"\nexpect = [{ assert = \"judge\", rubric = \"polite\" }]\n",
+            ),
+        ]);
+        let loaded = load(dir.path());
+        assert!(loaded.suite.is_none());
+        assert!(
+            loaded
+                .diagnostics
+                .iter()
+                .any(|d| d.message.contains("no judge model"))
+        );
+    }
+}

@@ -1,0 +1,375 @@
+//! The eval routes the playground's Evals tab and remote tooling use:
+//!
+//! - `GET /v1/dev/evals`: the discovered cases and the eval config;
+//! - `GET /v1/dev/evals/runs`: recent runs, newest first, and the active run;
+//! - `POST /v1/dev/evals/runs`: start a run in the background (`202`), `404`
+//!   when the selection matches no case, `409` while another run is active;
+//! - `GET /v1/dev/evals/runs/{id}`: a run's live snapshot, then its result;
+//! - `POST /v1/dev/evals/runs/{id}/cancel`: cancel the active run (`404`
+//!   unknown, `409` already over).
+//!
+//! They are served with or without `--dev`, behind the app's auth chain.
+//! Eval files are read on every request, so edits show up without a
+//! restart. Runs go through `bdk-evals` against this agent's host; every
+//! session they open carries purpose `eval`. The run history lives in
+//! memory, capped by `max_playground_runs`, and in the store's key-value
+//! space too when `persist_runs` is set.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bdk_core::Severity;
+use bdk_core::host::Host;
+use bdk_evals::history::{CancelError, RunHistory};
+use bdk_evals::runner::{
+    self, CaseResult, IterationResult, Progress, RunOptions, RunStatus, Runner,
+};
+use bdk_evals::target::HostTarget;
+use bdk_evals::{EvalConfig, Suite};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, OnceCell, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::Agent;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{JsonBody, PathParam};
+
+/// Most entries accepted in `filterIds` or `tags`.
+const MAX_SELECTORS: usize = 500;
+/// Longest accepted selector.
+const MAX_SELECTOR_CHARS: usize = 300;
+/// Largest accepted `timeoutMs` (one hour).
+const MAX_TIMEOUT_MS: u64 = 3_600_000;
+/// How long the cancel route waits for the run to settle before answering.
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// Per-agent eval state.
+pub(crate) struct Evals {
+    host: Host,
+    root: PathBuf,
+    shutdown: CancellationToken,
+    history: OnceCell<Arc<RunHistory>>,
+    /// Serializes run starts, so two requests cannot both become active.
+    starting: Mutex<()>,
+    /// Bumped each time a run finishes.
+    finished: watch::Sender<u64>,
+}
+
+impl Evals {
+    pub(crate) fn new(host: Host, shutdown: CancellationToken) -> Evals {
+        let root = host.project().root.clone();
+        Evals {
+            host,
+            root,
+            shutdown,
+            history: OnceCell::new(),
+            starting: Mutex::new(()),
+            finished: watch::channel(0).0,
+        }
+    }
+
+    async fn load(&self) -> Result<bdk_evals::spec::Loaded, ApiError> {
+        let root = self.root.clone();
+        tokio::task::spawn_blocking(move || bdk_evals::load(&root))
+            .await
+            .map_err(|e| ApiError::internal(&e))
+    }
+
+    /// The history, opened on first use with the config in force then.
+    async fn history(&self, config: Option<&EvalConfig>) -> Arc<RunHistory> {
+        let config = config.cloned().unwrap_or_default();
+        let store = Arc::clone(self.host.store());
+        Arc::clone(
+            self.history
+                .get_or_init(|| async move {
+                    let store = config.persist_runs.then_some(store);
+                    Arc::new(RunHistory::open(store, config.max_playground_runs).await)
+                })
+                .await,
+        )
+    }
+}
+
+fn config_json(config: Option<&EvalConfig>, durable: bool) -> Value {
+    let c = config.cloned().unwrap_or_default();
+    json!({
+        "maxConcurrency": c.max_concurrency,
+        "timeoutMs": c.timeout_ms,
+        "judge": c.judge.map(|j| j.model),
+        "maxPlaygroundRuns": c.max_playground_runs,
+        "persistRuns": c.persist_runs,
+        "durableRuns": durable,
+    })
+}
+
+fn suite_of(loaded: bdk_evals::spec::Loaded) -> Result<Option<Suite>, ApiError> {
+    let errors: Vec<_> = loaded
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .collect();
+    if errors.is_empty() {
+        return Ok(loaded.suite);
+    }
+    Err(ApiError::bad_request(
+        "invalid_evals",
+        format!(
+            "the eval files have {} error(s); run `bdk validate` or see `diagnostics`",
+            errors.len()
+        ),
+    )
+    .with("diagnostics", json!(loaded.diagnostics)))
+}
+
+/// `GET /v1/dev/evals`: `{ok, evals, config, diagnostics}`.
+pub(crate) async fn list(
+    State(agent): State<Arc<Agent>>,
+    _caller: Caller,
+) -> Result<Json<Value>, ApiError> {
+    let loaded = agent.evals.load().await?;
+    let config = loaded.suite.as_ref().map(|s| s.config.clone());
+    let history = agent.evals.history(config.as_ref()).await;
+    let evals: Vec<Value> = loaded
+        .suite
+        .as_ref()
+        .map(|s| s.cases.iter().map(bdk_evals::CaseSpec::listing).collect())
+        .unwrap_or_default();
+    Ok(Json(json!({
+        "ok": true,
+        "evals": evals,
+        "config": config_json(config.as_ref(), history.durable()),
+        "diagnostics": loaded.diagnostics,
+    })))
+}
+
+/// `GET /v1/dev/evals/runs`: `{ok, runs, activeRunId?}`, newest first.
+pub(crate) async fn runs(
+    State(agent): State<Arc<Agent>>,
+    _caller: Caller,
+) -> Result<Json<Value>, ApiError> {
+    let history = match agent.evals.history.get() {
+        Some(h) => Arc::clone(h),
+        None => {
+            let loaded = agent.evals.load().await?;
+            agent
+                .evals
+                .history(loaded.suite.as_ref().map(|s| &s.config))
+                .await
+        }
+    };
+    let (runs, active) = history.list();
+    let mut out = json!({"ok": true, "runs": runs});
+    if let Some(id) = active {
+        out["activeRunId"] = json!(id);
+    }
+    Ok(Json(out))
+}
+
+/// Body of `POST /v1/dev/evals/runs`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StartBody {
+    filter_ids: Option<Vec<String>>,
+    tags: Option<Vec<String>>,
+    timeout_ms: Option<u64>,
+    verbose: Option<bool>,
+}
+
+fn check_selectors(name: &str, values: &[String]) -> Result<(), ApiError> {
+    if values.len() > MAX_SELECTORS {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("{name} takes at most {MAX_SELECTORS} entries"),
+        ));
+    }
+    if values.iter().any(|v| {
+        v.is_empty() || v.chars().count() > MAX_SELECTOR_CHARS || v.chars().any(char::is_control)
+    }) {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!(
+                "{name} entries must be 1-{MAX_SELECTOR_CHARS} characters without control characters"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Feeds runner progress into the history, for polling clients.
+struct Snapshot {
+    history: Arc<RunHistory>,
+    run_id: String,
+}
+
+impl Progress for Snapshot {
+    fn iteration_started(&self, case: &str, _iteration: u32) {
+        self.history.iteration_started(&self.run_id, case);
+    }
+    fn iteration_finished(&self, case: &str, result: &IterationResult) {
+        self.history.iteration_finished(&self.run_id, case, result);
+    }
+    fn case_finished(&self, result: &CaseResult) {
+        self.history.case_finished(&self.run_id, result);
+    }
+}
+
+/// `POST /v1/dev/evals/runs`: starts a run; `202 {ok, runId, run}`.
+pub(crate) async fn start(
+    State(agent): State<Arc<Agent>>,
+    caller: Caller,
+    JsonBody(body): JsonBody<StartBody>,
+) -> Result<Response, ApiError> {
+    let filter_ids = body.filter_ids.unwrap_or_default();
+    let tags = body.tags.unwrap_or_default();
+    check_selectors("filterIds", &filter_ids)?;
+    check_selectors("tags", &tags)?;
+    if let Some(t) = body.timeout_ms
+        && !(1..=MAX_TIMEOUT_MS).contains(&t)
+    {
+        return Err(ApiError::bad_request(
+            "invalid_request",
+            format!("timeoutMs must be between 1 and {MAX_TIMEOUT_MS}"),
+        ));
+    }
+    let evals = &agent.evals;
+    let Some(suite) = suite_of(evals.load().await?)? else {
+        return Err(ApiError::not_found(
+            "no_matching_evals",
+            "this agent has no evals/ folder",
+        ));
+    };
+    let opts = RunOptions {
+        filter_ids,
+        tags,
+        timeout_ms: body.timeout_ms,
+        verbose: body.verbose.unwrap_or(false),
+    };
+    let cases = runner::select(&suite.cases, &opts);
+    if cases.is_empty() {
+        return Err(ApiError::not_found(
+            "no_matching_evals",
+            format!(
+                "no eval case matches the selection ({} case(s) exist)",
+                suite.cases.len()
+            ),
+        ));
+    }
+    let history = evals.history(Some(&suite.config)).await;
+    let _starting = evals.starting.lock().await;
+    let run_id = runner::new_run_id();
+    let cancel = evals.shutdown.child_token();
+    let snapshot = runner::RunResult::new(run_id.clone(), opts.clone(), &cases);
+    if let Err(busy) = history.begin(snapshot.clone(), cancel.clone()).await {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "eval_run_active",
+            format!("eval run {} is still running; cancel it or wait", busy.0),
+        )
+        .with("activeRunId", json!(busy.0)));
+    }
+    let target = HostTarget::new(evals.host.clone()).with_principal(caller.principal.clone());
+    let runner = Runner::new(suite.config.clone(), Arc::new(target))
+        .judges(bdk_evals::project_judges(evals.host.project().clone()));
+    let finished = evals.finished.clone();
+    let progress = Snapshot {
+        history: Arc::clone(&history),
+        run_id: run_id.clone(),
+    };
+    // The run is owned by its cancel token, a child of the server's
+    // shutdown token: cancel and shutdown both end it promptly.
+    tokio::spawn(async move {
+        let result = runner.run(run_id, cases, opts, cancel, &progress).await;
+        history.finish(result).await;
+        finished.send_modify(|n| *n = n.wrapping_add(1));
+    });
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"ok": true, "runId": snapshot.run_id, "run": snapshot})),
+    )
+        .into_response())
+}
+
+async fn current_history(agent: &Agent) -> Result<Arc<RunHistory>, ApiError> {
+    match agent.evals.history.get() {
+        Some(h) => Ok(Arc::clone(h)),
+        None => {
+            let loaded = agent.evals.load().await?;
+            Ok(agent
+                .evals
+                .history(loaded.suite.as_ref().map(|s| &s.config))
+                .await)
+        }
+    }
+}
+
+fn run_not_found(id: &str) -> ApiError {
+    ApiError::not_found(
+        "eval_run_not_found",
+        format!("no eval run with id `{}`", crate_clip(id)),
+    )
+}
+
+fn crate_clip(id: &str) -> String {
+    bdk_evals::report::clip(id, 80)
+}
+
+/// `GET /v1/dev/evals/runs/{id}`: `{ok, run}`.
+pub(crate) async fn run(
+    State(agent): State<Arc<Agent>>,
+    _caller: Caller,
+    PathParam(id): PathParam,
+) -> Result<Json<Value>, ApiError> {
+    let history = current_history(&agent).await?;
+    match history.get(&id) {
+        Some(run) => Ok(Json(json!({"ok": true, "run": run}))),
+        None => Err(run_not_found(&id)),
+    }
+}
+
+/// `POST /v1/dev/evals/runs/{id}/cancel`: cancels the active run and
+/// answers `{ok, run}` once it settled (or after a short wait, still
+/// `running`; poll the run route then).
+pub(crate) async fn cancel(
+    State(agent): State<Arc<Agent>>,
+    _caller: Caller,
+    PathParam(id): PathParam,
+) -> Result<Json<Value>, ApiError> {
+    let history = current_history(&agent).await?;
+    let mut finished = agent.evals.finished.subscribe();
+    match history.cancel(&id) {
+        Ok(()) => {}
+        Err(CancelError::NotFound(_)) => return Err(run_not_found(&id)),
+        Err(CancelError::NotRunning(_)) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "eval_run_finished",
+                format!("eval run `{}` is no longer running", crate_clip(&id)),
+            ));
+        }
+    }
+    let settled = async {
+        loop {
+            if history
+                .get(&id)
+                .is_none_or(|r| r.status != RunStatus::Running)
+            {
+                break;
+            }
+            if finished.changed().await.is_err() {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CANCEL_WAIT, settled).await;
+    match history.get(&id) {
+        Some(run) => Ok(Json(json!({"ok": true, "run": run}))),
+        None => Err(run_not_found(&id)),
+    }
+}
