@@ -39,6 +39,9 @@ pub const CLAIMS_NAMESPACE: &str = "reminder-fires";
 const MAX_DURATION: TimeDelta = TimeDelta::days(365);
 /// The shortest accepted `every` period.
 const MIN_EVERY: TimeDelta = TimeDelta::minutes(1);
+/// How often a replica re-reads the reminder table for reminders that other
+/// replicas created.
+const RESYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Errors of the reminder API.
 #[derive(Debug, thiserror::Error)]
@@ -418,6 +421,12 @@ impl Engine {
 /// next fire (or a change), then fires what is due, each fire in its own
 /// task so a slow handler never holds up the others.
 pub(crate) async fn run_timer(host: WeakHost, cancel: CancellationToken) {
+    // Replicas pick up reminders created elsewhere on this cadence (real
+    // time: it bounds how stale a replica's table is, not when fires happen).
+    let shared = host.upgrade().is_some_and(|h| h.coordination().is_some());
+    let mut resync = tokio::time::interval(RESYNC_EVERY);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    resync.tick().await;
     loop {
         let Some(engine) = host.upgrade().map(|h| h.reminder_engine()) else {
             return;
@@ -427,6 +436,15 @@ pub(crate) async fn run_timer(host: WeakHost, cancel: CancellationToken) {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = engine.wake.notified() => continue,
+            _ = resync.tick(), if shared => {
+                drop(engine);
+                if let Some(h) = host.upgrade()
+                    && let Err(e) = h.resync_reminders().await
+                {
+                    tracing::warn!(error = %e, "could not resync reminders from the store");
+                }
+                continue;
+            }
             () = async {
                 match sleep {
                     Some(s) => s.await,
@@ -596,8 +614,9 @@ impl Host {
         session: Option<&SessionId>,
     ) -> ReminderResult<Reminder> {
         let engine = self.reminder_engine();
-        let mut r = engine
-            .get(id)
+        let mut r = self
+            .current_reminder(id)
+            .await?
             .filter(|r| session.is_none_or(|s| &r.session_id == s))
             .ok_or_else(|| ReminderError::NotFound(id.to_owned()))?;
         if r.status != ReminderStatus::Armed {
@@ -608,6 +627,39 @@ impl Host {
         engine.persist(&r).await?;
         engine.install(r.clone());
         Ok(r)
+    }
+
+    /// A reminder as this host should act on it: its own copy, or, when
+    /// replicas share the store, the stored record (another replica may have
+    /// created, fired or cancelled it since).
+    async fn current_reminder(&self, id: &str) -> ReminderResult<Option<Reminder>> {
+        let engine = self.reminder_engine();
+        if self.coordination().is_some() {
+            return engine.reload(id).await;
+        }
+        Ok(engine.get(id))
+    }
+
+    /// Arms the reminders that other hosts sharing the store (replicas)
+    /// created since this host loaded its table, so that a reminder still
+    /// fires when the replica that created it is gone. Returns how many it
+    /// added. `bdk serve` runs it periodically on replicas.
+    pub async fn resync_reminders(&self) -> ReminderResult<usize> {
+        let engine = self.reminder_engine();
+        let mut added = 0;
+        for key in engine.store.kv_list(KV_NAMESPACE, "").await? {
+            if engine.get(&key).is_some() {
+                continue;
+            }
+            match engine.reload(&key).await {
+                Ok(Some(_)) => added += 1,
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(key = %key, error = %e, "skipping an unreadable stored reminder")
+                }
+            }
+        }
+        Ok(added)
     }
 
     /// Fires a reminder now through the production path (the dev route).
@@ -624,9 +676,12 @@ impl Host {
         scheduled: bool,
     ) -> ReminderResult<FireOutcome> {
         let engine = self.reminder_engine();
-        let r = engine
-            .get(id)
-            .ok_or_else(|| ReminderError::NotFound(id.to_owned()))?;
+        let mut r = if scheduled {
+            engine.get(id)
+        } else {
+            self.current_reminder(id).await?
+        }
+        .ok_or_else(|| ReminderError::NotFound(id.to_owned()))?;
         if r.status != ReminderStatus::Armed {
             return Err(ReminderError::NotArmed(id.to_owned()));
         }
@@ -669,6 +724,27 @@ impl Host {
                 });
             }
             engine.prune_claims(&r.id, &key).await;
+            // Replicas: this host's copy may be stale (cancelled, or moved
+            // on, by another replica since this host loaded it). The stored
+            // record decides.
+            if self.coordination().is_some() {
+                match engine.reload(id).await? {
+                    Some(current)
+                        if current.status == ReminderStatus::Armed
+                            && current.next_fire_at == Some(due) =>
+                    {
+                        r = current;
+                    }
+                    Some(current) => {
+                        return Ok(FireOutcome {
+                            reminder: current,
+                            result: "skip".to_owned(),
+                            turn_id: None,
+                        });
+                    }
+                    None => return Err(ReminderError::NotFound(id.to_owned())),
+                }
+            }
         }
         let now = engine.clock().now();
         let delivered = self.deliver(&r).await;

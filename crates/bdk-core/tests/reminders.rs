@@ -693,3 +693,83 @@ async fn hosts_sharing_a_store_deliver_each_due_time_once() {
         .unwrap();
     assert_eq!(claims.len(), 1, "{claims:?}");
 }
+
+/// Replicas (hosts joined through a coordination cluster) act on the stored
+/// reminder, not on a stale copy: one cancels a reminder another created,
+/// the creator's timer then skips it, and a reminder outlives the replica
+/// that created it once the others have resynced.
+#[tokio::test]
+async fn replicas_act_on_the_stored_reminder() {
+    let (dir, p) = project();
+    let clock = Arc::new(ManualClock::new(start()));
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let cluster = bdk_store::MemoryCluster::new(Duration::from_secs(15));
+    let build = |name: &str| {
+        Host::builder(p.clone(), Arc::clone(&store))
+            .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+            .coordination(cluster.join(name))
+            .build()
+    };
+    let a = build("a").await.unwrap();
+    let b = build("b").await.unwrap();
+    let s = chat(&a).await;
+    let ping = a
+        .create_reminder(&s, req(|r| r.every = Some("1m".into())))
+        .await
+        .unwrap();
+    let pong = a
+        .create_reminder(
+            &s,
+            req(|r| {
+                r.every = Some("1m".into());
+                r.prompt = Some("pong".into());
+            }),
+        )
+        .await
+        .unwrap();
+    // B has never loaded either, yet can cancel one: it reads the store.
+    assert!(b.reminder(&ping.id).is_none());
+    let cancelled = b.cancel_reminder(&pong.id, None).await.unwrap();
+    assert_eq!(cancelled.status, ReminderStatus::Cancelled);
+    assert_eq!(b.resync_reminders().await.unwrap(), 1);
+    assert_eq!(b.reminder(&ping.id).unwrap().status, ReminderStatus::Armed);
+
+    let count = |text: &'static str| {
+        let store = Arc::clone(&store);
+        let s = s.clone();
+        async move {
+            store
+                .read(&s, 0)
+                .await
+                .unwrap()
+                .iter()
+                .filter(|e| matches!(&e.event, Event::MessageReceived(m) if m.message == text))
+                .count()
+        }
+    };
+    let due = start() + TimeDelta::minutes(1);
+    clock.advance(TimeDelta::minutes(1));
+    // A's copy of the cancelled reminder fires, finds it cancelled in the
+    // store and takes that record instead of delivering.
+    wait_reminder(&a, &pong.id, |r| r.status == ReminderStatus::Cancelled).await;
+    wait_reminder(&a, &ping.id, |r| r.next_fire_at.is_some_and(|t| t > due)).await;
+    wait_reminder(&b, &ping.id, |r| r.next_fire_at.is_some_and(|t| t > due)).await;
+    a.wait_idle(&s).await;
+    b.wait_idle(&s).await;
+    assert_eq!(count("ping").await, 1);
+    assert_eq!(count("pong").await, 0);
+
+    // The creator goes away; B keeps the reminder firing.
+    a.shutdown(Duration::from_secs(5)).await;
+    drop(a);
+    clock.advance(TimeDelta::minutes(1));
+    let (_, text) = next_message(&b, &s, 0).await;
+    assert_eq!(text, "ping");
+    wait_reminder(&b, &ping.id, |r| {
+        r.next_fire_at
+            .is_some_and(|t| t > due + TimeDelta::minutes(1))
+    })
+    .await;
+    b.wait_idle(&s).await;
+    assert_eq!(count("ping").await, 2);
+}
