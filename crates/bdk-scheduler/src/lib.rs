@@ -300,6 +300,37 @@ fn last_run(
     }
 }
 
+/// How long a fire claim is kept. A claim only has to outlive every
+/// replica's chance to try the same minute again (a late wake, a restart at
+/// the boundary) and to mark where the last run was for the missed-fire
+/// report; a day is far past both, and bounds an every-minute schedule to
+/// 1,440 claims.
+pub const CLAIM_RETENTION: chrono::TimeDelta = chrono::TimeDelta::hours(24);
+
+/// Deletes `name`'s claims older than [`CLAIM_RETENTION`] before `now`
+/// (the minute just claimed, which is always kept). Best effort: a claim
+/// left behind costs space, never a second fire.
+async fn prune_claims(store: &Arc<dyn Store>, name: &str, now: DateTime<Utc>) {
+    let prefix = format!("{name}@");
+    let keys = match store.kv_list(CLAIMS_NAMESPACE, &prefix).await {
+        Ok(keys) => keys,
+        Err(e) => {
+            tracing::debug!(schedule = %name, error = %e, "cannot list fire claims to prune");
+            return;
+        }
+    };
+    let cutoff = now - CLAIM_RETENTION;
+    for key in keys {
+        let old = key
+            .strip_prefix(&prefix)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .is_some_and(|t| t.with_timezone(&Utc) < cutoff);
+        if old && let Err(e) = store.kv_delete(CLAIMS_NAMESPACE, &key).await {
+            tracing::debug!(schedule = %name, %key, error = %e, "cannot prune a fire claim");
+        }
+    }
+}
+
 /// The claim key of `name` at the scheduled minute `at`.
 pub fn claim_key(name: &str, at: DateTime<Utc>) -> String {
     format!("{name}@{}", at.to_rfc3339_opts(SecondsFormat::Secs, true))
@@ -429,6 +460,7 @@ impl Loop {
         let runner = Arc::clone(&self.runner);
         let store = Arc::clone(&self.store);
         let clock = Arc::clone(&self.clock);
+        prune_claims(&self.store, name, at).await;
         // Spawned, not awaited: a slow run must not hold up the next fire.
         tokio::spawn(async move {
             let result = runner.run(&schedule, Trigger::Scheduled(at)).await;

@@ -347,3 +347,32 @@ async fn impossible_and_invalid_expressions_refuse_to_start() {
     assert!(err.to_string().contains("expected 5 fields"), "{err}");
     assert_eq!(rig.clock.now(), at(9, 0, 0));
 }
+
+/// Claims older than a day are pruned as new minutes are claimed, so a
+/// frequent schedule does not grow the store without bound, and pruning
+/// never lets a minute fire twice.
+#[tokio::test]
+async fn old_claims_are_pruned_after_a_day() {
+    let mut rig = rig(at(0, 30, 0));
+    let scheduler = rig.start(&[schedule("hourly", "0 * * * *")]).unwrap();
+    let first = at(1, 0, 0);
+    for h in 0..30i64 {
+        let t = first + chrono::TimeDelta::hours(h);
+        rig.clock.wait_for_sleepers(t, 1).await;
+        rig.clock.set(t);
+        assert_eq!(rig.next_fire().await, ("hourly".to_owned(), t));
+    }
+    let last = first + chrono::TimeDelta::hours(29);
+    let claims = rig
+        .store
+        .kv_list(CLAIMS_NAMESPACE, "hourly@")
+        .await
+        .unwrap();
+    // The newest claim and the 24 hours before it (inclusive) remain.
+    assert_eq!(claims.len(), 25, "{claims:?}");
+    assert!(claims.contains(&claim_key("hourly", last)));
+    assert!(claims.contains(&claim_key("hourly", last - bdk_scheduler::CLAIM_RETENTION)));
+    assert!(!claims.contains(&claim_key("hourly", first)));
+    rig.assert_quiet().await;
+    scheduler.shutdown().await;
+}
