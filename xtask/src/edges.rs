@@ -9,6 +9,10 @@
 //! above it), every workspace crate without a rule here, and every crate but
 //! the owner that names an engine dependency only its owner may know (normal
 //! and build dependencies; a dev-dependency may use one to test against).
+//!
+//! `bdk-bench` (the benchmark programs' report entries) stands outside the
+//! layering: it depends on no workspace crate, any crate may name it as a
+//! dev-dependency, and no crate may name it as a normal or build dependency.
 
 use std::collections::BTreeSet;
 
@@ -23,6 +27,10 @@ enum Allowed {
 }
 
 const CORE_AND_BELOW: &[&str] = &["bdk-events", "bdk-store", "bdk-core"];
+
+/// Workspace crates for benchmarks and tests only: any crate may name them as
+/// dev-dependencies, none as normal or build dependencies.
+const DEV_ONLY: &[&str] = &["bdk-bench"];
 
 /// The layering. A new workspace crate needs a line here before it builds.
 const RULES: &[(&str, Allowed)] = &[
@@ -44,6 +52,8 @@ const RULES: &[(&str, Allowed)] = &[
         ]),
     ),
     ("bdk-cli", Allowed::Any),
+    // Report entries for the benchmark programs; see DEV_ONLY.
+    ("bdk-bench", Allowed::Only(&[])),
     // xtask drives cargo from the outside and links none of the product.
     ("xtask", Allowed::Only(&[])),
 ];
@@ -103,6 +113,15 @@ pub fn check_edges(metadata: &Value) -> Vec<String> {
             // A crate may name itself as a dev-dependency to turn on its own
             // features in tests (bdk-store does, for its conformance suite).
             if dep_name == name {
+                continue;
+            }
+            if DEV_ONLY.contains(&dep_name) {
+                if kind != "dev" {
+                    problems.push(format!(
+                        "forbidden edge {name} -> {dep_name} ({kind} dependency): \
+                         {dep_name} may only be a dev-dependency"
+                    ));
+                }
                 continue;
             }
             if ours.contains(dep_name) {
@@ -185,6 +204,7 @@ mod tests {
                     ("bdk-store", "normal"),
                     ("bdk-store", "dev"),
                     ("axum", "dev"),
+                    ("bdk-bench", "dev"),
                 ],
             ),
             ("bdk-mcp", vec![("bdk-core", "normal"), ("rmcp", "normal")]),
@@ -212,8 +232,10 @@ mod tests {
                     ("bdk-http", "normal"),
                     ("bdk-core", "normal"),
                     ("rmcp", "dev"),
+                    ("bdk-bench", "dev"),
                 ],
             ),
+            ("bdk-bench", vec![("serde_json", "normal")]),
             ("xtask", vec![("serde_json", "normal")]),
         ]
     }
@@ -285,6 +307,28 @@ mod tests {
         assert!(problems[0].contains("may depend on none of ours"));
         assert!(problems[1].contains("bdk-mcp -> bdk-scheduler"));
         assert!(problems[2].contains("xtask -> bdk-core (build dependency)"));
+    }
+
+    #[test]
+    fn the_bench_crate_is_a_dev_dependency_only() {
+        // A dev-dependency from any crate passes, even from the lowest one.
+        assert!(check_with(&[("bdk-events", ("bdk-bench", "dev"))]).is_empty());
+        let problems = check_with(&[
+            ("bdk-cli", ("bdk-bench", "normal")),
+            ("bdk-store", ("bdk-bench", "build")),
+            ("bdk-bench", ("bdk-events", "normal")),
+        ]);
+        assert_eq!(
+            problems,
+            [
+                "forbidden edge bdk-store -> bdk-bench (build dependency): \
+                 bdk-bench may only be a dev-dependency",
+                "forbidden edge bdk-cli -> bdk-bench (normal dependency): \
+                 bdk-bench may only be a dev-dependency",
+                "forbidden edge bdk-bench -> bdk-events (normal dependency): \
+                 bdk-bench may depend on none of ours",
+            ]
+        );
     }
 
     #[test]

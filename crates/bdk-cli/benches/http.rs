@@ -40,6 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use bdk_bench::{Bench, machine, millis};
 use bdk_core::host::{Host, StartSession};
 use bdk_core::tool::native::native_tool;
 use bdk_core::tool::{Effect, ToolContext};
@@ -137,95 +138,6 @@ impl Env {
     }
 }
 
-/// One report entry.
-struct Bench {
-    name: String,
-    unit: &'static str,
-    samples: usize,
-    measured: Value,
-    target: Value,
-}
-
-/// Keys of `measured` that are counts of failures: their `max` bound is
-/// inclusive, so `{"max": 0}` reads "none".
-const COUNT_KEYS: &[&str] = &["lost"];
-
-impl Bench {
-    /// A throughput with no target in the design brief.
-    fn throughput(name: &str, unit: &'static str, samples: usize, value: f64) -> Self {
-        Bench {
-            name: name.to_owned(),
-            unit,
-            samples,
-            measured: json!({ "value": value.round() }),
-            target: json!({}),
-        }
-    }
-
-    /// A latency distribution in milliseconds, with `target` as given.
-    fn latency_ms(name: &str, latencies: &mut [Duration], target: Value) -> Self {
-        latencies.sort_unstable();
-        Bench {
-            name: name.to_owned(),
-            unit: "ms",
-            samples: latencies.len(),
-            measured: json!({
-                "p50": millis(percentile(latencies, 50)),
-                "p99": millis(percentile(latencies, 99)),
-            }),
-            target,
-        }
-    }
-
-    /// True when every bound of `target` holds for `measured`; an empty
-    /// target has no bound to miss.
-    fn meets_target(&self) -> bool {
-        let Some(bounds) = self.target.as_object() else {
-            return false;
-        };
-        bounds.iter().all(|(key, bound)| {
-            let Some(value) = self.measured.get(key).and_then(Value::as_f64) else {
-                return false;
-            };
-            let inclusive_max = COUNT_KEYS.contains(&key.as_str());
-            let min_ok = bound
-                .get("min")
-                .and_then(Value::as_f64)
-                .is_none_or(|min| value >= min);
-            let max_ok = bound
-                .get("max")
-                .and_then(Value::as_f64)
-                .is_none_or(|max| value < max || (inclusive_max && value <= max));
-            min_ok && max_ok
-        })
-    }
-
-    fn to_json(&self) -> Value {
-        json!({
-            "name": self.name,
-            "unit": self.unit,
-            "samples": self.samples,
-            "measured": self.measured,
-            "target": self.target,
-            "meetsTarget": self.meets_target(),
-        })
-    }
-}
-
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (p * sorted.len()).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
-}
-
-/// Milliseconds with microsecond resolution.
-fn millis(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
-}
-
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; only `--quick` means anything here.
     let quick = std::env::args().any(|a| a == "--quick");
@@ -253,14 +165,7 @@ fn run(quick: bool) -> Result<Value> {
     let mut benchmarks = Vec::new();
     for group in BENCHMARKS {
         for bench in group(&env)? {
-            eprintln!(
-                "bench: {} = {} {} (target {}){}",
-                bench.name,
-                bench.measured,
-                bench.unit,
-                bench.target,
-                if bench.meets_target() { "" } else { "  MISSED" }
-            );
+            eprintln!("{}", bench.summary());
             benchmarks.push(bench.to_json());
         }
     }
@@ -270,26 +175,6 @@ fn run(quick: bool) -> Result<Value> {
         "quick": quick,
         "benchmarks": benchmarks,
     }))
-}
-
-/// What the numbers were measured on.
-fn machine() -> Value {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    // Linux names the processor in /proc/cpuinfo; elsewhere it stays unknown.
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, name)| name.trim().to_owned())
-        });
-    json!({
-        "cores": cores,
-        "cpu": cpu,
-        "os": std::env::consts::OS,
-        "arch": std::env::consts::ARCH,
-    })
 }
 
 // ---------------------------------------------------------------------------
@@ -640,10 +525,11 @@ fn session_throughput(env: &Env) -> Result<Vec<Bench>> {
             Ok::<_, BenchError>(total as f64 / result?.as_secs_f64())
         })?;
         out.push(Bench::throughput(
-            &format!("http.sessions_per_s.c{concurrency}"),
+            format!("http.sessions_per_s.c{concurrency}"),
             "sessions/s",
             total,
             rate,
+            json!({}),
         ));
     }
     Ok(out)
@@ -684,6 +570,7 @@ fn tool_call_throughput(env: &Env) -> Result<Vec<Bench>> {
         "calls/s",
         total,
         rate,
+        json!({}),
     )])
 }
 

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
-use tempfile::TempDir;
+
+mod common;
+use common::weather;
 
 fn bdk() -> Command {
     let mut c = Command::cargo_bin("bdk").unwrap();
@@ -17,31 +19,6 @@ fn bdk() -> Command {
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == ".bdk" || name == "__pycache__" {
-            continue;
-        }
-        let target = to.join(&name);
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
-/// A private copy of the weather example, so state never lands in the repo.
-fn weather() -> (TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("weather");
-    copy_dir(&example(), &dir);
-    (tmp, dir)
 }
 
 fn run_json(cmd: &mut Command) -> (i32, Value) {

@@ -2,12 +2,14 @@
 //! `bdk run --record`, the `replay/` model and `bdk cost` through the real
 //! binary, on a private copy of the weather example.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
-use tempfile::TempDir;
+
+mod common;
+use common::weather;
 
 const TURN1: &str = "What's the weather in Paris?";
 const TURN2: &str = "Tell me about the climate history of Oslo";
@@ -16,33 +18,6 @@ fn bdk() -> Command {
     let mut c = Command::cargo_bin("bdk").unwrap();
     c.env_remove("BDK_STATE_ROOT");
     c
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == ".bdk" || name == "__pycache__" {
-            continue;
-        }
-        let target = to.join(&name);
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
-fn weather() -> (TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("weather");
-    copy_dir(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather"),
-        &dir,
-    );
-    (tmp, dir)
 }
 
 fn run_json(cmd: &mut Command) -> (i32, Value) {

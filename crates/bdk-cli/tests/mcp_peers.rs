@@ -24,6 +24,9 @@ use serde_json::Value;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 
+mod common;
+use common::copy_dir;
+
 /// A peer run gives up after this long rather than hang.
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -51,28 +54,9 @@ fn conformance() -> PathBuf {
     path
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == ".bdk" || name == "__pycache__" {
-            continue;
-        }
-        let target = to.join(&name);
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
-
 /// A copy of the weather example and a state root beside it.
 fn weather() -> (TempDir, PathBuf, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("weather");
-    copy_dir(&workspace().join("examples/weather"), &dir);
+    let (tmp, dir) = common::weather();
     let state = tmp.path().join("state");
     (tmp, dir, state)
 }

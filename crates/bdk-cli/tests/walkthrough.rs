@@ -21,6 +21,9 @@ use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+mod common;
+use common::copy_dir;
+
 /// The comment that marks the block starting the server.
 const SERVER_MARKER: &str = "# (the test starts this server itself)";
 /// The server address the page uses.
@@ -85,24 +88,6 @@ fn rewrite(block: &str, base: &str, bdk: &Path) -> (String, usize) {
         out.push('\n');
     }
     (out, commands)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        // State and caches of someone's local runs are not part of the example.
-        if name == ".bdk" || name == "__pycache__" {
-            continue;
-        }
-        let target = to.join(&name);
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 /// A running `bdk serve`; killed when dropped.

@@ -21,6 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use bdk_bench::{Bench, machine, percentile};
 use bdk_events::{MessageAppended, SessionId, SessionMode, TurnId};
 use bdk_store::{FsStore, NewEvent, SessionRecord, Store};
 use chrono::Utc;
@@ -94,89 +95,6 @@ impl Env {
     }
 }
 
-/// One report entry.
-struct Bench {
-    name: String,
-    unit: &'static str,
-    samples: usize,
-    measured: Value,
-    target: Value,
-}
-
-impl Bench {
-    /// A throughput that must reach `min`.
-    fn throughput(name: String, unit: &'static str, samples: usize, value: f64, min: f64) -> Self {
-        Bench {
-            name,
-            unit,
-            samples,
-            measured: json!({ "value": value.round() }),
-            target: json!({ "value": { "min": min } }),
-        }
-    }
-
-    /// A latency distribution in milliseconds whose p50 must stay under `p50_max`.
-    fn latency_ms(name: String, latencies: &mut [Duration], p50_max: f64) -> Self {
-        latencies.sort_unstable();
-        Bench {
-            name,
-            unit: "ms",
-            samples: latencies.len(),
-            measured: json!({
-                "p50": millis(percentile(latencies, 50)),
-                "p99": millis(percentile(latencies, 99)),
-            }),
-            target: json!({ "p50": { "max": p50_max } }),
-        }
-    }
-
-    /// True when every bound of `target` holds for `measured`.
-    fn meets_target(&self) -> bool {
-        let Some(bounds) = self.target.as_object() else {
-            return false;
-        };
-        bounds.iter().all(|(key, bound)| {
-            let Some(value) = self.measured.get(key).and_then(Value::as_f64) else {
-                return false;
-            };
-            let min_ok = bound
-                .get("min")
-                .and_then(Value::as_f64)
-                .is_none_or(|min| value >= min);
-            let max_ok = bound
-                .get("max")
-                .and_then(Value::as_f64)
-                .is_none_or(|max| value < max);
-            min_ok && max_ok
-        })
-    }
-
-    fn to_json(&self) -> Value {
-        json!({
-            "name": self.name,
-            "unit": self.unit,
-            "samples": self.samples,
-            "measured": self.measured,
-            "target": self.target,
-            "meetsTarget": self.meets_target(),
-        })
-    }
-}
-
-/// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (p * sorted.len()).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
-}
-
-/// Milliseconds with microsecond resolution.
-fn millis(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
-}
-
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; only `--quick` means anything here.
     let quick = std::env::args().any(|a| a == "--quick");
@@ -203,14 +121,7 @@ fn run(quick: bool) -> Result<Value> {
     let mut benchmarks = Vec::new();
     for group in BENCHMARKS {
         for bench in group(&env)? {
-            eprintln!(
-                "bench: {} = {} {} (target {}){}",
-                bench.name,
-                bench.measured,
-                bench.unit,
-                bench.target,
-                if bench.meets_target() { "" } else { "  MISSED" }
-            );
+            eprintln!("{}", bench.summary());
             benchmarks.push(bench.to_json());
         }
     }
@@ -220,26 +131,6 @@ fn run(quick: bool) -> Result<Value> {
         "quick": quick,
         "benchmarks": benchmarks,
     }))
-}
-
-/// What the numbers were measured on.
-fn machine() -> Value {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    // Linux names the processor in /proc/cpuinfo; elsewhere it stays unknown.
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, name)| name.trim().to_owned())
-        });
-    json!({
-        "cores": cores,
-        "cpu": cpu,
-        "os": std::env::consts::OS,
-        "arch": std::env::consts::ARCH,
-    })
 }
 
 /// A chat session in `store`, ready for appends.
@@ -289,7 +180,7 @@ fn store_append_throughput(env: &Env) -> Result<Vec<Bench>> {
             "events/s",
             total,
             rate,
-            100_000.0,
+            json!({ "value": { "min": 100_000.0 } }),
         ));
     }
     Ok(out)
@@ -325,9 +216,9 @@ fn store_subscribe_latency(env: &Env) -> Result<Vec<Bench>> {
     let store = FsStore::open(env.store_root("subscribe"))?;
     let mut latencies = env.runtime.block_on(delivery_latencies(&store, count))?;
     Ok(vec![Bench::latency_ms(
-        "store.subscribe.latency".into(),
+        "store.subscribe.latency",
         &mut latencies,
-        1.0,
+        json!({ "p50": { "max": 1.0 } }),
     )])
 }
 
@@ -468,9 +359,11 @@ fn turn_overhead(env: &Env) -> Result<Vec<Bench>> {
         }
         Ok::<_, BenchError>(latencies)
     })?;
-    let mut bench = Bench::latency_ms("turn.overhead".into(), &mut latencies, 1.0);
-    bench.target = json!({ "p50": { "max": 1.0 }, "p99": { "max": 5.0 } });
-    Ok(vec![bench])
+    Ok(vec![Bench::latency_ms(
+        "turn.overhead",
+        &mut latencies,
+        json!({ "p50": { "max": 1.0 }, "p99": { "max": 5.0 } }),
+    )])
 }
 
 /// Resident set size of this process in bytes, from /proc/self/statm
@@ -563,22 +456,22 @@ fn reminders_armed(env: &Env) -> Result<Vec<Bench>> {
     })?;
     latencies.sort_unstable();
     Ok(vec![
-        Bench {
-            name: "reminders.armed_100k.bytes_per_reminder".into(),
-            unit: "bytes",
-            samples: total,
-            measured: json!({ "value": (grown as f64 / total as f64).round() }),
-            target: json!({}),
-        },
-        Bench {
-            name: "reminders.next_fire_lookup".into(),
-            unit: "us",
-            samples: latencies.len(),
-            measured: json!({
+        Bench::new(
+            "reminders.armed_100k.bytes_per_reminder",
+            "bytes",
+            total,
+            json!({ "value": (grown as f64 / total as f64).round() }),
+            json!({}),
+        ),
+        Bench::new(
+            "reminders.next_fire_lookup",
+            "us",
+            latencies.len(),
+            json!({
                 "p50": micros(percentile(&latencies, 50)),
                 "p99": micros(percentile(&latencies, 99)),
             }),
-            target: json!({}),
-        },
+            json!({}),
+        ),
     ])
 }

@@ -21,6 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use bdk_bench::{Bench, machine};
 use bdk_events::{MessageAppended, SessionId, SessionMode, TurnId};
 use bdk_store::{NewEvent, PgOptions, PgStore, SessionRecord, Store};
 use chrono::Utc;
@@ -80,32 +81,31 @@ async fn run(quick: bool) -> Result<Value> {
         )
     };
     let outcome = async {
-        let writer = open("writer")
-            .await
-            .map_err(|e| format!("cannot reach PostgreSQL at BDK_TEST_DATABASE_URL or the default local server: {e}"))?;
+        let writer = open("writer").await.map_err(|e| {
+            format!(
+                "cannot reach PostgreSQL at BDK_TEST_DATABASE_URL or the default local server: {e}"
+            )
+        })?;
         let follower = open("follower").await?;
         let mut benchmarks = Vec::new();
         for (batch, full) in APPEND_EVENTS {
             let total = if quick { (full / 20).max(64) } else { full };
             let rate = append_rate(&writer, total, batch).await?;
-            benchmarks.push(bench(
+            benchmarks.push(progress(Bench::throughput(
                 format!("pgstore.append.batch{batch}"),
                 "events/s",
                 total,
-                json!({ "value": rate.round() }),
+                rate,
                 json!({ "value": { "min": if batch == 1 { 500.0 } else { 10_000.0 } } }),
-            ));
+            )));
         }
         let count = if quick { 50 } else { LATENCY_EVENTS };
         let mut latencies = cross_replica_latencies(&writer, &follower, count).await?;
-        latencies.sort_unstable();
-        benchmarks.push(bench(
-            "pgstore.subscribe.cross_replica.latency".into(),
-            "ms",
-            latencies.len(),
-            json!({ "p50": millis(percentile(&latencies, 50)), "p99": millis(percentile(&latencies, 99)) }),
+        benchmarks.push(progress(Bench::latency_ms(
+            "pgstore.subscribe.cross_replica.latency",
+            &mut latencies,
             json!({ "p50": { "max": 10.0 } }),
-        ));
+        )));
         writer.close().await;
         follower.close().await;
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(benchmarks)
@@ -121,6 +121,12 @@ async fn run(quick: bool) -> Result<Value> {
     }))
 }
 
+/// Prints `bench`'s progress line on stderr and returns its report entry.
+fn progress(bench: Bench) -> Value {
+    eprintln!("{}", bench.summary());
+    bench.to_json()
+}
+
 async fn drop_schema(url: &str, schema: &str) {
     let Ok(mut conn) = sqlx::PgConnection::connect(url).await else {
         return;
@@ -130,36 +136,6 @@ async fn drop_schema(url: &str, schema: &str) {
         eprintln!("bench: could not drop schema {schema}: {e}");
     }
     let _ = conn.close().await;
-}
-
-fn bench(name: String, unit: &str, samples: usize, measured: Value, target: Value) -> Value {
-    let meets = target.as_object().is_some_and(|bounds| {
-        bounds.iter().all(|(key, bound)| {
-            let Some(v) = measured.get(key).and_then(Value::as_f64) else {
-                return false;
-            };
-            bound
-                .get("min")
-                .and_then(Value::as_f64)
-                .is_none_or(|m| v >= m)
-                && bound
-                    .get("max")
-                    .and_then(Value::as_f64)
-                    .is_none_or(|m| v < m)
-        })
-    });
-    eprintln!(
-        "bench: {name} = {measured} {unit} (target {target}){}",
-        if meets { "" } else { "  MISSED" }
-    );
-    json!({
-        "name": name,
-        "unit": unit,
-        "samples": samples,
-        "measured": measured,
-        "target": target,
-        "meetsTarget": meets,
-    })
 }
 
 async fn new_session(store: &PgStore) -> Result<SessionId> {
@@ -240,34 +216,4 @@ async fn cross_replica_latencies(
         }
     }
     Ok(out)
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = (p * sorted.len()).div_ceil(100).max(1);
-    sorted[rank.min(sorted.len()) - 1]
-}
-
-fn millis(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
-}
-
-fn machine() -> Value {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, name)| name.trim().to_owned())
-        });
-    json!({
-        "cores": cores,
-        "cpu": cpu,
-        "os": std::env::consts::OS,
-        "arch": std::env::consts::ARCH,
-    })
 }

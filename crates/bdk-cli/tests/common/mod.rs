@@ -11,6 +11,8 @@ use futures::StreamExt;
 use serde_json::Value;
 use tempfile::TempDir;
 
+/// Copies the tree `from` into `to`, leaving out `.bdk` and `__pycache__`:
+/// state and caches of someone's local runs are not part of an example.
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
@@ -28,6 +30,8 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// A private copy of the weather example (the `weather` directory in a
+/// fresh temporary directory), so state never lands in the repo.
 pub fn weather() -> (TempDir, PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("weather");
