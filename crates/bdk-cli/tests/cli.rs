@@ -399,3 +399,37 @@ fn init_scaffolds_a_project_that_validates_and_runs() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
 }
+
+/// A tool inherits the server's environment except the store URL, which may
+/// carry database credentials.
+#[test]
+fn tools_do_not_inherit_the_store_url() {
+    let (_tmp, dir) = weather();
+    let tools = dir.join("agent/tools");
+    std::fs::write(
+        tools.join("env_probe.py"),
+        "import json, os, sys\nsys.stdin.readline()\n\
+         print(json.dumps({\"store\": os.environ.get(\"BDK_STORE\"), \
+         \"probe\": os.environ.get(\"BDK_PROBE_VAR\")}))\n",
+    )
+    .unwrap();
+    std::fs::write(
+        tools.join("env_probe.toml"),
+        "description = \"Reports two environment variables.\"\n\
+         effect = \"read\"\ncommand = [\"python3\", \"env_probe.py\"]\n\
+         [input_schema]\ntype = \"object\"\n",
+    )
+    .unwrap();
+    let (code, json) = run_json(
+        bdk()
+            .args(["call", "env_probe", "--dir"])
+            .arg(&dir)
+            .args(["--input", "{}"])
+            .env("BDK_STORE", "postgres://bdk:secret@db.internal/bdk")
+            .env("BDK_PROBE_VAR", "inherited"),
+    );
+    assert_eq!(code, 0, "{json}");
+    let result = &json["result"];
+    assert_eq!(result["probe"], "inherited", "{json}");
+    assert!(result["store"].is_null(), "{json}");
+}
