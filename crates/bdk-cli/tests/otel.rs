@@ -493,6 +493,83 @@ async fn a_failing_tool_call_is_an_error_span_and_counted() {
     );
 }
 
+/// A direct tool call (no turn) is a trace of its own and is counted; a
+/// request naming no real tool leaves no span and no metric behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn direct_tool_calls_are_traced_and_counted() {
+    let receiver = Receiver::default();
+    let endpoint = receiver.start().await;
+    let (_tmp, dir) = weather();
+    let mut server = serve(&dir, &["--otlp-endpoint", &endpoint]);
+    let c = client();
+    let (status, body) = post(
+        &c,
+        &format!("{}/weather/v1/tools/get_weather", server.base),
+        json!({"input": {"city": "Paris"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(
+        &c,
+        &format!("{}/weather/v1/tools/made_up_tool_name", server.base),
+        json!({"input": {}}),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(server.terminate(), 0);
+    wait_for("the direct call's span", || {
+        receiver
+            .spans()
+            .iter()
+            .any(|s| s.name == "execute_tool get_weather")
+    })
+    .await;
+    let spans = receiver.spans();
+    let tool = spans
+        .iter()
+        .find(|s| s.name == "execute_tool get_weather")
+        .unwrap();
+    assert!(
+        tool.parent_span_id.is_empty(),
+        "a direct call is a root span"
+    );
+    assert_eq!(str_attr(&tool.attributes, "bdk.tool.status"), "ok");
+    assert_eq!(
+        attr(&tool.attributes, "bdk.tool.direct"),
+        Some(&any_value::Value::BoolValue(true))
+    );
+    assert!(
+        str_attr(&tool.attributes, "gen_ai.tool.call.id").starts_with("tool_get_weather_"),
+        "{:?}",
+        tool.attributes
+    );
+    assert!(!spans.iter().any(|s| s.name.contains("made_up_tool_name")));
+    wait_for("the tool call metric", || {
+        receiver.metrics().contains_key("bdk.tool_calls")
+    })
+    .await;
+    let metrics = receiver.metrics();
+    assert_eq!(
+        counter(
+            &metrics,
+            "bdk.tool_calls",
+            &[
+                ("gen_ai.tool.name", "get_weather"),
+                ("bdk.tool.status", "ok")
+            ]
+        ),
+        1
+    );
+    assert_eq!(
+        counter(
+            &metrics,
+            "bdk.tool_calls",
+            &[("gen_ai.tool.name", "made_up_tool_name")]
+        ),
+        0
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn run_exports_its_turn_too() {
     let receiver = Receiver::default();

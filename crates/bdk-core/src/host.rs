@@ -1886,6 +1886,47 @@ impl Host {
                 errors,
             });
         }
+        // The span starts once the tool is known, so a caller's made-up
+        // names never become span or metric attributes.
+        let span = tracing::info_span!(
+            target: agent::TRACE_TARGET,
+            "bdk.tool_call",
+            otel.name = %format_args!("execute_tool {}", call.name),
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = %call.name,
+            gen_ai.tool.call.id = tracing::field::Empty,
+            gen_ai.tool.type = "function",
+            gen_ai.conversation.id = call.session_id.as_ref().map(tracing::field::display),
+            bdk.tool.direct = true,
+            bdk.tool.status = tracing::field::Empty,
+            bdk.tool.refusal = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        let outcome = self.call_known(entry, call).instrument(span.clone()).await;
+        match &outcome {
+            Ok(done) => {
+                span.record("gen_ai.tool.call.id", done.call_id.as_str());
+                if done.is_error {
+                    span.record("bdk.tool.status", "error");
+                    span.record("error.type", "tool_error");
+                    span.record("otel.status_code", "ERROR");
+                } else {
+                    span.record("bdk.tool.status", "ok");
+                }
+            }
+            // Refused before the tool ran (busy, forbidden, no such
+            // session): the caller's problem, not a tool error.
+            Err(e) => {
+                span.record("bdk.tool.status", "refused");
+                span.record("bdk.tool.refusal", e.code());
+            }
+        }
+        outcome
+    }
+
+    /// [`Host::call_tool`] once the tool is resolved and its input valid.
+    async fn call_known(&self, entry: ToolEntry, call: DirectCall) -> HostResult<DirectOutcome> {
         let spec = entry.tool.spec().clone();
         let call_id = new_direct_call_id(&call.name);
         let mut record = None;
