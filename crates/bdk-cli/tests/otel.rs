@@ -516,6 +516,15 @@ async fn direct_tool_calls_are_traced_and_counted() {
     )
     .await;
     assert_eq!(status, 404, "{body}");
+    // A real tool bound to a session that does not exist: refused, traced.
+    let (status, body) = post(
+        &c,
+        &format!("{}/weather/v1/tools/get_weather", server.base),
+        json!({"input": {"city": "Oslo"}, "sessionId": "ses_01m8q8wcmae7292qebz2c8zd5p"}),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"], "session_not_found", "{body}");
     assert_eq!(server.terminate(), 0);
     wait_for("the direct call's span", || {
         receiver
@@ -524,11 +533,25 @@ async fn direct_tool_calls_are_traced_and_counted() {
             .any(|s| s.name == "execute_tool get_weather")
     })
     .await;
+    wait_for("both direct calls' spans", || {
+        receiver
+            .spans()
+            .iter()
+            .filter(|s| s.name == "execute_tool get_weather")
+            .count()
+            == 2
+    })
+    .await;
     let spans = receiver.spans();
-    let tool = spans
+    let (refused, done): (Vec<_>, Vec<_>) = spans
         .iter()
-        .find(|s| s.name == "execute_tool get_weather")
-        .unwrap();
+        .filter(|s| s.name == "execute_tool get_weather")
+        .partition(|s| str_attr(&s.attributes, "bdk.tool.status") == "refused");
+    assert_eq!(
+        str_attr(&refused[0].attributes, "bdk.tool.refusal"),
+        "session_not_found"
+    );
+    let tool = done[0];
     assert!(
         tool.parent_span_id.is_empty(),
         "a direct call is a root span"
@@ -559,6 +582,21 @@ async fn direct_tool_calls_are_traced_and_counted() {
             ]
         ),
         1
+    );
+    assert_eq!(
+        counter(
+            &metrics,
+            "bdk.tool_calls",
+            &[
+                ("gen_ai.tool.name", "get_weather"),
+                ("bdk.tool.status", "refused")
+            ]
+        ),
+        1
+    );
+    assert!(
+        !metrics.contains_key("bdk.errors"),
+        "a refusal is not a tool error"
     );
     assert_eq!(
         counter(

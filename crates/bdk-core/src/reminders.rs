@@ -270,7 +270,9 @@ pub struct NewReminder {
 pub struct FireOutcome {
     /// The reminder after the fire.
     pub reminder: Reminder,
-    /// `delivered`, `skip` or `stop`.
+    /// `delivered`, `skip` or `stop` (a handler's answer), `failed`,
+    /// `disarmed`; `skip` also when another host sharing the store delivered
+    /// or cancelled this fire.
     pub result: String,
     /// The turn the fire started, when it started one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -719,7 +721,7 @@ impl Host {
                 }
                 return Ok(FireOutcome {
                     reminder: current,
-                    result: "claimed_elsewhere".to_owned(),
+                    result: "skip".to_owned(),
                     turn_id: None,
                 });
             }

@@ -762,8 +762,9 @@ async fn replicas_act_on_the_stored_reminder() {
     // The creator goes away; B keeps the reminder firing.
     a.shutdown(Duration::from_secs(5)).await;
     drop(a);
+    let after = store.next_index(&s).await.unwrap();
     clock.advance(TimeDelta::minutes(1));
-    let (_, text) = next_message(&b, &s, 0).await;
+    let (_, text) = next_message(&b, &s, after).await;
     assert_eq!(text, "ping");
     wait_reminder(&b, &ping.id, |r| {
         r.next_fire_at
@@ -772,4 +773,44 @@ async fn replicas_act_on_the_stored_reminder() {
     .await;
     b.wait_idle(&s).await;
     assert_eq!(count("ping").await, 2);
+}
+
+/// A stored record that does not read back is skipped by a resync, which
+/// still arms the readable ones.
+#[tokio::test]
+async fn a_resync_skips_unreadable_records() {
+    let (dir, p) = project();
+    let clock = Arc::new(ManualClock::new(start()));
+    let host = host_at(&p, &dir.path().join("state"), &clock, false).await;
+    let s = chat(&host).await;
+    let store = host.store();
+    store
+        .kv_put(
+            bdk_core::reminders::KV_NAMESPACE,
+            "rem_garbage",
+            json!({"not": "a reminder"}),
+        )
+        .await
+        .unwrap();
+    let mut stored = host
+        .create_reminder(&s, req(|r| r.every = Some("1m".into())))
+        .await
+        .unwrap();
+    // Written by "another host": present in the store, unknown here.
+    stored.id = "rem_from_elsewhere".into();
+    store
+        .kv_put(
+            bdk_core::reminders::KV_NAMESPACE,
+            &stored.id,
+            serde_json::to_value(&stored).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(host.reminder("rem_from_elsewhere").is_none());
+    assert_eq!(host.resync_reminders().await.unwrap(), 1);
+    assert_eq!(
+        host.reminder("rem_from_elsewhere").unwrap().status,
+        ReminderStatus::Armed
+    );
+    assert!(host.reminder("rem_garbage").is_none());
 }
