@@ -26,6 +26,16 @@ mod telemetry;
 #[derive(Parser, Debug)]
 #[command(name = "bdk", version, about, propagate_version = true)]
 struct Cli {
+    /// How log lines on stderr are written: `text` or `json` (one JSON
+    /// object a line).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value_t = logs::LogFormat::Text,
+        env = "BDK_LOG_FORMAT"
+    )]
+    log_format: logs::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -247,26 +257,7 @@ fn main() -> ExitCode {
             }
         }
     };
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        // The runtime's turn/step/tool spans (`bdk::gen_ai`) are for the
-        // OpenTelemetry layers; off in the log ring unless BDK_LOG asks.
-        let filter = tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,bdk::gen_ai=off"));
-        let stderr_filter = tracing_subscriber::EnvFilter::try_from_env("BDK_LOG")
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-        use tracing_subscriber::Layer as _;
-        tracing_subscriber::registry()
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_filter(stderr_filter),
-            )
-            .with(logs::RingLayer::new(logs.clone()).with_filter(filter))
-            .with(telemetry.as_ref().map(telemetry::Telemetry::layers))
-            .init();
-    }
+    logs::init(cli.log_format, &logs, telemetry.as_ref());
     let code = runtime.block_on(commands::dispatch(cli.command, logs));
     // Flush spans and metrics while the runtime still drives the exporters'
     // connections (after `serve` has drained on SIGINT/SIGTERM).

@@ -102,6 +102,20 @@ impl Server {
         }
     }
 
+    /// Waits (polling, up to a minute) until the captured stderr satisfies
+    /// `ready`, and returns it.
+    pub fn wait_for_stderr(&self, mut ready: impl FnMut(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let text = self.stderr.lock().unwrap().clone();
+            if ready(&text) {
+                return text;
+            }
+            assert!(Instant::now() < deadline, "stderr never got there:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn terminate(&mut self) -> i32 {
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
