@@ -144,12 +144,8 @@ fn admit(
                     "the request carries the proxy header `{name}`; the default local-only auth admits direct loopback clients only (use --bearer-token behind a proxy)"
                 )));
             }
-            if let Some(host) = request_host(headers, uri)
-                && !is_loopback_host(&host)
-            {
-                return Err(ApiError::unauthorized(
-                    "the Host header does not name a loopback address; the default local-only auth admits local clients only",
-                ));
+            if let Err(problem) = check_local_authority(headers, uri) {
+                return Err(ApiError::unauthorized(problem.message()));
             }
             Ok(Caller {
                 principal: "local".into(),
@@ -208,46 +204,272 @@ pub(crate) fn request_host(headers: &HeaderMap, uri: &axum::http::Uri) -> Option
         .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
 }
 
-fn is_loopback_host(host: &str) -> bool {
-    let name = host_without_port(host);
-    if name.eq_ignore_ascii_case("localhost") || name.to_ascii_lowercase().ends_with(".localhost") {
-        return true;
-    }
-    let bare = name.trim_start_matches('[').trim_end_matches(']');
-    bare.parse::<IpAddr>().is_ok_and(is_loopback)
+/// Why the local-only policy refuses the authority a request names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HostProblem {
+    /// No `Host` header and no authority in the request target.
+    Missing,
+    /// More than one `Host` header: which one a client meant is anyone's guess.
+    Duplicate,
+    /// Not `host[:port]` by the strict grammar of [`parse_host`].
+    Malformed,
+    /// Well-formed, but not a loopback name or address.
+    NotLoopback,
 }
 
-fn host_without_port(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        // `[::1]:8080` or `[::1]`.
-        return rest.split(']').next().unwrap_or(rest);
+impl HostProblem {
+    fn message(self) -> &'static str {
+        match self {
+            HostProblem::Missing => {
+                "the request names no host (no Host header); the default local-only auth admits requests addressed to a loopback name or address only"
+            }
+            HostProblem::Duplicate => {
+                "the request carries more than one Host header; the default local-only auth admits exactly one"
+            }
+            HostProblem::Malformed => {
+                "the Host header is not a valid host[:port]; the default local-only auth admits loopback names and addresses only"
+            }
+            HostProblem::NotLoopback => {
+                "the Host header does not name a loopback address; the default local-only auth admits local clients only"
+            }
+        }
     }
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
+}
+
+/// The local-only policy's check of what the client addressed: exactly one
+/// `Host` header, or none with an authority in the request target (HTTP/2's
+/// `:authority`, an absolute-form HTTP/1.1 target); and every authority the
+/// request names is a well-formed loopback name or address. A page on a
+/// foreign domain rebound to 127.0.0.1 sends that domain as its Host, so
+/// anything but a loopback name is refused, and so is anything a lenient
+/// parser could read as a loopback name while a browser or proxy reads it
+/// as another (`[::1]evil.com`, bytes above 0x7f).
+fn check_local_authority(headers: &HeaderMap, uri: &axum::http::Uri) -> Result<(), HostProblem> {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(HostProblem::Duplicate);
     }
+    let target = uri.authority().map(|a| a.as_str().as_bytes());
+    if host.is_none() && target.is_none() {
+        return Err(HostProblem::Missing);
+    }
+    for value in host.map(|h| h.as_bytes()).into_iter().chain(target) {
+        match parse_host(value) {
+            None => return Err(HostProblem::Malformed),
+            Some(name) if !name.is_loopback() => return Err(HostProblem::NotLoopback),
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The host part of a well-formed authority.
+#[derive(Debug, PartialEq, Eq)]
+enum HostName {
+    Ip(IpAddr),
+    /// A registered name, lower-cased.
+    Name(String),
+}
+
+impl HostName {
+    fn is_loopback(&self) -> bool {
+        match self {
+            HostName::Ip(ip) => is_loopback(*ip),
+            HostName::Name(name) => name == "localhost" || name.ends_with(".localhost"),
+        }
+    }
+}
+
+/// Parses `host[:port]` by a strict reading of RFC 9110's `Host` (RFC 3986
+/// `host` and `port`, no user info): a bracketed IPv6 address with nothing
+/// after the `]` but a port, a dotted-quad IPv4 address (no octal, hex or
+/// shortened forms), or a DNS name of letters, digits and inner hyphens in
+/// non-empty labels of at most 63 bytes; a port, when present, of 1 to 5
+/// digits up to 65535. Anything else, including every byte outside visible
+/// ASCII, is `None`.
+fn parse_host(value: &[u8]) -> Option<HostName> {
+    if value.is_empty() || value.len() > 260 || !value.iter().all(|b| b.is_ascii_graphic()) {
+        return None;
+    }
+    // Visible ASCII only, so this cannot fail; the check above is what
+    // refuses bytes above 0x7f.
+    let value = std::str::from_utf8(value).ok()?;
+    let (host, port) = if let Some(rest) = value.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        let ip = inside.parse::<std::net::Ipv6Addr>().ok()?;
+        let port = match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':')?),
+        };
+        (HostName::Ip(IpAddr::V6(ip)), port)
+    } else {
+        let (name, port) = match value.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (value, None),
+        };
+        if let Ok(ip) = name.parse::<std::net::Ipv4Addr>() {
+            (HostName::Ip(IpAddr::V4(ip)), port)
+        } else if is_dns_name(name) {
+            (HostName::Name(name.to_ascii_lowercase()), port)
+        } else {
+            return None;
+        }
+    };
+    if let Some(port) = port {
+        let digits =
+            !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
+        if !digits || port.parse::<u32>().ok()? > 65535 {
+            return None;
+        }
+    }
+    Some(host)
+}
+
+fn is_dns_name(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
+
+    fn loopback(host: &str) -> Option<bool> {
+        parse_host(host.as_bytes()).map(|h| h.is_loopback())
+    }
 
     #[test]
-    fn loopback_hosts() {
+    fn loopback_hosts_are_admitted() {
         for ok in [
             "127.0.0.1:3000",
+            "127.0.0.1",
             "localhost",
             "LOCALHOST:80",
             "[::1]:8080",
             "[::1]",
+            "[::ffff:127.0.0.1]:1",
             "127.9.9.9",
             "app.localhost:1",
+            "a-b.App.LocalHost:65535",
         ] {
-            assert!(is_loopback_host(ok), "{ok}");
+            assert_eq!(loopback(ok), Some(true), "{ok}");
         }
-        for bad in ["evil.com", "evil.com:3000", "10.0.0.1:3000", "[::2]:1", ""] {
-            assert!(!is_loopback_host(bad), "{bad}");
+    }
+
+    #[test]
+    fn well_formed_foreign_hosts_are_not_loopback() {
+        for foreign in [
+            "evil.com",
+            "evil.com:3000",
+            "10.0.0.1:3000",
+            "[::2]:1",
+            "localhost.evil.com",
+            "notlocalhost",
+            // Numeric forms that some resolvers read as 127.0.0.1 are names
+            // here, and foreign ones.
+            "127.1",
+            "2130706433",
+            "0x7f.0.0.1",
+        ] {
+            assert_eq!(loopback(foreign), Some(false), "{foreign}");
         }
+    }
+
+    #[test]
+    fn malformed_hosts_are_refused() {
+        // Regression (issue 13): `[::1]evil.com` was admitted because the
+        // old parser split at `]` and dropped the rest.
+        for bad in [
+            "",
+            "[::1]evil.com",
+            "[::1]evil.com:80",
+            "[::1]:",
+            "[::1]:80:80",
+            "[::1]x:80",
+            "[::1",
+            "[127.0.0.1]",
+            "[fe80::1%25lo]",
+            "::1",
+            "localhost:",
+            "localhost:abc",
+            "localhost:65536",
+            "localhost:000080",
+            "localhost.",
+            ".localhost",
+            "app..localhost",
+            "-a.localhost",
+            "user@localhost",
+            "local host",
+            "localhost\t",
+            "localhost/evil",
+            "evil.com#.localhost",
+            "a_b.localhost",
+        ] {
+            assert_eq!(parse_host(bad.as_bytes()), None, "{bad:?}");
+        }
+        // Bytes above 0x7f (Latin-1 or UTF-8 look-alikes of `localhost`).
+        assert_eq!(parse_host(b"localhost\xff"), None);
+        assert_eq!(parse_host("lоcalhost".as_bytes()), None);
+        assert_eq!(parse_host(&[b'a'; 300]), None);
+    }
+
+    fn check(hosts: &[&[u8]], uri: &str) -> Result<(), HostProblem> {
+        let mut h = HeaderMap::new();
+        for host in hosts {
+            h.append(header::HOST, HeaderValue::from_bytes(host).unwrap());
+        }
+        check_local_authority(&h, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn the_request_must_name_exactly_one_loopback_authority() {
+        assert_eq!(check(&[b"127.0.0.1:3000"], "/v1/sessions"), Ok(()));
+        assert_eq!(check(&[], "/v1/sessions"), Err(HostProblem::Missing));
+        assert_eq!(
+            check(&[b"localhost", b"localhost"], "/v1/sessions"),
+            Err(HostProblem::Duplicate)
+        );
+        assert_eq!(
+            check(&[b"localhost", b"evil.com"], "/v1/sessions"),
+            Err(HostProblem::Duplicate)
+        );
+        assert_eq!(
+            check(&[b"[::1]evil.com"], "/v1/sessions"),
+            Err(HostProblem::Malformed)
+        );
+        assert_eq!(
+            check(&[b"localh\xc3\xb6st"], "/v1/sessions"),
+            Err(HostProblem::Malformed)
+        );
+        assert_eq!(
+            check(&[b"evil.com"], "/v1/sessions"),
+            Err(HostProblem::NotLoopback)
+        );
+        // HTTP/2 names the authority in the target; so may HTTP/1.1.
+        assert_eq!(check(&[], "http://localhost:3000/v1/sessions"), Ok(()));
+        assert_eq!(
+            check(&[], "http://evil.com/v1/sessions"),
+            Err(HostProblem::NotLoopback)
+        );
+        // Both must be loopback when both are given.
+        assert_eq!(
+            check(&[b"localhost"], "http://evil.com/v1/sessions"),
+            Err(HostProblem::NotLoopback)
+        );
+        assert_eq!(
+            check(&[b"evil.com"], "http://localhost/v1/sessions"),
+            Err(HostProblem::NotLoopback)
+        );
     }
 
     #[test]

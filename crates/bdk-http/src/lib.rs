@@ -75,9 +75,11 @@ pub struct Mount {
 pub enum Auth {
     /// Default: only direct loopback peers. A request carrying a
     /// proxy-forwarding header (`Forwarded`, `Via`, `X-Real-IP`, any
-    /// `X-Forwarded-*`) or naming a non-loopback `Host` is refused with 401,
-    /// since it was relayed from somewhere else or comes from a page that
-    /// rebound a foreign name to 127.0.0.1. Principal `local`.
+    /// `X-Forwarded-*`) is refused with 401, since it was relayed from
+    /// somewhere else; so is one that does not name exactly one well-formed
+    /// loopback host (a missing, repeated, malformed or foreign `Host`),
+    /// since it may come from a page that rebound a foreign name to
+    /// 127.0.0.1. Principal `local`.
     #[default]
     LocalDevStrict,
     /// `Authorization: Bearer <token>`, compared in constant time; each token
