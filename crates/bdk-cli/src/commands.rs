@@ -88,6 +88,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             no_schedules,
             otlp_endpoint: _,
             store,
+            connections,
         } => {
             let opts = crate::serve::ServeOptions {
                 dirs,
@@ -102,6 +103,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
                 playground: !no_playground,
                 schedules: !no_schedules,
                 store,
+                connections,
             };
             crate::serve::run(opts, logs).await
         }

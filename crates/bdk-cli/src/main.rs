@@ -190,6 +190,8 @@ enum Command {
         /// `postgres://` URL shared by several replicas (schema `bdk_<slug>`).
         #[arg(long, value_name = "fs|URL", env = "BDK_STORE")]
         store: Option<String>,
+        #[command(flatten)]
+        connections: serve::ConnectionArgs,
     },
     /// Token usage and estimated cost per session, with totals.
     Cost {

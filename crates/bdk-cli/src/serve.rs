@@ -7,14 +7,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bdk_core::host::Host;
-use bdk_http::{Auth, BearerToken, Config, LogBuffer, Mount, Schedules};
+use bdk_http::{Auth, BearerToken, Config, Connections, LogBuffer, Mount, Schedules};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// How many ports after a busy preferred one are tried.
 const PORT_FALLBACKS: u16 = 20;
-/// How long running turns get to settle on shutdown.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long running turns get to settle on shutdown (at most the whole
+/// shutdown grace).
+const TURN_SETTLE: Duration = Duration::from_secs(10);
 /// Slugs that would collide with host routes.
 const RESERVED_SLUGS: &[&str] = &["v1", "playground", "docs"];
 
@@ -45,6 +46,77 @@ pub struct ServeOptions {
     pub schedules: bool,
     /// `--store`: `fs` (default) or a `postgres://` URL.
     pub store: Option<String>,
+    /// Connection limits and timeouts.
+    pub connections: ConnectionArgs,
+}
+
+/// The connection limits of `bdk serve`; each one left out takes the
+/// default of [`bdk_http::Connections`].
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ConnectionArgs {
+    /// Close a connection that takes longer than this to send a request's
+    /// headers (default 10s). Durations: `200ms`, `10s`, `2m`, `1h`.
+    #[arg(long, value_name = "DURATION", env = "BDK_HEADER_TIMEOUT", value_parser = parse_duration)]
+    pub header_timeout: Option<Duration>,
+    /// Answer 408 to a request whose body takes longer than this, from the
+    /// end of its headers (default 30s).
+    #[arg(long, value_name = "DURATION", env = "BDK_BODY_TIMEOUT", value_parser = parse_duration)]
+    pub body_timeout: Option<Duration>,
+    /// Close a kept-alive connection idle for this long between requests
+    /// (default 75s). Streams and running requests are never idle.
+    #[arg(long, value_name = "DURATION", env = "BDK_IDLE_TIMEOUT", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// Serve at most N connections at once; more wait to be accepted
+    /// (default: half the open-file limit, at most 4096).
+    #[arg(long, value_name = "N", env = "BDK_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// On SIGINT/SIGTERM, give running requests and streams this long to
+    /// finish, then close their connections (default 15s).
+    #[arg(long, value_name = "DURATION", env = "BDK_SHUTDOWN_GRACE", value_parser = parse_duration)]
+    pub shutdown_grace: Option<Duration>,
+}
+
+impl ConnectionArgs {
+    fn resolve(&self) -> Connections {
+        let defaults = Connections::default();
+        Connections {
+            header_read_timeout: self.header_timeout.unwrap_or(defaults.header_read_timeout),
+            body_read_timeout: self.body_timeout.unwrap_or(defaults.body_read_timeout),
+            idle_timeout: self.idle_timeout.unwrap_or(defaults.idle_timeout),
+            max_connections: self
+                .max_connections
+                .map_or(defaults.max_connections, |n| n as usize),
+            shutdown_grace: self.shutdown_grace.unwrap_or(defaults.shutdown_grace),
+        }
+    }
+}
+
+/// Parses a positive duration: a whole number and a unit, `ms`, `s`, `m` or
+/// `h` (`200ms`, `10s`, `2m`).
+fn parse_duration(raw: &str) -> Result<Duration, String> {
+    let raw = raw.trim();
+    let digits = raw.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = raw.split_at(digits);
+    let unit_ms: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => {
+            return Err(format!(
+                "`{raw}` is not a duration: write a whole number and a unit, ms, s, m or h (e.g. 10s)"
+            ));
+        }
+    };
+    let millis = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit_ms))
+        .ok_or_else(|| format!("`{raw}` is not a duration: the number is missing or too large"))?;
+    if millis == 0 {
+        return Err(format!("`{raw}`: the duration must be positive"));
+    }
+    Ok(Duration::from_millis(millis))
 }
 
 /// True for `[A-Za-z0-9][A-Za-z0-9_-]*` and not a reserved segment.
@@ -80,18 +152,16 @@ fn parse_tokens(raw: &[String]) -> Result<Vec<BearerToken>> {
 }
 
 /// Binds `host:port`, or the next free port when it is busy.
-async fn bind(host: &str, port: u16) -> Result<TcpListener> {
+fn bind(host: &str, port: u16) -> Result<TcpListener> {
     let ip: IpAddr = host
         .parse()
         .with_context(|| format!("--host `{host}` is not an IP address"))?;
     if port == 0 {
-        return TcpListener::bind(SocketAddr::new(ip, 0))
-            .await
-            .with_context(|| format!("cannot bind {host}"));
+        return listen(SocketAddr::new(ip, 0)).with_context(|| format!("cannot bind {host}"));
     }
     let mut last = None;
     for candidate in port..=port.saturating_add(PORT_FALLBACKS) {
-        match TcpListener::bind(SocketAddr::new(ip, candidate)).await {
+        match listen(SocketAddr::new(ip, candidate)) {
             Ok(l) => {
                 if candidate != port {
                     eprintln!("port {port} is busy; using {candidate} instead");
@@ -107,6 +177,27 @@ async fn bind(host: &str, port: u16) -> Result<TcpListener> {
         port.saturating_add(PORT_FALLBACKS),
         last.map(|e| e.to_string()).unwrap_or_default()
     ))
+}
+
+/// How many connections may wait in the kernel's queue to be accepted (the
+/// kernel caps it at `net.core.somaxconn`). Beyond the connection limit new
+/// connections wait there, holding no descriptor of ours; the standard
+/// library's 128 fills under a modest burst, after which clients see their
+/// connection attempts dropped and retried.
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A listening socket on `addr` with [`LISTEN_BACKLOG`].
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restarted server can take its port back
+    // while connections of the old one linger in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Runs the server until SIGINT or SIGTERM. Returns the exit code.
@@ -256,13 +347,15 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         } else {
             Schedules::Off
         },
+        connections: opts.connections.resolve(),
     };
+    let connections = config.connections.clone();
     let names: Vec<(Option<String>, String)> = mounts
         .iter()
         .map(|m| (m.slug.clone(), m.host.project().name.clone()))
         .collect();
     let app = bdk_http::app(mounts, config);
-    let listener = bind(&opts.host, opts.port).await?;
+    let listener = bind(&opts.host, opts.port)?;
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
     println!("listening on {base}");
@@ -305,20 +398,41 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         );
     }
 
-    // On a signal, first interrupt running turns (recorded `turn.failed`,
-    // status interrupted) so open streams carry that, then end the streams
-    // and drain the server.
-    let signal = shutdown.clone();
+    // On a signal the server stops accepting at once and closes the
+    // connections that have no request in flight; running turns are then
+    // interrupted (recorded `turn.failed`, status interrupted) so that open
+    // streams carry that, the streams end, and what is still open when the
+    // shutdown grace runs out is closed. So the process stops within the
+    // grace whatever clients do (docs/deploy.md).
+    let stop = CancellationToken::new();
+    let signal = stop.clone();
     let stopping = hosts.clone();
-    tokio::spawn(async move {
+    let grace = connections.shutdown_grace;
+    let settle = TURN_SETTLE.min(grace);
+    let (signalled, signalled_at) = tokio::sync::oneshot::channel();
+    let stopping = tokio::spawn(async move {
         wait_for_signal().await;
+        let _ = signalled.send(tokio::time::Instant::now());
         eprintln!("shutting down: recording running turns as interrupted and ending streams");
-        futures::future::join_all(stopping.iter().map(|h| h.shutdown(SHUTDOWN_GRACE))).await;
         signal.cancel();
+        futures::future::join_all(stopping.iter().map(|h| h.shutdown(settle))).await;
+        shutdown.cancel();
     });
-    bdk_http::serve(listener, app, shutdown.clone())
+    bdk_http::serve_with(listener, app, &connections, stop)
         .await
         .context("the server failed")?;
+    // Every connection is closed. The hosts may still be recording their
+    // interrupted turns (and leaving the cluster, stopping MCP servers);
+    // they get what is left of the grace, and a turn they do not record is
+    // recorded interrupted at the next start.
+    if let Ok(at) = signalled_at.await
+        && tokio::time::timeout_at(at + grace, stopping).await.is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "the hosts did not finish shutting down within the shutdown grace"
+        );
+    }
     drop(locks);
     Ok(0)
 }
@@ -375,6 +489,42 @@ mod tests {
         ] {
             assert!(!valid_slug(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn durations_need_a_unit_and_a_positive_value() {
+        assert_eq!(parse_duration("200ms"), Ok(Duration::from_millis(200)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in [
+            "",
+            "10",
+            "s",
+            "0s",
+            "1.5s",
+            "-1s",
+            "10 s",
+            "10sec",
+            "ms",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn connection_flags_fall_back_to_the_library_defaults() {
+        assert_eq!(ConnectionArgs::default().resolve(), Connections::default());
+        let set = ConnectionArgs {
+            header_timeout: Some(Duration::from_millis(200)),
+            max_connections: Some(3),
+            ..ConnectionArgs::default()
+        }
+        .resolve();
+        assert_eq!(set.header_read_timeout, Duration::from_millis(200));
+        assert_eq!(set.max_connections, 3);
+        assert_eq!(set.idle_timeout, bdk_http::DEFAULT_IDLE_TIMEOUT);
     }
 
     #[test]

@@ -494,7 +494,7 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
                     "the body is larger than the server's limit",
                 )
             } else {
-                ApiError::bad_request("invalid_request", format!("cannot read the body: {e}"))
+                ApiError::body_unreadable(&e)
             }
         })?;
     if let RouteAuth::Hmac {

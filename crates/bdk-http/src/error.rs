@@ -50,6 +50,27 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
+    /// A request body that could not be read. One that did not arrive
+    /// within the body timeout is `408 request_timeout`, and the connection
+    /// closes after the answer (the rest of the body is not waited for);
+    /// any other failure is `400 invalid_request`.
+    pub(crate) fn body_unreadable(e: &(dyn std::error::Error + 'static)) -> Self {
+        if crate::server::is_body_timeout(e) {
+            let mut err = Self::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the request body did not arrive within the server's body timeout",
+            );
+            err.close = true;
+            err
+        } else {
+            ApiError::bad_request(
+                "invalid_request",
+                format!("failed to read the request body: {e}"),
+            )
+        }
+    }
+
     /// A failure whose details must not reach the client.
     pub(crate) fn internal(detail: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %detail, "request failed");

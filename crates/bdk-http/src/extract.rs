@@ -31,7 +31,8 @@ const DRAIN_TIME: Duration = Duration::from_secs(2);
 /// A JSON request body.
 ///
 /// Wrong content type: 415 `unsupported_media_type`. Larger than the
-/// configured limit: 413 `payload_too_large`. Not JSON: 400 `invalid_json`.
+/// configured limit: 413 `payload_too_large`. Not complete within the body
+/// timeout: 408 `request_timeout`. Not JSON: 400 `invalid_json`.
 /// JSON of the wrong shape: 400 `invalid_request`. An empty body with no
 /// content type reads as `{}`, so `curl -X POST` works on routes whose
 /// fields are all optional.
@@ -98,7 +99,7 @@ fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 }
 
 /// Reads a body up to `limit` bytes; beyond it, drains a bounded amount and
-/// answers 413.
+/// answers 413. A body that does not arrive in time is 408.
 pub(crate) async fn read_limited(
     mut body: axum::body::Body,
     limit: usize,
@@ -107,12 +108,7 @@ pub(crate) async fn read_limited(
     loop {
         match body.frame().await {
             None => return Ok(buf.freeze()),
-            Some(Err(e)) => {
-                return Err(ApiError::bad_request(
-                    "invalid_request",
-                    format!("failed to read the request body: {e}"),
-                ));
-            }
+            Some(Err(e)) => return Err(ApiError::body_unreadable(&e)),
             Some(Ok(frame)) => {
                 let Ok(data) = frame.into_data() else {
                     continue;

@@ -20,8 +20,10 @@
 //!
 //! This is the only crate that knows axum. It knows nothing of the CLI: the
 //! binary builds the hosts, the listener and the log pipeline, and runs the
-//! app with [`serve`], which hands peer addresses to the default auth
-//! policy and stops on the shutdown signal.
+//! app with [`serve_with`], which hands peer addresses to the default auth
+//! policy, bounds what each connection may hold (the connection limit, the
+//! header, body and idle timeouts of [`Connections`]) and stops within a
+//! grace period of the shutdown signal, whatever clients do.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -52,11 +54,16 @@ mod logs;
 mod mcp;
 pub mod openapi;
 mod playground;
+mod server;
 mod sessions;
 mod stream;
 mod tools;
 
 pub use logs::{LogBuffer, LogLine};
+pub use server::{
+    Connections, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_SHUTDOWN_GRACE, MAX_DEFAULT_CONNECTIONS, default_max_connections, serve, serve_with,
+};
 pub use stream::open_streams;
 
 /// One agent served by the app.
@@ -130,6 +137,9 @@ pub struct Config {
     pub shutdown: CancellationToken,
     /// Whether schedules fire on their cadence (never under `dev`).
     pub schedules: Schedules,
+    /// Connection limits and timeouts. [`app`] applies the request body
+    /// deadline; hand the same value to [`serve_with`] for the rest.
+    pub connections: Connections,
 }
 
 /// The default body limit: 1 MiB.
@@ -151,6 +161,7 @@ impl Default for Config {
             logs: LogBuffer::new(DEFAULT_LOG_LINES),
             shutdown: CancellationToken::new(),
             schedules: Schedules::Off,
+            connections: Connections::default(),
         }
     }
 }
@@ -232,7 +243,8 @@ impl fmt::Debug for Schedules {
     }
 }
 
-/// Builds the whole app. Run it with [`serve`], or with
+/// Builds the whole app. Run it with [`serve_with`] (or [`serve`]), which
+/// add the connection limits, or with
 /// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`:
 /// without the peer address the default auth policy admits no one.
 ///
@@ -293,11 +305,17 @@ pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
         router = router.merge(docs::routes());
     }
 
+    let body_timeout = config.connections.body_read_timeout;
     router
         .fallback(error::not_found)
         // Installed last so that it reaches every route registered above,
         // nested ones included.
         .method_not_allowed_fallback(error::method_not_allowed)
+        // Every request body must arrive in full within the body timeout
+        // of its headers, however it is read (a slow body is `408`).
+        .layer(tower::util::MapRequestLayer::new(
+            move |req: axum::extract::Request| server::with_body_deadline(req, body_timeout),
+        ))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(Extension(extract::BodyLimit(config.max_body_bytes)))
         .layer(TraceLayer::new_for_http())
@@ -306,31 +324,6 @@ pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
         // must still answer with the JSON error shape, not a dropped
         // connection.
         .layer(CatchPanicLayer::custom(error::panicked))
-}
-
-/// Serves `app` on `listener` until `shutdown` fires, then stops accepting,
-/// lets open requests finish (streams end on the same signal when it is the
-/// app's [`Config::shutdown`]) and returns. Peer addresses reach the auth
-/// chain, which the default policy needs.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // Streams write small NDJSON lines; without TCP_NODELAY, Nagle's
-    // algorithm meeting the client's delayed ACK holds a line back ~40 ms.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "failed to set TCP_NODELAY");
-        }
-    });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.cancelled_owned())
-    .await
 }
 
 /// The routes of one agent, relative to its prefix.

@@ -109,6 +109,7 @@ enum Code {
     StaleContinuationToken,
     TaskSession,
     SessionBusy,
+    RequestTimeout,
     PayloadTooLarge,
     UnsupportedMediaType,
     WorkspaceUnavailable,
@@ -141,6 +142,7 @@ impl Code {
         Code::StaleContinuationToken,
         Code::TaskSession,
         Code::SessionBusy,
+        Code::RequestTimeout,
         Code::PayloadTooLarge,
         Code::UnsupportedMediaType,
         Code::WorkspaceUnavailable,
@@ -173,6 +175,7 @@ impl Code {
             Code::StaleContinuationToken => "stale_continuation_token",
             Code::TaskSession => "task_session",
             Code::SessionBusy => "session_busy",
+            Code::RequestTimeout => "request_timeout",
             Code::PayloadTooLarge => "payload_too_large",
             Code::UnsupportedMediaType => "unsupported_media_type",
             Code::WorkspaceUnavailable => "workspace_unavailable",
@@ -206,6 +209,7 @@ impl Code {
             | Code::NoMatchingEvals
             | Code::EvalRunNotFound => 404,
             Code::MethodNotAllowed => 405,
+            Code::RequestTimeout => 408,
             Code::StaleContinuationToken
             | Code::TaskSession
             | Code::SessionBusy
@@ -249,6 +253,9 @@ impl Code {
             Code::TaskSession => "task sessions take no follow-up messages",
             Code::SessionBusy => {
                 "a session-bound write call while a turn runs, or a follow-up or stop whose turn another replica did not give up in time; retry"
+            }
+            Code::RequestTimeout => {
+                "the body did not arrive in full within the body timeout of its headers (30 s by default); the connection is closed"
             }
             Code::PayloadTooLarge => "the body is over the server's limit (1 MiB by default)",
             Code::UnsupportedMediaType => "the body is not sent as `application/json`",
@@ -353,6 +360,7 @@ impl Op {
         self.errors(&[
             Code::InvalidJson,
             Code::InvalidRequest,
+            Code::RequestTimeout,
             Code::PayloadTooLarge,
             Code::UnsupportedMediaType,
         ])
@@ -1365,6 +1373,7 @@ fn channel_operation(method: &str, with_path: bool) -> Value {
             Code::SessionNotFound,
             Code::MethodNotAllowed,
             Code::TaskSession,
+            Code::RequestTimeout,
             Code::PayloadTooLarge,
             Code::UnsupportedMediaType,
         ])
@@ -1436,7 +1445,7 @@ fn mcp_item(path: &'static str, id: &str, summary: &str, description: &str) -> P
                     )
                     .response("406", plain("The Accept header names neither JSON nor event streams."))
                     .response("415", plain("The body is not sent as application/json."))
-                    .errors(&[Code::PayloadTooLarge])
+                    .errors(&[Code::RequestTimeout, Code::PayloadTooLarge])
                     .protected()
                     .build(),
             ),

@@ -603,6 +603,7 @@ fn status_of(name: &str) -> u16 {
         "FORBIDDEN" => 403,
         "NOT_FOUND" => 404,
         "METHOD_NOT_ALLOWED" => 405,
+        "REQUEST_TIMEOUT" => 408,
         "CONFLICT" => 409,
         "PAYLOAD_TOO_LARGE" => 413,
         "UNSUPPORTED_MEDIA_TYPE" => 415,
