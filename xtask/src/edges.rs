@@ -36,7 +36,11 @@ const DEV_ONLY: &[&str] = &["bdk-bench"];
 const RULES: &[(&str, Allowed)] = &[
     ("bdk-events", Allowed::Only(&[])),
     ("bdk-store", Allowed::Only(&["bdk-events"])),
-    ("bdk-core", Allowed::Only(&["bdk-events", "bdk-store"])),
+    ("bdk-sandbox", Allowed::Only(&[])),
+    (
+        "bdk-core",
+        Allowed::Only(&["bdk-events", "bdk-store", "bdk-sandbox"]),
+    ),
     ("bdk-mcp", Allowed::Only(CORE_AND_BELOW)),
     ("bdk-scheduler", Allowed::Only(CORE_AND_BELOW)),
     ("bdk-evals", Allowed::Only(CORE_AND_BELOW)),

@@ -89,6 +89,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             otlp_endpoint: _,
             store,
             connections,
+            require_sandbox,
         } => {
             let opts = crate::serve::ServeOptions {
                 dirs,
@@ -104,6 +105,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
                 schedules: !no_schedules,
                 store,
                 connections,
+                require_sandbox,
             };
             crate::serve::run(opts, logs).await
         }
@@ -372,8 +374,13 @@ pub(crate) async fn open_host(
     let guard = lock::acquire(state_root)?;
     let store = FsStore::open(state_root)
         .with_context(|| format!("failed to open the state root {}", state_root.display()))?;
+    let protected = crate::sandbox::Protected(vec![project.root.clone(), state_root.to_path_buf()]);
+    let sandbox = crate::sandbox::for_project(&project, &protected, false)?;
     let hub = mcp_hub(&project, true).await;
     let mut builder = Host::builder(project, Arc::new(store));
+    if let Some(sandbox) = sandbox {
+        builder = builder.sandbox(sandbox);
+    }
     if let Some(hub) = hub {
         builder = builder.mcp(hub);
     }

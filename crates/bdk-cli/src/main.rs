@@ -18,6 +18,7 @@ mod init;
 mod lock;
 mod logs;
 mod mcp;
+mod sandbox;
 mod serve;
 mod store;
 mod telemetry;
@@ -192,6 +193,11 @@ enum Command {
         store: Option<String>,
         #[command(flatten)]
         connections: serve::ConnectionArgs,
+        /// Refuse to start when the system cannot enforce every protection
+        /// of the tool sandbox (Landlock, PID namespaces, privilege drop),
+        /// instead of warning.
+        #[arg(long, env = "BDK_REQUIRE_SANDBOX")]
+        require_sandbox: bool,
     },
     /// Token usage and estimated cost per session, with totals.
     Cost {
@@ -226,6 +232,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // This executable is also the sandbox launcher of the tools it runs: a
+    // launcher invocation is handled before any thread or runtime starts.
+    if let Some(code) = bdk_core::containment::run_if_launcher() {
+        return code;
+    }
     let cli = Cli::parse();
     let logs = bdk_http::LogBuffer::new(2000);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -48,6 +48,8 @@ pub struct ServeOptions {
     pub store: Option<String>,
     /// Connection limits and timeouts.
     pub connections: ConnectionArgs,
+    /// `--require-sandbox`: refuse to start with an incomplete tool sandbox.
+    pub require_sandbox: bool,
 }
 
 /// The connection limits of `bdk serve`; each one left out takes the
@@ -283,11 +285,34 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     let mut hosts: Vec<Host> = Vec::new();
     // One clock for tools, reminders and the schedule cadence.
     let clock: Arc<dyn bdk_scheduler::Clock> = Arc::new(bdk_scheduler::SystemClock);
-    for (slug, project, diagnostics) in projects {
-        let root = match (&opts.state_root, opts.single) {
+    let state_roots: Vec<PathBuf> = projects
+        .iter()
+        .map(|(slug, project, _)| match (&opts.state_root, opts.single) {
             (Some(r), true) => r.clone(),
-            (Some(r), false) => r.join(&slug),
+            (Some(r), false) => r.join(slug),
             (None, _) => project.root.join(".bdk"),
+        })
+        .collect();
+    for root in &state_roots {
+        std::fs::create_dir_all(root)
+            .with_context(|| format!("cannot create the state root {}", root.display()))?;
+    }
+    // No agent's programs read another agent's folder or state.
+    let protected = crate::sandbox::Protected(
+        projects
+            .iter()
+            .map(|(_, project, _)| project.root.clone())
+            .chain(state_roots.iter().cloned())
+            .collect(),
+    );
+    for ((slug, project, diagnostics), root) in projects.into_iter().zip(state_roots) {
+        let sandbox = match crate::sandbox::for_project(&project, &protected, opts.require_sandbox)
+        {
+            Ok(sandbox) => sandbox,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return Ok(2);
+            }
         };
         let (store, held) = crate::store::open(&store_spec, &slug, &root).await?;
         locks.push(held);
@@ -299,6 +324,9 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         let mut builder = Host::builder(project, store)
             .clock(Arc::clone(&clock))
             .reminder_timers(!opts.dev);
+        if let Some(sandbox) = sandbox {
+            builder = builder.sandbox(sandbox);
+        }
         if store_spec.is_shared()
             && let crate::store::StoreSpec::Postgres(url) = &store_spec
         {

@@ -400,23 +400,25 @@ fn init_scaffolds_a_project_that_validates_and_runs() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
 }
 
-/// A tool inherits the server's environment except the store URL, which may
-/// carry database credentials.
+/// A tool gets the environment allowlist and what its manifest names, never
+/// the rest of the server's environment: not the store URL (database
+/// credentials), not the bearer token, not a variable nobody declared.
 #[test]
-fn tools_do_not_inherit_the_store_url() {
+fn tools_get_only_the_environment_they_declare() {
     let (_tmp, dir) = weather();
     let tools = dir.join("agent/tools");
     std::fs::write(
         tools.join("env_probe.py"),
         "import json, os, sys\nsys.stdin.readline()\n\
-         print(json.dumps({\"store\": os.environ.get(\"BDK_STORE\"), \
-         \"probe\": os.environ.get(\"BDK_PROBE_VAR\")}))\n",
+         names = ['BDK_STORE', 'BDK_BEARER_TOKEN', 'BDK_PROBE_VAR', 'BDK_DECLARED', 'PATH']\n\
+         print(json.dumps({n: os.environ.get(n) for n in names}))\n",
     )
     .unwrap();
     std::fs::write(
         tools.join("env_probe.toml"),
-        "description = \"Reports two environment variables.\"\n\
+        "description = \"Reports environment variables.\"\n\
          effect = \"read\"\ncommand = [\"python3\", \"env_probe.py\"]\n\
+         env = [\"BDK_DECLARED\"]\n\
          [input_schema]\ntype = \"object\"\n",
     )
     .unwrap();
@@ -426,10 +428,15 @@ fn tools_do_not_inherit_the_store_url() {
             .arg(&dir)
             .args(["--input", "{}"])
             .env("BDK_STORE", "postgres://bdk:secret@db.internal/bdk")
-            .env("BDK_PROBE_VAR", "inherited"),
+            .env("BDK_BEARER_TOKEN", "server-secret-token")
+            .env("BDK_PROBE_VAR", "undeclared")
+            .env("BDK_DECLARED", "declared"),
     );
     assert_eq!(code, 0, "{json}");
     let result = &json["result"];
-    assert_eq!(result["probe"], "inherited", "{json}");
-    assert!(result["store"].is_null(), "{json}");
+    assert_eq!(result["BDK_DECLARED"], "declared", "{json}");
+    assert!(result["PATH"].is_string(), "{json}");
+    for hidden in ["BDK_STORE", "BDK_BEARER_TOKEN", "BDK_PROBE_VAR"] {
+        assert!(result[hidden].is_null(), "{hidden} leaked: {json}");
+    }
 }

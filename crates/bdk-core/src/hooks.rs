@@ -11,7 +11,6 @@
 //! implement [`Hook`].
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -21,7 +20,13 @@ use bdk_events::Envelope;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+use crate::containment::{Containment, Grants, ScratchDir};
 use crate::project::{HookEvents, HookManifest, HookTarget};
+use crate::tool::subprocess::{self, ProcessEnd, ProcessSpec};
+
+/// How much stdout a command hook may write (it is read and thrown away);
+/// more kills the command.
+const HOOK_MAX_STDOUT: usize = 1024 * 1024;
 
 /// How long a command or URL hook may take per event.
 pub const HOOK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,12 +50,21 @@ pub struct ManifestHook {
     dir: PathBuf,
     state_root: PathBuf,
     file_lock: tokio::sync::Mutex<()>,
+    containment: Containment,
+    /// The agent's shared code folder, readable by its commands.
+    lib: Option<PathBuf>,
 }
 
 impl ManifestHook {
     /// Builds a hook; relative file targets resolve against `state_root`,
-    /// commands run in the manifest's folder.
-    pub fn new(manifest: &HookManifest, state_root: &Path) -> Self {
+    /// commands run in the manifest's folder under `containment` (reading
+    /// their folder and `lib`, writing a temp dir of their own).
+    pub fn new(
+        manifest: &HookManifest,
+        state_root: &Path,
+        containment: Containment,
+        lib: Option<&Path>,
+    ) -> Self {
         Self {
             name: manifest.name.clone(),
             events: manifest.events.clone(),
@@ -61,6 +75,8 @@ impl ManifestHook {
                 .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
             state_root: state_root.to_path_buf(),
             file_lock: tokio::sync::Mutex::new(()),
+            containment,
+            lib: lib.map(Path::to_path_buf),
         }
     }
 }
@@ -105,32 +121,48 @@ impl Hook for ManifestHook {
                 let Some((program, args)) = argv.split_first() else {
                     return Err("hook command is empty".into());
                 };
-                let mut child = tokio::process::Command::new(program)
-                    .args(args)
-                    .current_dir(&self.dir)
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .kill_on_drop(true)
-                    .spawn()
-                    .map_err(|e| format!("failed to start `{program}`: {e}"))?;
-                if let Some(mut stdin) = child.stdin.take() {
-                    // A hook that exits without reading is its own business.
-                    let _ = stdin.write_all(line.as_bytes()).await;
-                }
-                let out = tokio::time::timeout(HOOK_TIMEOUT, child.wait_with_output())
+                let name = format!("hook-{}", bdk_events::ids::new_id("h"));
+                let scratch = ScratchDir::create(&self.state_root, &name)
                     .await
-                    .map_err(|_| format!("timed out after {} s", HOOK_TIMEOUT.as_secs()))?
-                    .map_err(|e| format!("failed to wait for `{program}`: {e}"))?;
-                if out.status.success() {
-                    Ok(())
-                } else {
-                    let stderr = String::from_utf8_lossy(&out.stderr);
-                    Err(format!(
-                        "`{program}` exited with {}: {}",
-                        out.status,
-                        stderr.trim()
-                    ))
+                    .map_err(|e| format!("failed to create the hook's temp dir: {e}"))?;
+                let mut env = self.containment.env(&[]);
+                env.extend(subprocess::temp_env(scratch.path()));
+                let mut read = vec![self.dir.clone()];
+                read.extend(self.lib.clone());
+                let grants = Grants {
+                    read,
+                    write: vec![scratch.path().to_path_buf()],
+                    ..Grants::default()
+                };
+                let spec = ProcessSpec {
+                    program: PathBuf::from(program),
+                    args: args.to_vec(),
+                    cwd: self.dir.clone(),
+                    env,
+                    stdin: Some(line.into_bytes()),
+                    max_stdout: HOOK_MAX_STDOUT,
+                    timeout: HOOK_TIMEOUT,
+                    sandbox: self.containment.call(&grants),
+                };
+                let end =
+                    subprocess::run_process(spec, &tokio_util::sync::CancellationToken::new())
+                        .await;
+                drop(scratch);
+                match end {
+                    ProcessEnd::Exited { status, .. } if status.success() => Ok(()),
+                    ProcessEnd::OutputExceeded { .. } => Err(format!(
+                        "`{program}` wrote more than {HOOK_MAX_STDOUT} bytes to stdout (hooks' output is not read) and was stopped"
+                    )),
+                    ProcessEnd::Exited { status, stderr, .. } => Err(format!(
+                        "`{program}` exited with {status}: {}",
+                        stderr.text()
+                    )),
+                    ProcessEnd::TimedOut => {
+                        Err(format!("timed out after {} s", HOOK_TIMEOUT.as_secs()))
+                    }
+                    ProcessEnd::Cancelled => Err("cancelled".to_owned()),
+                    ProcessEnd::SpawnFailed(e) => Err(format!("failed to start `{program}`: {e}")),
+                    ProcessEnd::Failed(e) => Err(format!("`{program}` failed: {e}")),
                 }
             }
             HookTarget::Url { url, headers } => {

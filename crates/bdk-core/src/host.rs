@@ -47,6 +47,7 @@ use crate::agent::{
     RecordError, Recorder, Steering, TASK_TOOL, ToolEntry, TurnEnd, TurnEnv, TurnInput,
 };
 use crate::clock::{Clock, SystemClock};
+use crate::containment::{Containment, Sandbox};
 use crate::context::{BudgetedModel, context_window};
 use crate::endpoint::{Endpoint, EndpointGrant};
 use crate::hooks::{Hook, HookBus, ManifestHook};
@@ -247,6 +248,7 @@ pub struct HostBuilder {
     reminder_timers: bool,
     coordination: Option<Arc<dyn Coordination>>,
     coordination_wait: Duration,
+    sandbox: Option<Sandbox>,
 }
 
 impl HostBuilder {
@@ -265,7 +267,17 @@ impl HostBuilder {
             reminder_timers: true,
             coordination: None,
             coordination_wait: crate::replica::DEFAULT_REMOTE_WAIT,
+            sandbox: None,
         }
+    }
+
+    /// Runs the agent's programs (command tools, `shell`, command hooks)
+    /// contained by `sandbox` (see [`crate::containment`]), unless the
+    /// agent turns it off. Without one they run uncontained, with the
+    /// environment allowlist only, and the build logs a warning.
+    pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = Some(sandbox);
+        self
     }
 
     /// Replaces the clock (a [`crate::clock::ManualClock`] in tests): it is
@@ -347,6 +359,14 @@ impl HostBuilder {
             .tool_timeout_ms
             .map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_millis);
 
+        let containment = Containment::new(self.sandbox, config.sandbox.clone());
+        if containment.sandbox().is_none() && project.has_programs() {
+            tracing::warn!(
+                agent = %project.name,
+                "the agent's programs run without a sandbox: no launcher was given to the host (HostBuilder::sandbox)"
+            );
+        }
+        let lib = project.lib_dir();
         let mut tools: BTreeMap<String, ToolEntry> = BTreeMap::new();
         let mut agent_tools = BTreeMap::new();
         let add = |tool: Arc<dyn Tool>, tools: &mut BTreeMap<String, ToolEntry>| {
@@ -362,7 +382,7 @@ impl HostBuilder {
             }
         }
         if builtins.shell {
-            add(builtin::shell_tool(), &mut tools);
+            add(builtin::shell_tool(containment.clone()), &mut tools);
         }
         if builtins.artifacts {
             add(builtin::tag_artifact_tool(), &mut tools);
@@ -376,7 +396,7 @@ impl HostBuilder {
             add(builtin::load_skill_tool(), &mut tools);
         }
         for manifest in &project.tools {
-            match subprocess::from_manifest(manifest, tool_timeout) {
+            match subprocess::from_manifest(manifest, tool_timeout, &containment, lib.as_deref()) {
                 Some(tool) => add(tool, &mut tools),
                 None => {
                     agent_tools.insert(manifest.spec.name.clone(), manifest.spec.clone());
@@ -514,7 +534,12 @@ impl HostBuilder {
         let mut hooks = self.hooks;
         let state_root = self.store.state_root();
         for manifest in &project.hooks {
-            hooks.push(Arc::new(ManifestHook::new(manifest, &state_root)));
+            hooks.push(Arc::new(ManifestHook::new(
+                manifest,
+                &state_root,
+                containment.clone(),
+                lib.as_deref(),
+            )));
         }
         let turn_slots = config
             .max_running_turns

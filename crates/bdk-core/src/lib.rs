@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod clock;
+pub mod containment;
 pub mod context;
 pub mod cron;
 pub mod endpoint;

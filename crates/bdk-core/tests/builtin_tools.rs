@@ -85,7 +85,7 @@ fn ctx(workspace: &Path, services: Option<Arc<TestServices>>) -> ToolContext {
 
 fn tool(name: &str) -> Arc<dyn Tool> {
     let mut all = builtin::workspace_tools();
-    all.push(builtin::shell_tool());
+    all.push(builtin::shell_tool(Default::default()));
     all.push(builtin::load_skill_tool());
     all.push(builtin::tag_artifact_tool());
     all.into_iter()

@@ -118,6 +118,8 @@ fn full_fixture_discovers_every_form_without_diagnostics() {
         ToolRunner::Command {
             argv: vec!["python3".into(), "./echo.py".into(), "--verbose".into()],
             env: BTreeMap::from([("ECHO_MODE".into(), "plain".into())]),
+            pass_env: Vec::new(),
+            sandbox: Default::default(),
             max_output_bytes: 4096,
         }
     );

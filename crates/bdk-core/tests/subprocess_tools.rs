@@ -89,10 +89,12 @@ fn tool_from_argv(
         runner: ToolRunner::Command {
             argv: argv.iter().map(|s| (*s).to_owned()).collect(),
             env,
+            pass_env: Vec::new(),
+            sandbox: Default::default(),
             max_output_bytes,
         },
     };
-    subprocess::from_manifest(&manifest, DEFAULT_TIMEOUT).unwrap()
+    subprocess::from_manifest(&manifest, DEFAULT_TIMEOUT, &Default::default(), None).unwrap()
 }
 
 async fn run(fixture: &CommandFixture, input: Value) -> ToolOutput {
@@ -496,7 +498,9 @@ async fn agent_scripts_are_not_host_callable() {
             workspace_path: ".bdk/tools/x.py".to_owned(),
         },
     };
-    assert!(subprocess::from_manifest(&manifest, DEFAULT_TIMEOUT).is_none());
+    assert!(
+        subprocess::from_manifest(&manifest, DEFAULT_TIMEOUT, &Default::default(), None).is_none()
+    );
 }
 
 // ------------------------------------------------------------------ url tools
@@ -605,7 +609,7 @@ fn url_tool(url: &str, timeout_ms: Option<u64>) -> Arc<dyn Tool> {
             headers,
         },
     };
-    subprocess::from_manifest(&manifest, DEFAULT_TIMEOUT).unwrap()
+    subprocess::from_manifest(&manifest, DEFAULT_TIMEOUT, &Default::default(), None).unwrap()
 }
 
 #[tokio::test]

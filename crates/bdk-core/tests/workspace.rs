@@ -175,6 +175,8 @@ fn project(agent_dir: &Path) -> Project {
                 runner: ToolRunner::Command {
                     argv: vec!["true".to_owned()],
                     env: BTreeMap::new(),
+                    pass_env: Vec::new(),
+                    sandbox: Default::default(),
                     max_output_bytes: 1024,
                 },
             },

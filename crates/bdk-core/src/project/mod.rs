@@ -96,6 +96,36 @@ impl Default for BuiltinTools {
     }
 }
 
+/// Whether the programs an agent runs are sandboxed (see
+/// [`crate::containment`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    /// Contained: Landlock, a PID namespace, no privileges (the default).
+    #[default]
+    On,
+    /// Run as plain child processes. The environment allowlist still holds.
+    Off,
+}
+
+/// `[sandbox]` of `agent.toml` (or its shorthand `sandbox = "off"`): what
+/// the agent's programs (tools, `shell`, command hooks) may reach beyond the
+/// defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SandboxConfig {
+    /// On (default) or off for every program of the agent.
+    pub mode: SandboxMode,
+    /// Extra paths programs may read and execute (absolute; `~/` is the
+    /// server's home; relative paths are against the project root).
+    pub read: Vec<PathBuf>,
+    /// Extra paths programs may read and write.
+    pub write: Vec<PathBuf>,
+    /// Extra paths no program may read, beyond the defaults.
+    pub deny: Vec<PathBuf>,
+    /// Variables of the server's environment passed to every program.
+    pub env: Vec<String>,
+}
+
 /// `agent.toml`; every key optional.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct AgentConfig {
@@ -127,6 +157,8 @@ pub struct AgentConfig {
     /// `[prices."provider/model"]`: prices added to or replacing the
     /// built-in table (see [`crate::model::prices`]).
     pub prices: BTreeMap<String, crate::model::prices::Price>,
+    /// `[sandbox]`.
+    pub sandbox: SandboxConfig,
 }
 
 /// `[provider]` of `agent.toml`: overrides of the model provider's preset.
@@ -148,8 +180,13 @@ pub enum ToolRunner {
     Command {
         /// Program and arguments.
         argv: Vec<String>,
-        /// Extra environment variables.
+        /// Environment variables set to these values.
         env: BTreeMap<String, String>,
+        /// Variables of the server's environment passed through
+        /// (`env = ["NAME", ...]`).
+        pass_env: Vec<String>,
+        /// `sandbox = "off"` runs this tool uncontained.
+        sandbox: SandboxMode,
         /// Cap on stdout bytes (default 1 MiB).
         max_output_bytes: usize,
     },
@@ -427,6 +464,27 @@ pub struct Project {
 }
 
 impl Project {
+    /// The agent's shared code folder (`agent/lib/`), when it exists:
+    /// never discovered, readable by every program the agent runs.
+    pub fn lib_dir(&self) -> Option<PathBuf> {
+        let lib = self.agent_dir.join("lib");
+        lib.is_dir().then_some(lib)
+    }
+
+    /// True when the agent runs programs of its own: command tools, the
+    /// `shell` built-in or command hooks.
+    pub fn has_programs(&self) -> bool {
+        self.config.builtin_tools.shell
+            || self
+                .tools
+                .iter()
+                .any(|t| matches!(t.runner, ToolRunner::Command { .. }))
+            || self
+                .hooks
+                .iter()
+                .any(|h| matches!(h.target, HookTarget::Command { .. }))
+    }
+
     /// A path relative to the project root, `/`-separated, for messages.
     pub fn rel(&self, path: &Path) -> String {
         rel_path(&self.root, path)

@@ -19,6 +19,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
+use crate::containment::{Containment, Grants, ScratchDir};
 use crate::tool::subprocess::{self, ProcessEnd, ProcessSpec};
 use crate::tool::{Effect, Execution, Tool, ToolContext, ToolOutput, ToolSpec};
 use crate::workspace::{self, WorkspaceError};
@@ -61,7 +62,9 @@ pub fn workspace_tools() -> Vec<Arc<dyn Tool>> {
 }
 
 /// `shell`: runs a command with `sh -c` in the workspace.
-pub fn shell_tool() -> Arc<dyn Tool> {
+/// Its commands run under `containment`, like command tools: contained,
+/// they read the system and write only the workspace and a temp dir.
+pub fn shell_tool(containment: Containment) -> Arc<dyn Tool> {
     let mut spec = spec(
         "shell",
         "Run a shell command (sh -c) with the session workspace as the working directory. \
@@ -85,7 +88,7 @@ pub fn shell_tool() -> Arc<dyn Tool> {
     // The call applies its own (input-chosen) timeout; advertise the largest
     // one so a runtime-level deadline never cuts a command short of it.
     spec.timeout_ms = Some(SHELL_MAX_TIMEOUT_MS + 5_000);
-    Arc::new(Shell { spec })
+    Arc::new(Shell { spec, containment })
 }
 
 /// `load_skill`: returns a skill's full text by name.
@@ -757,6 +760,7 @@ async fn delete_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, Tool
 
 struct Shell {
     spec: ToolSpec,
+    containment: Containment,
 }
 
 #[derive(Deserialize)]
@@ -773,11 +777,15 @@ impl Tool for Shell {
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
-        settle(shell(input, &ctx).await)
+        settle(shell(input, &ctx, &self.containment).await)
     }
 }
 
-async fn shell(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+async fn shell(
+    input: Value,
+    ctx: &ToolContext,
+    containment: &Containment,
+) -> Result<ToolOutput, ToolOutput> {
     let input: ShellInput = parse_input(input)?;
     if input.command.trim().is_empty() {
         return Err(ToolOutput::error("command must not be empty"));
@@ -789,15 +797,25 @@ async fn shell(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput
     tokio::fs::create_dir_all(&ctx.workspace_dir)
         .await
         .map_err(|e| ToolOutput::error(format!("failed to create the workspace: {e}")))?;
+    let scratch = ScratchDir::create(&ctx.state_root, &ctx.call_id)
+        .await
+        .map_err(|e| ToolOutput::error(format!("failed to create the command's temp dir: {e}")))?;
+    let mut env = containment.env(&[]);
+    env.extend(subprocess::context_env(ctx));
+    env.extend(subprocess::temp_env(scratch.path()));
+    let grants = Grants {
+        write: vec![ctx.workspace_dir.clone(), scratch.path().to_path_buf()],
+        ..Grants::default()
+    };
     let spec = ProcessSpec {
         program: PathBuf::from("sh"),
         args: vec!["-c".to_owned(), input.command],
         cwd: ctx.workspace_dir.clone(),
-        env: subprocess::context_env(ctx),
-        env_remove: subprocess::unbound_env(ctx),
+        env,
         stdin: None,
         max_stdout: SHELL_MAX_STDOUT_BYTES,
         timeout: Duration::from_millis(timeout_ms),
+        sandbox: containment.call(&grants),
     };
     match subprocess::run_process(spec, &ctx.cancel).await {
         ProcessEnd::Exited {

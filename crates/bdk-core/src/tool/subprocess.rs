@@ -6,11 +6,15 @@
 //! `{"input": ..., "context": {...}}` (on stdin, or as the POST body), and the
 //! result on stdout (or in the response body): a JSON value, plain text, or the
 //! envelope `{"content": ..., "isError": bool}`. Subprocesses start in the
-//! tool's folder in a process group of their own, so a timeout, a
-//! cancellation or an output flood kills every process the tool started, not
-//! only the first one; the group never outlives the call. When the caller
-//! offers host services, a command tool also gets `BDK_HOST_SOCKET` and a
-//! per-call `BDK_HOST_TOKEN` for the host endpoint ([`crate::endpoint`]).
+//! tool's folder from an empty environment plus the allowlist of
+//! [`crate::containment`], in a process group of their own, and, when the
+//! host has a sandbox, contained by it: the tool reads the system and its
+//! folder, writes its workspace and a temp dir of its own (`TMPDIR`), and is
+//! the first process of a PID namespace, so a timeout, a cancellation or an
+//! output flood kills every process the tool started, detached ones too; the
+//! tree never outlives the call. When the caller offers host services, a
+//! command tool also gets `BDK_HOST_SOCKET` and a per-call `BDK_HOST_TOKEN`
+//! for the host endpoint ([`crate::endpoint`]).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -26,6 +30,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::containment::{Containment, Grants, Sandbox, ScratchDir};
 use crate::endpoint::{SOCKET_ENV, TOKEN_ENV};
 use crate::project::{ToolManifest, ToolRunner};
 use crate::tool::{Tool, ToolContext, ToolOutput, ToolSpec};
@@ -56,22 +61,47 @@ const TRANSIENT_PREFIXES: [&str; 4] =
 
 /// Builds the host-callable tool for a manifest: a [`CommandTool`] for
 /// `command = [...]`, a [`UrlTool`] for `url`, `None` for agent-execution
-/// scripts (they run in the session workspace, never on the host).
-pub fn from_manifest(m: &ToolManifest, default_timeout: Duration) -> Option<Arc<dyn Tool>> {
+/// scripts (they run in the session workspace, never on the host). Command
+/// tools run under `containment`; `lib` is the agent's shared code folder,
+/// readable by every tool.
+pub fn from_manifest(
+    m: &ToolManifest,
+    default_timeout: Duration,
+    containment: &Containment,
+    lib: Option<&Path>,
+) -> Option<Arc<dyn Tool>> {
     let timeout = m.spec.timeout(default_timeout);
     match &m.runner {
         ToolRunner::Command {
             argv,
             env,
+            pass_env,
+            sandbox,
             max_output_bytes,
-        } => Some(Arc::new(CommandTool {
-            spec: m.spec.clone(),
-            dir: m.dir.clone(),
-            argv: argv.clone(),
-            env: env.clone(),
-            max_output_bytes: *max_output_bytes,
-            timeout,
-        })),
+        } => {
+            let mut read = vec![m.dir.clone()];
+            read.extend(lib.map(Path::to_path_buf));
+            // A program named by path elsewhere in the agent folder is
+            // readable too (its folder is not: that is the author's to grant).
+            if let Some(program) = argv.first().filter(|p| p.contains('/')) {
+                read.push(resolve_program(&m.dir, program));
+            }
+            Some(Arc::new(CommandTool {
+                spec: m.spec.clone(),
+                dir: m.dir.clone(),
+                argv: argv.clone(),
+                env: env.clone(),
+                max_output_bytes: *max_output_bytes,
+                timeout,
+                containment: containment.clone(),
+                grants: Grants {
+                    mode: *sandbox,
+                    read,
+                    pass_env: pass_env.clone(),
+                    ..Grants::default()
+                },
+            }))
+        }
         ToolRunner::Url { url, headers } => Some(Arc::new(UrlTool {
             spec: m.spec.clone(),
             url: url.clone(),
@@ -93,6 +123,10 @@ pub struct CommandTool {
     env: BTreeMap<String, String>,
     max_output_bytes: usize,
     timeout: Duration,
+    containment: Containment,
+    /// What every call may reach (its folder, pass-through variables); the
+    /// workspace, temp dir and socket are added per call.
+    grants: Grants,
 }
 
 #[async_trait]
@@ -107,48 +141,48 @@ impl Tool for CommandTool {
         };
         let mut stdin = request_body(&input, &ctx).to_string().into_bytes();
         stdin.push(b'\n');
-        let mut env: Vec<(String, String)> = self
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let scratch = match ScratchDir::create(&ctx.state_root, &ctx.call_id).await {
+            Ok(dir) => dir,
+            Err(e) => {
+                return ToolOutput::error(format!("failed to create the tool's temp dir: {e}"));
+            }
+        };
+        let mut env = self.containment.env(&self.grants.pass_env);
+        env.extend(self.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         env.extend(context_env(&ctx));
-        let mut env_remove = unbound_env(&ctx);
-        // The server's store URL may carry database credentials; tools reach
-        // state through the host endpoint instead.
-        env_remove.push(STORE_ENV.to_owned());
+        env.extend(temp_env(scratch.path()));
         // The host endpoint capability for this call. It is held until
         // `run_process` returns, which is after the leader is reaped and its
-        // process group killed, so the token dies with the last process that
+        // process tree killed, so the token dies with the last process that
         // could have used it.
         let grant = match &ctx.services {
             Some(services) => services.endpoint(&ctx).await,
             None => None,
         };
-        match &grant {
-            Some(grant) => {
-                env.push((
-                    SOCKET_ENV.to_owned(),
-                    grant.socket.to_string_lossy().into_owned(),
-                ));
-                env.push((TOKEN_ENV.to_owned(), grant.token.clone()));
-            }
-            // Without a grant of its own, a tool must not inherit one from
-            // the host's environment (a host started by another host's tool).
-            None => env_remove.extend([SOCKET_ENV.to_owned(), TOKEN_ENV.to_owned()]),
+        let mut grants = self.grants.clone();
+        grants.write = vec![ctx.workspace_dir.clone(), scratch.path().to_path_buf()];
+        if let Some(grant) = &grant {
+            env.push((
+                SOCKET_ENV.to_owned(),
+                grant.socket.to_string_lossy().into_owned(),
+            ));
+            env.push((TOKEN_ENV.to_owned(), grant.token.clone()));
+            grants.sockets.push(grant.socket.clone());
         }
         let spec = ProcessSpec {
             program: resolve_program(&self.dir, program),
             args: args.to_vec(),
             cwd: self.dir.clone(),
             env,
-            env_remove,
             stdin: Some(stdin),
             max_stdout: self.max_output_bytes,
             timeout: self.timeout,
+            sandbox: self.containment.call(&grants),
         };
+        let contained = spec.sandbox.is_some();
         let end = run_process(spec, &ctx.cancel).await;
         drop(grant);
+        drop(scratch);
         match end {
             ProcessEnd::Exited {
                 status,
@@ -157,6 +191,8 @@ impl Tool for CommandTool {
             } => {
                 if status.success() {
                     parse_result(stdout)
+                } else if contained && looks_denied(&stderr) {
+                    ToolOutput::error(format!("{}{SANDBOX_HINT}", exit_message(status, &stderr)))
                 } else {
                     ToolOutput::error(exit_message(status, &stderr))
                 }
@@ -354,17 +390,23 @@ pub(crate) fn context_env(ctx: &ToolContext) -> Vec<(String, String)> {
     env
 }
 
-/// Variables to clear so an unbound call does not inherit a session id from
-/// the host's own environment.
-/// The variable `bdk serve --store` reads; never passed on to tools.
-const STORE_ENV: &str = "BDK_STORE";
+/// `TMPDIR` (and the names other runtimes read) pointing at a program's
+/// own temp dir: the system's temp dirs are closed to contained programs.
+pub(crate) fn temp_env(dir: &Path) -> Vec<(String, String)> {
+    let dir = dir.to_string_lossy().into_owned();
+    ["TMPDIR", "TMP", "TEMP"]
+        .into_iter()
+        .map(|k| (k.to_owned(), dir.clone()))
+        .collect()
+}
 
-pub(crate) fn unbound_env(ctx: &ToolContext) -> Vec<String> {
-    if ctx.session.id.is_none() {
-        vec!["BDK_SESSION_ID".to_owned()]
-    } else {
-        Vec::new()
-    }
+/// Appended to the error of a contained tool that failed on a permission.
+pub(crate) const SANDBOX_HINT: &str = " (the tool runs in the sandbox: it can read the system and its own folder and write its workspace and $TMPDIR; grant more with [sandbox] read/write in agent.toml, see docs/security.md)";
+
+/// True when a failed program's stderr blames a permission.
+pub(crate) fn looks_denied(stderr: &Tail) -> bool {
+    let text = String::from_utf8_lossy(&stderr.bytes);
+    text.contains("Permission denied") || text.contains("Operation not permitted")
 }
 
 /// The program to start: names with a `/` are paths relative to the tool's
@@ -455,10 +497,8 @@ pub(crate) struct ProcessSpec {
     pub args: Vec<String>,
     /// Working directory.
     pub cwd: PathBuf,
-    /// Variables added to the inherited environment.
+    /// The whole environment: the program starts from an empty one.
     pub env: Vec<(String, String)>,
-    /// Inherited variables to clear.
-    pub env_remove: Vec<String>,
     /// Bytes written to stdin before it is closed; `None` connects stdin to
     /// `/dev/null`.
     pub stdin: Option<Vec<u8>>,
@@ -466,6 +506,9 @@ pub(crate) struct ProcessSpec {
     pub max_stdout: usize,
     /// Wall-clock limit.
     pub timeout: Duration,
+    /// Run through this sandbox with this policy; `None` runs the program
+    /// directly.
+    pub sandbox: Option<(Sandbox, bdk_sandbox::Call)>,
 }
 
 /// The end of the last [`STDERR_TAIL_BYTES`] of stderr.
@@ -518,48 +561,89 @@ enum Stop {
     Io(io::Error),
 }
 
-/// Kills a process group with SIGKILL; on drop too, so a call future dropped
-/// mid-run (its caller gave up) still takes the whole group down with it.
-struct GroupGuard(Option<rustix::process::Pid>);
+/// Stops a program's whole process tree; on drop too, so a call future
+/// dropped mid-run (its caller gave up) still takes the tree down with it.
+///
+/// A program started directly leads a process group of its own, which gets
+/// SIGKILL. A program started through the sandbox launcher is stopped by
+/// sending the launcher [`bdk_sandbox::STOP_SIGNAL`]: the launcher then
+/// kills the program's PID namespace, detached processes included. The
+/// launcher's own group is swept with SIGKILL once the launcher has exited.
+struct GroupGuard {
+    pid: Option<rustix::process::Pid>,
+    launcher: bool,
+}
 
 impl GroupGuard {
-    fn new(pid: Option<u32>) -> Self {
-        Self(
-            pid.and_then(|p| i32::try_from(p).ok())
+    fn new(pid: Option<u32>, launcher: bool) -> Self {
+        Self {
+            pid: pid
+                .and_then(|p| i32::try_from(p).ok())
                 .and_then(rustix::process::Pid::from_raw),
-        )
+            launcher,
+        }
     }
 
-    fn kill(&self) {
-        if let Some(pgid) = self.0 {
-            // ESRCH (the group is already gone) is the common case after a
-            // clean exit and needs no handling.
-            let _gone = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+    /// Asks the tree to go: SIGTERM to a launcher, SIGKILL to a plain group.
+    fn stop(&self) {
+        let Some(pid) = self.pid else { return };
+        // ESRCH (already gone) is the common case after a clean exit and
+        // needs no handling.
+        if self.launcher {
+            let signal = rustix::process::Signal::from_named_raw(bdk_sandbox::STOP_SIGNAL)
+                .unwrap_or(rustix::process::Signal::TERM);
+            let _gone = rustix::process::kill_process(pid, signal);
+        } else {
+            let _gone = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+
+    /// SIGKILLs whatever is left in the group, once its leader is reaped (or
+    /// will not stop).
+    fn sweep(&self) {
+        if let Some(pid) = self.pid {
+            let _gone = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
     }
 
     fn disarm(mut self) {
-        self.0 = None;
+        self.pid = None;
     }
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        self.kill();
+        // A launcher must get the chance to take its namespace down: a
+        // SIGKILL now would beat its handling of the stop.
+        self.stop();
     }
 }
 
-/// Runs a process in a new process group with capped, concurrently drained
-/// output, a timeout and cancellation, and makes sure no process of the group
-/// survives the call.
+/// Runs a process in a new process group (through the sandbox launcher when
+/// the spec has a sandbox) with capped, concurrently drained output, a
+/// timeout and cancellation, and makes sure no process of its tree survives
+/// the call.
 pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -> ProcessEnd {
     if cancel.is_cancelled() {
         return ProcessEnd::Cancelled;
     }
-    let mut command = tokio::process::Command::new(&spec.program);
+    let launcher = spec.sandbox.is_some();
+    let (program, args): (PathBuf, Vec<std::ffi::OsString>) = match &spec.sandbox {
+        Some((sandbox, call)) => match sandbox.wrap(call, &spec.program, &spec.args) {
+            Ok(wrapped) => (wrapped.program, wrapped.args),
+            Err(e) => return ProcessEnd::Failed(io::Error::other(e.to_string())),
+        },
+        None => (
+            spec.program.clone(),
+            spec.args.iter().map(std::ffi::OsString::from).collect(),
+        ),
+    };
+    let mut command = tokio::process::Command::new(&program);
     command
-        .args(&spec.args)
+        .args(&args)
         .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(if spec.stdin.is_some() {
             Stdio::piped()
         } else {
@@ -567,22 +651,26 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
+        // A launcher is stopped by the guard's signal; a SIGKILL on drop
+        // would leave its namespace to the fallback.
+        .kill_on_drop(!launcher)
         .process_group(0);
-    for name in &spec.env_remove {
-        command.env_remove(name);
-    }
-    command.envs(spec.env.iter().map(|(k, v)| (k, v)));
     let mut child = match command.spawn() {
         Ok(child) => child,
+        Err(e) if launcher => {
+            return ProcessEnd::Failed(io::Error::other(format!(
+                "cannot start the sandbox launcher {}: {e}",
+                program.display()
+            )));
+        }
         Err(e) => return ProcessEnd::SpawnFailed(e),
     };
     // The child leads its own group, so its pid is the group id.
-    let group = GroupGuard::new(child.id());
+    let group = GroupGuard::new(child.id(), launcher);
 
     let stdin = child.stdin.take();
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        group.kill();
+        group.stop();
         let _reaped = tokio::time::timeout(REAP_GRACE, child.wait()).await;
         return ProcessEnd::Failed(io::Error::other("child process pipes are missing"));
     };
@@ -629,7 +717,7 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -
                 // jobs holding the pipes open) goes now, which also lets the
                 // pipes reach end-of-file.
                 let status = status.map_err(Stop::Io)?;
-                group.kill();
+                group.sweep();
                 let (out, err) = io.await?;
                 Ok((status, out, err))
             }
@@ -642,14 +730,17 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -
         () = cancel.cancelled() => Err(Stop::Cancelled),
     };
 
-    // Kill the group in every case. After a clean exit it only sweeps up
-    // leftovers; the leader is reaped by then, but a group id stays reserved
-    // while any member lives, so the signal cannot reach a stranger unless the
-    // group emptied and its id was recycled in the microseconds since.
-    group.kill();
     match outcome {
         Ok((status, stdout, stderr)) => {
+            // After a clean exit this only sweeps up leftovers; the leader is
+            // reaped by then, but a group id stays reserved while any member
+            // lives, so the signal cannot reach a stranger unless the group
+            // emptied and its id was recycled in the microseconds since.
+            group.sweep();
             group.disarm();
+            if launcher && let Some(end) = launcher_failure(status, &stderr) {
+                return end;
+            }
             ProcessEnd::Exited {
                 status,
                 stdout,
@@ -657,9 +748,16 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -
             }
         }
         Err(stop) => {
-            // The group (leader included) has been sent SIGKILL while the
-            // leader was still unreaped; reap it so no zombie is left.
-            let _reaped = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+            // Stop the tree while the leader is still unreaped, then reap it
+            // so no zombie is left. A launcher that does not go within the
+            // grace gets SIGKILL with its group.
+            group.stop();
+            let reaped = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+            if launcher && !matches!(reaped, Ok(Ok(_))) {
+                group.sweep();
+                let _reaped = tokio::time::timeout(REAP_GRACE, child.wait()).await;
+            }
+            group.sweep();
             group.disarm();
             match stop {
                 Stop::TimedOut => ProcessEnd::TimedOut,
@@ -668,6 +766,37 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -
                 Stop::Io(e) => ProcessEnd::Failed(e),
             }
         }
+    }
+}
+
+/// How a launcher run ended when it was the launcher, not the program, that
+/// failed: the program could not be executed (reported like a failed spawn)
+/// or the sandbox could not be set up.
+fn launcher_failure(status: ExitStatus, stderr: &Tail) -> Option<ProcessEnd> {
+    let text = String::from_utf8_lossy(&stderr.bytes);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with(bdk_sandbox::ERROR_PREFIX))?;
+    match status.code() {
+        Some(126 | 127) if line.starts_with(bdk_sandbox::EXEC_FAILED_PREFIX) => {
+            // `bdk-sandbox: cannot execute `prog`: <error> (os error N)`
+            let error = line
+                .rsplit_once("(os error ")
+                .and_then(|(_, n)| n.trim_end_matches(')').parse::<i32>().ok())
+                .map_or_else(
+                    || io::Error::other(line.to_owned()),
+                    io::Error::from_raw_os_error,
+                );
+            Some(ProcessEnd::SpawnFailed(error))
+        }
+        Some(code) if code == bdk_sandbox::LAUNCHER_FAILED => {
+            Some(ProcessEnd::Failed(io::Error::other(format!(
+                "the sandbox could not start the program: {}",
+                line.trim_start_matches(bdk_sandbox::ERROR_PREFIX)
+            ))))
+        }
+        _ => None,
     }
 }
 

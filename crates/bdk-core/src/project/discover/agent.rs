@@ -9,7 +9,9 @@ use serde_json::json;
 use toml::Table;
 
 use super::util::{Diags, Fields, Kind, list_dir, path_kind, read_text, report_other};
-use crate::project::{AgentConfig, BuiltinTools, LocalConfig, ProviderConfig};
+use crate::project::{
+    AgentConfig, BuiltinTools, LocalConfig, ProviderConfig, SandboxConfig, SandboxMode,
+};
 
 /// The keys `agent.toml` understands.
 const AGENT_KEYS: &[&str] = &[
@@ -26,7 +28,9 @@ const AGENT_KEYS: &[&str] = &[
     "step_timeout_ms",
     "context_window",
     "prices",
+    "sandbox",
 ];
+const SANDBOX_KEYS: &[&str] = &["mode", "read", "write", "deny", "env"];
 const LOCAL_KEYS: &[&str] = &["cwd"];
 const PROVIDER_KEYS: &[&str] = &["base_url", "api_key_env"];
 const BUILTIN_KEYS: &[&str] = &["workspace", "shell", "reminders", "artifacts"];
@@ -102,7 +106,94 @@ pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Pat
             .table(d, "prices")
             .map(|t| parse_prices(d, path, t))
             .unwrap_or_default(),
+        sandbox: parse_sandbox(d, &f, root),
     }
+}
+
+/// `key = "on" | "off"`.
+pub(crate) fn sandbox_mode(d: &mut Diags, f: &Fields<'_>, key: &str) -> Option<SandboxMode> {
+    match f.string(d, key)?.as_str() {
+        "on" => Some(SandboxMode::On),
+        "off" => Some(SandboxMode::Off),
+        other => {
+            let k = f.key(key);
+            d.error(
+                f.path,
+                format!("`{k}` must be \"on\" or \"off\", found \"{other}\""),
+                format!("write `{k} = \"on\"` (the default) or `{k} = \"off\"`"),
+            );
+            None
+        }
+    }
+}
+
+/// `[sandbox]`, or the shorthand `sandbox = "on" | "off"`.
+fn parse_sandbox(d: &mut Diags, f: &Fields<'_>, root: &Path) -> SandboxConfig {
+    let path = f.path;
+    let mut config = SandboxConfig::default();
+    match f.table.get("sandbox") {
+        None => return config,
+        Some(toml::Value::String(_)) => {
+            config.mode = sandbox_mode(d, f, "sandbox").unwrap_or_default();
+        }
+        Some(_) => {
+            let Some(t) = f.table(d, "sandbox") else {
+                return config;
+            };
+            let sf = Fields::nested(t, path, "sandbox.");
+            sf.unknown_keys(d, SANDBOX_KEYS);
+            config.mode = sandbox_mode(d, &sf, "mode").unwrap_or_default();
+            let paths = |d: &mut Diags, key: &str| -> Vec<PathBuf> {
+                sf.strings(d, key)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|p| sandbox_path(d, path, &sf.key(key), p, root))
+                    .collect()
+            };
+            config.read = paths(d, "read");
+            config.write = paths(d, "write");
+            config.deny = paths(d, "deny");
+            config.env = sf.strings(d, "env").unwrap_or_default();
+            for name in &config.env {
+                super::tools::check_env_name(d, path, name);
+            }
+        }
+    }
+    if config.mode == SandboxMode::Off {
+        d.warn(
+            path,
+            "the sandbox is off: the agent's tools, shell and command hooks run uncontained, with access to every file the server can read and write",
+            "remove the setting to turn the sandbox back on, and grant what the programs need with `[sandbox] read`/`write`",
+        );
+    }
+    config
+}
+
+/// A path of `[sandbox]`: absolute, `~/...` (the server's home) or
+/// relative to the project root.
+fn sandbox_path(d: &mut Diags, path: &Path, key: &str, raw: &str, root: &Path) -> Option<PathBuf> {
+    if raw.trim().is_empty() {
+        d.error(
+            path,
+            format!("`{key}` has an empty path"),
+            "remove the empty entry",
+        );
+        return None;
+    }
+    if raw == "~" || raw.starts_with("~/") {
+        let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+            d.error(
+                path,
+                format!("`{key}` names `{raw}` but HOME is not set"),
+                "write the path in full",
+            );
+            return None;
+        };
+        let rest = raw.trim_start_matches('~').trim_start_matches('/');
+        return Some(PathBuf::from(home).join(rest));
+    }
+    let p = PathBuf::from(raw);
+    Some(if p.is_absolute() { p } else { root.join(p) })
 }
 
 /// The keys of one `[prices."provider/model"]` table.

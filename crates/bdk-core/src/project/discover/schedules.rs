@@ -52,7 +52,7 @@ pub(crate) fn known_tools(
         builtins.extend(builtin::workspace_tools());
     }
     if b.shell {
-        builtins.push(builtin::shell_tool());
+        builtins.push(builtin::shell_tool(Default::default()));
     }
     if b.artifacts {
         builtins.push(builtin::tag_artifact_tool());

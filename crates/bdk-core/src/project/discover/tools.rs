@@ -9,7 +9,7 @@ use super::util::{
     Diags, Entry, Fields, Kind, check_schema, is_safe_relpath, list_dir, read_text, read_toml,
     report_other, table_to_json,
 };
-use crate::project::{ToolManifest, ToolRunner};
+use crate::project::{SandboxMode, ToolManifest, ToolRunner};
 use crate::tool::{Effect, Execution, ToolSpec};
 
 const TOOL_KEYS: &[&str] = &[
@@ -24,10 +24,27 @@ const TOOL_KEYS: &[&str] = &[
     "command",
     "env",
     "max_output_bytes",
+    "sandbox",
     "url",
     "headers",
     "script",
 ];
+
+/// Reports an environment variable name that no program could receive.
+pub(crate) fn check_env_name(d: &mut Diags, path: &Path, name: &str) {
+    let valid = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        d.error(
+            path,
+            format!("`{name}` is not an environment variable name"),
+            "use letters, digits and `_`, not starting with a digit",
+        );
+    }
+}
 
 /// Default cap on a command tool's stdout.
 const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
@@ -285,6 +302,7 @@ fn runner(
     for (key, owner) in [
         ("env", "command"),
         ("max_output_bytes", "command"),
+        ("sandbox", "command"),
         ("headers", "url"),
     ] {
         if f.has(key) && !f.has(owner) {
@@ -356,14 +374,35 @@ fn runner(
                 );
                 return None;
             }
-            let env = f.string_map(d, "env").unwrap_or_default();
+            // `env` sets values (a table) or passes the server's own
+            // variables through by name (an array).
+            let (env, pass_env) = match f.table.get("env") {
+                Some(toml::Value::Array(_)) => {
+                    let names = f.strings(d, "env").unwrap_or_default();
+                    for name in &names {
+                        check_env_name(d, path, name);
+                    }
+                    (BTreeMap::new(), names)
+                }
+                _ => (f.string_map(d, "env").unwrap_or_default(), Vec::new()),
+            };
             let max_output_bytes = match f.positive(d, "max_output_bytes") {
                 Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
                 None => DEFAULT_MAX_OUTPUT_BYTES,
             };
+            let sandbox = super::agent::sandbox_mode(d, f, "sandbox").unwrap_or_default();
+            if sandbox == SandboxMode::Off {
+                d.warn(
+                    path,
+                    "`sandbox = \"off\"`: this tool runs uncontained, with access to every file the server can read and write",
+                    "remove `sandbox = \"off\"` and grant what the tool needs with `[sandbox] read`/`write` in agent.toml",
+                );
+            }
             Some(ToolRunner::Command {
                 argv,
                 env,
+                pass_env,
+                sandbox,
                 max_output_bytes,
             })
         }

@@ -1,0 +1,70 @@
+//! The tool sandbox of the `bdk` binary, which is its own sandbox launcher
+//! (`main` hands a launcher invocation to [`bdk_core::containment`] before
+//! anything else runs).
+//!
+//! Every host of one process protects every agent folder and state root the
+//! process serves, so no agent's programs read another agent's files, plus
+//! its own `[sandbox] deny` paths. The first host built probes the sandbox
+//! once: an incomplete one is a loud warning on stderr, or an error under
+//! `--require-sandbox`.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use anyhow::{Result, bail};
+use bdk_core::containment::{Sandbox, Support};
+use bdk_core::project::{Project, SandboxMode};
+
+/// What every sandbox of this process protects: the agent folders and state
+/// roots it serves.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Protected(pub(crate) Vec<PathBuf>);
+
+/// The sandbox for `project`'s host, checked against the system: `Ok(None)`
+/// when the agent turns the sandbox off.
+pub(crate) fn for_project(
+    project: &Project,
+    protected: &Protected,
+    require: bool,
+) -> Result<Option<Sandbox>> {
+    if project.config.sandbox.mode == SandboxMode::Off {
+        return Ok(None);
+    }
+    let launcher = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("cannot find the bdk executable to launch tools: {e}"))?;
+    let mut builder = Sandbox::builder(launcher);
+    for path in protected.0.iter().chain(&project.config.sandbox.deny) {
+        builder = builder.protect(path);
+    }
+    let sandbox = builder.build();
+    check(&sandbox, project, require)?;
+    Ok(Some(sandbox))
+}
+
+/// Probes once per process; warns (or, with `require`, fails) when the
+/// system does not enforce every protection and the agent runs programs.
+fn check(sandbox: &Sandbox, project: &Project, require: bool) -> Result<()> {
+    static PROBE: OnceLock<Result<Support, String>> = OnceLock::new();
+    let probe = PROBE.get_or_init(|| sandbox.probe().map_err(|e| e.to_string()));
+    let missing: Vec<String> = match probe {
+        Ok(support) => support.missing().into_iter().map(str::to_owned).collect(),
+        Err(e) => vec![format!("the sandbox launcher does not work ({e})")],
+    };
+    if missing.is_empty() || !project.has_programs() {
+        return Ok(());
+    }
+    if require {
+        bail!(
+            "--require-sandbox: the tool sandbox is incomplete on this system: {}",
+            missing.join("; ")
+        );
+    }
+    static WARNED: OnceLock<()> = OnceLock::new();
+    WARNED.get_or_init(|| {
+        eprintln!(
+            "warning: the tool sandbox is incomplete on this system, so tools, shell commands and command hooks can reach more than they are granted: missing {}. Pass --require-sandbox to refuse to start instead (see docs/security.md).",
+            missing.join("; ")
+        );
+    });
+    Ok(())
+}

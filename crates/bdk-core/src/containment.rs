@@ -1,0 +1,130 @@
+//! How the host runs the programs an agent declares: command tools, the
+//! `shell` built-in and command hooks (and, through [`Host::containment`],
+//! the channels' command deliveries).
+//!
+//! Every program starts from an empty environment plus an allowlist
+//! ([`bdk_sandbox::env`]), the variables the agent passes through
+//! (`[sandbox] env`, a tool's `env = ["NAME"]`) and its own per-call
+//! variables: none of the server's secrets reach it. When the host has a
+//! [`Sandbox`] and the agent leaves it on, the program also runs contained
+//! (Landlock, a PID namespace of its own, no privileges; see
+//! [`bdk_sandbox`]): it reads the system and its own folder, writes its
+//! workspace and a temp dir of its own, and cannot outlive its call. A host
+//! built without a sandbox (an embedder that gave no launcher) runs
+//! programs uncontained and says so once in the log.
+//!
+//! [`Host::containment`]: crate::host::Host::containment
+
+use std::path::{Path, PathBuf};
+
+pub use bdk_sandbox::{Sandbox, Support, run_if_launcher};
+
+use crate::project::{SandboxConfig, SandboxMode};
+
+/// The containment of one host's programs.
+#[derive(Clone, Debug, Default)]
+pub struct Containment {
+    sandbox: Option<Sandbox>,
+    config: SandboxConfig,
+}
+
+/// What one program may reach besides the system.
+#[derive(Clone, Debug, Default)]
+pub struct Grants {
+    /// The program's own mode (`sandbox = "off"` on a tool).
+    pub mode: SandboxMode,
+    /// Readable and executable: its folder, its shared code.
+    pub read: Vec<PathBuf>,
+    /// Readable and writable: its workspace, its temp dir.
+    pub write: Vec<PathBuf>,
+    /// Unix sockets it may connect to (the host endpoint).
+    pub sockets: Vec<PathBuf>,
+    /// Variables of the server's environment it gets by name.
+    pub pass_env: Vec<String>,
+}
+
+impl Containment {
+    /// Programs run through `sandbox` (when given) under the agent's
+    /// `[sandbox]` settings.
+    pub fn new(sandbox: Option<Sandbox>, config: SandboxConfig) -> Self {
+        Self { sandbox, config }
+    }
+
+    /// The process's sandbox, when programs run contained.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
+    }
+
+    /// True when the agent's programs run contained (a sandbox is there and
+    /// the agent did not turn it off).
+    pub fn is_on(&self) -> bool {
+        self.sandbox.is_some() && self.config.mode == SandboxMode::On
+    }
+
+    /// The environment a program starts with: the allowlist plus the
+    /// agent's and the program's pass-through names.
+    pub fn env(&self, pass: &[String]) -> Vec<(String, String)> {
+        let mut names = self.config.env.clone();
+        names.extend(pass.iter().cloned());
+        bdk_sandbox::env::base(&names)
+    }
+
+    /// The sandbox and its call policy for a program, or `None` when it
+    /// runs uncontained.
+    pub fn call(&self, grants: &Grants) -> Option<(Sandbox, bdk_sandbox::Call)> {
+        let sandbox = self.sandbox.as_ref()?;
+        if self.config.mode == SandboxMode::Off || grants.mode == SandboxMode::Off {
+            return None;
+        }
+        let mut read = self.config.read.clone();
+        read.extend(grants.read.iter().cloned());
+        let mut write = self.config.write.clone();
+        write.extend(grants.write.iter().cloned());
+        Some((
+            sandbox.clone(),
+            bdk_sandbox::Call {
+                filesystem: true,
+                read,
+                write,
+                sockets: grants.sockets.clone(),
+            },
+        ))
+    }
+}
+
+/// A directory of one program run (its `TMPDIR`), removed when dropped.
+pub(crate) struct ScratchDir {
+    path: PathBuf,
+}
+
+impl ScratchDir {
+    /// Creates `<root>/tmp/<name>` (the state root's `tmp/` holds them, so
+    /// no other program can reach it).
+    pub(crate) async fn create(root: &Path, name: &str) -> std::io::Result<Self> {
+        let path = root.join("tmp").join(name);
+        tokio::fs::create_dir_all(&path).await?;
+        Ok(Self { path })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let path = std::mem::take(&mut self.path);
+        // The removal walks a tree: keep it off the async threads when there
+        // is a runtime to hand it to.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(move || {
+                    let _ = std::fs::remove_dir_all(&path);
+                });
+            }
+            Err(_) => {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The launcher: the two stages that put a program into its sandbox (see the
+//! crate docs for why there are two).
+//!
+//! Stage 1 (`run`, `probe`) supervises from outside the PID namespace; stage
+//! 2 (`exec`, `probe-exec`) confines itself inside it and becomes the
+//! program. Both are short and single-threaded: they run before any runtime
+//! or thread of the host program starts, which is what makes `unshare` and
+//! blocking signals process-wide safe here.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitCode, ExitStatus};
+
+use landlock::{
+    ABI, Access, AccessFs, BitFlags, LandlockStatus, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
+};
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::{ERROR_PREFIX, EXEC_FAILED_PREFIX, LAUNCHER_ARG, LAUNCHER_FAILED, Spec, Support};
+
+/// The newest Landlock ABI whose rights this launcher asks for. Older
+/// kernels silently grant less; [`Support`] says what held.
+const ABI_WANTED: ABI = ABI::V9;
+
+/// Rights Landlock accepts on a file (not a directory) rule.
+const FILE_RIGHTS: BitFlags<AccessFs> = make_bitflags!(AccessFs::{
+    ReadFile | WriteFile | Execute | Truncate | IoctlDev | ResolveUnix
+});
+
+/// The signals that stop a launched program (and `SIGCHLD`, its end).
+const WATCHED: [Signal; 5] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGCHLD,
+];
+
+/// The launcher's entry: `args` are the arguments after [`LAUNCHER_ARG`].
+pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
+    let mut args = args.into_iter();
+    let stage = args.next();
+    let Some(spec_text) = args.next() else {
+        return fail("missing the sandbox policy argument");
+    };
+    let spec: Spec = match spec_text.to_str().map(serde_json::from_str) {
+        Some(Ok(spec)) => spec,
+        _ => return fail("the sandbox policy argument is not valid"),
+    };
+    let rest: Vec<OsString> = args.collect();
+    match stage.as_deref().and_then(OsStr::to_str) {
+        Some("run") => supervise(&spec, &spec_text, rest, false),
+        Some("probe") => supervise(&spec, &spec_text, Vec::new(), true),
+        Some("exec") => confine_and_exec(&spec, rest, false),
+        Some("probe-exec") => confine_and_exec(&spec, Vec::new(), true),
+        _ => fail("unknown launcher stage"),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("{ERROR_PREFIX}{message}");
+    ExitCode::from(LAUNCHER_FAILED as u8)
+}
+
+fn watched() -> SigSet {
+    let mut set = SigSet::empty();
+    for signal in WATCHED {
+        set.add(signal);
+    }
+    set
+}
+
+/// Stage 1: make the PID namespace, start stage 2 as its first process,
+/// and take it down on a stop signal or when the server dies.
+fn supervise(spec: &Spec, spec_text: &OsStr, rest: Vec<OsString>, probe: bool) -> ExitCode {
+    // Block the stop signals first, so that from here on a stop waits for
+    // the loop below instead of killing this process before it can take the
+    // namespace down. Stage 2 starts with an empty mask (std resets it).
+    let mask = watched();
+    if let Err(e) = mask.thread_block() {
+        return fail(&format!("cannot block signals: {e}"));
+    }
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM) {
+        return fail(&format!("cannot ask for a parent-death signal: {e}"));
+    }
+    // The server may have died between starting us and the line above:
+    // then no signal is coming, and the program must not start.
+    let parent = nix::unistd::getppid().as_raw();
+    if u32::try_from(parent).ok() != Some(spec.parent) {
+        return fail("the process that started the launcher is gone");
+    }
+    let pid_namespace = match enter_pid_namespace() {
+        Ok(entered) => entered,
+        Err(message) => return fail(&message),
+    };
+    let mut command = Command::new("/proc/self/exe");
+    command
+        .arg(LAUNCHER_ARG)
+        .arg(if probe { "probe-exec" } else { "exec" })
+        .arg(spec_text)
+        .args(rest);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => return fail(&format!("cannot start the sandbox: {e}")),
+    };
+    loop {
+        match mask.wait() {
+            Ok(Signal::SIGCHLD) => match child.try_wait() {
+                Ok(Some(status)) => return exit_like(status),
+                Ok(None) => {}
+                Err(e) => {
+                    stop(&mut child, pid_namespace);
+                    return fail(&format!("cannot wait for the program: {e}"));
+                }
+            },
+            Ok(_) => {
+                stop(&mut child, pid_namespace);
+                return ExitCode::from(128 + 9);
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                stop(&mut child, pid_namespace);
+                return fail(&format!("cannot wait for signals: {e}"));
+            }
+        }
+    }
+}
+
+/// Kills the program. In a PID namespace killing its first process kills
+/// every process in it; without one, the launcher's process group (which
+/// the caller made) is the best reach there is, and the launcher goes with
+/// it.
+fn stop(child: &mut Child, pid_namespace: bool) {
+    let _ = child.kill();
+    let _ = child.wait();
+    if !pid_namespace {
+        let _ = nix::sys::signal::killpg(nix::unistd::getpgrp(), Signal::SIGKILL);
+    }
+}
+
+/// Ends the launcher the way the program ended: its exit code, or death by
+/// its signal.
+fn exit_like(status: ExitStatus) -> ExitCode {
+    if let Some(code) = status.code() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
+    if let Some(raw) = status.signal()
+        && let Ok(signal) = Signal::try_from(raw)
+    {
+        let _ = SigSet::all().thread_unblock();
+        let _ = nix::sys::signal::raise(signal);
+        // Still here: the signal was one that does not kill (a stop, or an
+        // ignored one). Report it the way shells do.
+        return ExitCode::from(u8::try_from(128 + raw).unwrap_or(1));
+    }
+    ExitCode::from(1)
+}
+
+/// Unshares a PID namespace for the next child. Root can do it directly; any
+/// other user needs a user namespace first, with its own uid and gid mapped
+/// to themselves so files keep their owners. `Ok(false)` when the system
+/// allows neither.
+fn enter_pid_namespace() -> Result<bool, String> {
+    if unshare(CloneFlags::CLONE_NEWPID).is_ok() {
+        return Ok(true);
+    }
+    let uid = nix::unistd::getuid();
+    let gid = nix::unistd::getgid();
+    if unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID).is_err() {
+        return Ok(false);
+    }
+    // From here the launcher is in a new user namespace: without the maps
+    // its programs would run as the overflow user, so a failure is fatal.
+    let write = |file: &str, text: String| {
+        std::fs::write(Path::new("/proc/self").join(file), text)
+            .map_err(|e| format!("cannot write /proc/self/{file}: {e}"))
+    };
+    write("setgroups", "deny".to_owned())?;
+    write("uid_map", format!("{uid} {uid} 1"))?;
+    write("gid_map", format!("{gid} {gid} 1"))?;
+    Ok(true)
+}
+
+/// Stage 2: confine this process and become the program.
+fn confine_and_exec(spec: &Spec, rest: Vec<OsString>, probe: bool) -> ExitCode {
+    // A fallback only: should the supervisor die without taking the
+    // namespace down, this process (and with it the namespace) follows.
+    // The program could clear it, which is why the supervisor kills it
+    // rather than relying on this.
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    let mut support = Support {
+        pid_namespace: std::process::id() == 1,
+        ..Support::default()
+    };
+    let privileges = drop_capabilities();
+    match confine(spec) {
+        Ok((abi, status)) => {
+            support.landlock_abi = abi;
+            let enforced = status.ruleset != RulesetStatus::NotEnforced;
+            support.filesystem = spec.filesystem && enforced;
+            support.scoped = enforced && abi >= 6;
+            support.privileges_dropped = privileges && status.no_new_privs;
+        }
+        Err(message) => return fail(&message),
+    }
+    if probe {
+        return match serde_json::to_string(&support) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&format!("cannot report: {e}")),
+        };
+    }
+    let mut rest = rest.into_iter();
+    let Some(program) = rest.next() else {
+        return fail("no program to run");
+    };
+    let error = Command::new(&program).args(rest).exec();
+    eprintln!(
+        "{EXEC_FAILED_PREFIX}`{}`: {error}",
+        Path::new(&program).display()
+    );
+    let code = if error.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    ExitCode::from(code)
+}
+
+/// Empties every capability set and the bounding set, so that a server
+/// running as root gives its programs uid 0 without root's powers. True
+/// when the process ends up with none.
+fn drop_capabilities() -> bool {
+    use rustix::thread::{CapabilitySet, CapabilitySets};
+    // Bounding set first: dropping from it needs CAP_SETPCAP, which goes
+    // with the other sets below. Unknown capability numbers answer EINVAL.
+    for bit in 0..64u32 {
+        let cap = CapabilitySet::from_bits_retain(1 << bit);
+        match rustix::thread::capability_is_in_bounding_set(cap) {
+            Ok(true) => {
+                let _ = rustix::thread::remove_capability_from_bounding_set(cap);
+            }
+            Ok(false) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = rustix::thread::clear_ambient_capability_set();
+    let empty = CapabilitySets {
+        effective: CapabilitySet::empty(),
+        permitted: CapabilitySet::empty(),
+        inheritable: CapabilitySet::empty(),
+    };
+    let _ = rustix::thread::set_capabilities(None, empty);
+    rustix::thread::capabilities(None).is_ok_and(|sets| {
+        sets.effective.is_empty() && sets.permitted.is_empty() && sets.inheritable.is_empty()
+    })
+}
+
+/// Applies the Landlock ruleset of `spec` to this process. Returns the
+/// kernel's Landlock ABI and the enforcement status. Paths that vanished
+/// since the plan was made are skipped.
+fn confine(spec: &Spec) -> Result<(i32, landlock::RestrictionStatus), String> {
+    let error = |e: landlock::RulesetError| format!("cannot set up Landlock: {e}");
+    let mut ruleset = Ruleset::default();
+    if spec.filesystem {
+        ruleset = ruleset
+            .handle_access(AccessFs::from_all(ABI_WANTED))
+            .map_err(error)?;
+    }
+    ruleset = ruleset.scope(Scope::from_all(ABI_WANTED)).map_err(error)?;
+    let mut created = ruleset.create().map_err(error)?;
+    if spec.filesystem {
+        let read = AccessFs::from_read(ABI_WANTED) | AccessFs::ResolveUnix;
+        let write = AccessFs::from_all(ABI_WANTED);
+        let device = make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate | IoctlDev});
+        let socket = BitFlags::from(AccessFs::ResolveUnix);
+        let grants = spec
+            .read
+            .iter()
+            .map(|p| (p, read))
+            .chain(spec.write.iter().map(|p| (p, write)))
+            .chain(spec.devices.iter().map(|p| (p, device)))
+            .chain(spec.sockets.iter().map(|p| (p, socket)));
+        for (path, access) in grants {
+            let Ok(fd) = PathFd::new(path) else {
+                continue;
+            };
+            let access = if path.is_dir() {
+                access
+            } else {
+                access & FILE_RIGHTS
+            };
+            if access.is_empty() {
+                continue;
+            }
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(error)?;
+        }
+    }
+    let status = created.restrict_self().map_err(error)?;
+    let abi = match status.landlock {
+        LandlockStatus::Available {
+            effective_abi,
+            kernel_abi,
+        } => kernel_abi.unwrap_or(effective_abi as i32),
+        _ => 0,
+    };
+    Ok((abi, status))
+}

@@ -1,0 +1,421 @@
+//! Containment for the programs an agent runs: tools, the `shell` built-in,
+//! command hooks and channel deliveries.
+//!
+//! A contained program gets exactly what its author granted and nothing of
+//! the server's:
+//!
+//! - **Environment**: an allowlist ([`env::base`]: `PATH`, `HOME`, the
+//!   locale and `TZ`) plus what the caller adds (the per-call `BDK_*`
+//!   variables, what a manifest declares). Nothing else of the server's
+//!   environment reaches it. This part needs no launcher and applies even
+//!   when the sandbox is off.
+//! - **Filesystem** (Linux, Landlock): the system is readable and
+//!   executable, except the paths the caller protects (state roots, agent
+//!   folders), home directories (the server user's home and `/root`,
+//!   `/home`; the installation roots of the programs on `PATH` stay
+//!   readable), temp directories, `/dev` (a few harmless devices stay usable)
+//!   and well-known secret files. A call adds its own grants: its folder to
+//!   read, its workspace and a temp dir to write, a Unix socket to connect
+//!   to. Landlock also scopes signals and abstract Unix sockets (ABI 6), so
+//!   the program can signal no process outside its sandbox, and it cannot
+//!   read `/proc/<pid>/environ` of processes outside it (Landlock denies
+//!   ptrace-mode access to them).
+//! - **Privileges**: `no_new_privs`, and every capability dropped, so a
+//!   server running as root runs its tools as an ordinary uid 0 without
+//!   `CAP_DAC_OVERRIDE`, `CAP_SYS_ADMIN` or `CAP_SYS_MODULE`.
+//! - **Lifetime**: the program is the first process of a PID namespace of
+//!   its own. When that process ends, or is killed, the kernel kills every
+//!   other process in the namespace: a `setsid` grandchild cannot outlive its
+//!   call. The launcher in between dies with the server (`PR_SET_PDEATHSIG`),
+//!   and takes the namespace with it, so not even `kill -9` of the server
+//!   leaves a tool running.
+//!
+//! # How a program is started
+//!
+//! [`Sandbox::wrap`] turns `program args...` into a command line of the
+//! *launcher*: an executable that calls [`run_if_launcher`] first thing in
+//! `main` (the `bdk` binary does; so does this crate's `bdk-sandbox` binary).
+//! The launcher runs in two stages, because a process cannot move itself into
+//! a new PID namespace and must not confine itself before it has set up the
+//! one it supervises:
+//!
+//! 1. **supervise** (outside the namespace): blocks the stop signals, asks
+//!    for `SIGTERM` when its parent dies, checks the parent is still the
+//!    server, unshares a PID namespace (with a user namespace when it is not
+//!    root), starts stage 2 as the namespace's first process and waits. On
+//!    `SIGTERM` (the server stopping the call, or the server dying) it
+//!    `SIGKILL`s stage 2, which takes the namespace down. It exits with the
+//!    program's status, or dies by the program's signal.
+//! 2. **confine** (inside): applies Landlock, drops capabilities, sets
+//!    `no_new_privs`, and `exec`s the program in place, so the program itself
+//!    is the namespace's first process.
+//!
+//! The caller stops a launched program by sending [`STOP_SIGNAL`] to the
+//! launcher's pid; `SIGKILL` would leave the launcher no chance to take the
+//! namespace down (stage 2 still dies with it through its own parent-death
+//! signal, unless the program cleared that).
+//!
+//! Failures of the launcher itself exit with [`LAUNCHER_FAILED`] and a line
+//! on stderr starting with [`ERROR_PREFIX`]; a program that cannot be
+//! executed exits with 127 (not found) or 126 (any other reason) and a line
+//! starting with [`EXEC_FAILED_PREFIX`].
+//!
+//! # What this crate does not contain
+//!
+//! The network: a contained program can open connections (tools call APIs).
+//! Pathname Unix sockets are reachable on kernels before Landlock ABI 9.
+//! Where Landlock or namespaces are missing, [`Sandbox::probe`] says what is
+//! not enforced; callers warn or refuse to start.
+//!
+//! This crate knows nothing of agents, sessions or stores: it is given
+//! paths and a program.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub mod env;
+#[cfg(target_os = "linux")]
+mod launcher;
+mod plan;
+
+/// The first argument that makes a program act as the launcher.
+pub const LAUNCHER_ARG: &str = "__bdk-sandbox";
+
+/// The signal that stops a launched program and everything it started.
+pub const STOP_SIGNAL: i32 = 15;
+
+/// Exit status of a launcher that could not set the sandbox up.
+pub const LAUNCHER_FAILED: i32 = 125;
+
+/// Start of the stderr line of a launcher that could not set the sandbox up.
+pub const ERROR_PREFIX: &str = "bdk-sandbox: ";
+
+/// Start of the stderr line of a program the launcher could not execute.
+pub const EXEC_FAILED_PREFIX: &str = "bdk-sandbox: cannot execute ";
+
+/// Errors of building a sandbox or probing it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A path cannot be passed to the launcher.
+    #[error("path {0} is not valid UTF-8")]
+    NonUtf8Path(PathBuf),
+    /// The launcher could not be run.
+    #[error("failed to run the sandbox launcher {launcher}: {source}")]
+    Launch {
+        /// The launcher.
+        launcher: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The launcher ran but did not report.
+    #[error("the sandbox launcher {launcher} failed: {message}")]
+    Probe {
+        /// The launcher.
+        launcher: PathBuf,
+        /// What it said.
+        message: String,
+    },
+}
+
+/// What the running system enforces, as found by [`Sandbox::probe`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Support {
+    /// The Landlock ABI the kernel offers (0: none).
+    pub landlock_abi: i32,
+    /// Landlock restricts the filesystem (ABI 1 or newer, and enforced).
+    pub filesystem: bool,
+    /// Landlock scopes signals and abstract Unix sockets (ABI 6 or newer).
+    pub scoped: bool,
+    /// The program runs as the first process of its own PID namespace.
+    pub pid_namespace: bool,
+    /// Every capability was dropped and `no_new_privs` set.
+    pub privileges_dropped: bool,
+}
+
+impl Support {
+    /// True when every protection this crate offers holds.
+    pub fn is_complete(&self) -> bool {
+        self.filesystem && self.scoped && self.pid_namespace && self.privileges_dropped
+    }
+
+    /// What does not hold, one phrase each (empty when complete).
+    pub fn missing(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if !self.filesystem {
+            out.push("filesystem confinement (Landlock is not available)");
+        } else if !self.scoped {
+            out.push("signal and socket scoping (needs Landlock ABI 6, Linux 6.12)");
+        }
+        if !self.pid_namespace {
+            out.push(
+                "process lifetime (no PID namespace: a detached grandchild can outlive its call)",
+            );
+        }
+        if !self.privileges_dropped {
+            out.push("privilege drop (no_new_privs or capabilities)");
+        }
+        out
+    }
+}
+
+/// What one call may reach beyond the system: its own folder, its
+/// workspace, a socket.
+#[derive(Clone, Debug, Default)]
+pub struct Call {
+    /// Confine the filesystem (Landlock). `false` keeps only the lifetime
+    /// and privilege protections (for long-lived servers that need more).
+    pub filesystem: bool,
+    /// Readable and executable: the program's folder and its shared code.
+    pub read: Vec<PathBuf>,
+    /// Readable and writable: the workspace and the call's temp dir.
+    pub write: Vec<PathBuf>,
+    /// Unix sockets the program may connect to (the host endpoint).
+    pub sockets: Vec<PathBuf>,
+}
+
+/// A program line that runs through the launcher, for
+/// [`std::process::Command::new`]`(program).args(args)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wrapped {
+    /// The launcher.
+    pub program: PathBuf,
+    /// Its arguments: the launcher marker, the policy, the program and its
+    /// arguments.
+    pub args: Vec<OsString>,
+}
+
+/// The policy handed to the launcher on its command line (it holds paths
+/// only, never secrets).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Spec {
+    /// The pid the launcher's parent must have (the server): a launcher
+    /// whose parent died before it could ask for a parent-death signal
+    /// stops at once.
+    pub(crate) parent: u32,
+    /// Apply Landlock.
+    pub(crate) filesystem: bool,
+    /// Read-and-execute grants.
+    pub(crate) read: Vec<PathBuf>,
+    /// Read-write grants.
+    pub(crate) write: Vec<PathBuf>,
+    /// Device files to read and write.
+    pub(crate) devices: Vec<PathBuf>,
+    /// Unix sockets to connect to.
+    pub(crate) sockets: Vec<PathBuf>,
+}
+
+/// The sandbox of one server: the launcher and the system's read grants,
+/// computed once from what must stay protected. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Sandbox {
+    launcher: PathBuf,
+    read: Arc<Vec<PathBuf>>,
+    devices: Arc<Vec<PathBuf>>,
+}
+
+/// Builds a [`Sandbox`].
+#[derive(Clone, Debug)]
+pub struct Builder {
+    launcher: PathBuf,
+    protect: Vec<PathBuf>,
+    grant: Vec<PathBuf>,
+    defaults: bool,
+}
+
+impl Sandbox {
+    /// A builder for a sandbox whose programs start through `launcher` (an
+    /// executable calling [`run_if_launcher`]).
+    pub fn builder(launcher: impl Into<PathBuf>) -> Builder {
+        Builder {
+            launcher: launcher.into(),
+            protect: Vec::new(),
+            grant: Vec::new(),
+            defaults: true,
+        }
+    }
+
+    /// The launcher.
+    pub fn launcher(&self) -> &Path {
+        &self.launcher
+    }
+
+    /// The paths every contained program may read and execute, in order.
+    pub fn system_reads(&self) -> &[PathBuf] {
+        &self.read
+    }
+
+    /// The command line that runs `program args...` contained by `call`.
+    pub fn wrap(&self, call: &Call, program: &Path, args: &[String]) -> Result<Wrapped, Error> {
+        let mut read = Vec::with_capacity(self.read.len() + call.read.len());
+        read.extend(self.read.iter().cloned());
+        read.extend(call.read.iter().cloned());
+        let spec = Spec {
+            parent: std::process::id(),
+            filesystem: call.filesystem,
+            read,
+            write: call.write.clone(),
+            devices: self.devices.as_ref().clone(),
+            sockets: call.sockets.clone(),
+        };
+        let mut out = vec![
+            OsString::from(LAUNCHER_ARG),
+            OsString::from("run"),
+            OsString::from(encode(&spec)?),
+            program.as_os_str().to_owned(),
+        ];
+        out.extend(args.iter().map(OsString::from));
+        Ok(Wrapped {
+            program: self.launcher.clone(),
+            args: out,
+        })
+    }
+
+    /// Runs the launcher once, the whole way, and reads back what the system
+    /// enforced.
+    pub fn probe(&self) -> Result<Support, Error> {
+        let spec = Spec {
+            parent: std::process::id(),
+            filesystem: true,
+            read: self.read.as_ref().clone(),
+            devices: self.devices.as_ref().clone(),
+            ..Spec::default()
+        };
+        let output = std::process::Command::new(&self.launcher)
+            .arg(LAUNCHER_ARG)
+            .arg("probe")
+            .arg(encode(&spec)?)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|source| Error::Launch {
+                launcher: self.launcher.clone(),
+                source,
+            })?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        match serde_json::from_str::<Support>(stdout.trim()) {
+            Ok(support) if output.status.success() => Ok(support),
+            _ => {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                Err(Error::Probe {
+                    launcher: self.launcher.clone(),
+                    message: format!("{}: {}", output.status, stderr.trim()),
+                })
+            }
+        }
+    }
+}
+
+impl Builder {
+    /// Never readable by a contained program (unless a call grants a path
+    /// beneath it): a state root, an agent folder, a secret file.
+    pub fn protect(mut self, path: impl Into<PathBuf>) -> Self {
+        self.protect.push(path.into());
+        self
+    }
+
+    /// Readable even where a protected area contains it.
+    pub fn grant_read(mut self, path: impl Into<PathBuf>) -> Self {
+        self.grant.push(path.into());
+        self
+    }
+
+    /// Leaves out the default protections (home directories, temp dirs,
+    /// `/dev`, secret files): only what [`Builder::protect`] names is
+    /// protected. For tests of the plan itself.
+    pub fn without_defaults(mut self) -> Self {
+        self.defaults = false;
+        self
+    }
+
+    /// Computes the system's read grants. Paths that do not exist are left
+    /// out; nothing is started.
+    pub fn build(self) -> Sandbox {
+        let mut rules = Vec::new();
+        if self.defaults {
+            rules.extend(plan::default_rules());
+        }
+        rules.extend(
+            self.protect
+                .iter()
+                .filter_map(|p| p.canonicalize().ok())
+                .map(|p| (p, plan::Decision::Deny)),
+        );
+        rules.extend(
+            self.grant
+                .iter()
+                .filter_map(|p| p.canonicalize().ok())
+                .map(|p| (p, plan::Decision::Allow)),
+        );
+        let read = plan::plan(&rules);
+        let devices = if self.defaults {
+            plan::DEVICES
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Sandbox {
+            launcher: self.launcher,
+            read: Arc::new(read),
+            devices: Arc::new(devices),
+        }
+    }
+}
+
+fn encode(spec: &Spec) -> Result<String, Error> {
+    for path in spec
+        .read
+        .iter()
+        .chain(&spec.write)
+        .chain(&spec.devices)
+        .chain(&spec.sockets)
+    {
+        if path.to_str().is_none() {
+            return Err(Error::NonUtf8Path(path.clone()));
+        }
+    }
+    // Serializing plain strings, numbers and booleans cannot fail once the
+    // paths are known to be UTF-8.
+    serde_json::to_string(spec).map_err(|_| Error::NonUtf8Path(PathBuf::new()))
+}
+
+/// Runs the launcher when the process was started as one (its first
+/// argument is [`LAUNCHER_ARG`]) and returns its exit status; `None`
+/// otherwise. Call it first thing in `main`, before any thread or runtime
+/// starts:
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     if let Some(code) = bdk_sandbox::run_if_launcher() {
+///         return code;
+///     }
+///     // ... the program itself
+///     std::process::ExitCode::SUCCESS
+/// }
+/// ```
+pub fn run_if_launcher() -> Option<std::process::ExitCode> {
+    let mut args = std::env::args_os();
+    let _program = args.next();
+    if args.next().as_deref() != Some(std::ffi::OsStr::new(LAUNCHER_ARG)) {
+        return None;
+    }
+    Some(launch(args.collect()))
+}
+
+#[cfg(target_os = "linux")]
+fn launch(args: Vec<OsString>) -> std::process::ExitCode {
+    launcher::main(args)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn launch(_args: Vec<OsString>) -> std::process::ExitCode {
+    eprintln!("{ERROR_PREFIX}the sandbox launcher runs on Linux only");
+    std::process::ExitCode::from(LAUNCHER_FAILED as u8)
+}
