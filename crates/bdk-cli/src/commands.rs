@@ -350,12 +350,17 @@ async fn mcp_connection_errors(project: &Project) -> Vec<bdk_core::mcp::Connecti
 pub(crate) async fn mcp_hub(
     project: &Project,
     wait: bool,
+    sandbox: Option<&bdk_core::containment::Sandbox>,
 ) -> Option<Arc<dyn bdk_core::mcp::McpHub>> {
     use bdk_core::mcp::McpHub;
     if project.mcp_connections.is_empty() {
         return None;
     }
-    let hub = bdk_mcp::client::McpConnections::start(project);
+    let containment = bdk_core::containment::Containment::new(
+        sandbox.cloned(),
+        project.config.sandbox.clone(),
+    );
+    let hub = bdk_mcp::client::McpConnections::start_contained(project, containment);
     if wait {
         hub.ready().await;
     }
@@ -376,7 +381,7 @@ pub(crate) async fn open_host(
         .with_context(|| format!("failed to open the state root {}", state_root.display()))?;
     let protected = crate::sandbox::Protected(vec![project.root.clone(), state_root.to_path_buf()]);
     let sandbox = crate::sandbox::for_project(&project, &protected, false)?;
-    let hub = mcp_hub(&project, true).await;
+    let hub = mcp_hub(&project, true, sandbox.as_ref()).await;
     let mut builder = Host::builder(project, Arc::new(store));
     if let Some(sandbox) = sandbox {
         builder = builder.sandbox(sandbox);

@@ -16,10 +16,57 @@
 //! [`Host::containment`]: crate::host::Host::containment
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub use bdk_sandbox::{Sandbox, Support, run_if_launcher};
+use tokio_util::sync::CancellationToken;
 
 use crate::project::{SandboxConfig, SandboxMode};
+use crate::tool::subprocess::{self, ProcessEnd, ProcessSpec};
+
+/// A program the host runs once on an author's behalf (a channel's command
+/// delivery, a handler): one input on stdin, a bounded stdout.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// Program and arguments (a bare name is looked up on `PATH`).
+    pub argv: Vec<String>,
+    /// Its working directory, which it may also read (its own folder).
+    pub cwd: PathBuf,
+    /// More folders it may read (the agent's `lib/`).
+    pub read: Vec<PathBuf>,
+    /// Written to its stdin, which is then closed.
+    pub stdin: Vec<u8>,
+    /// Variables added to its environment.
+    pub env: Vec<(String, String)>,
+    /// Stdout beyond this many bytes stops it.
+    pub max_stdout: usize,
+    /// Wall-clock limit.
+    pub timeout: Duration,
+}
+
+/// How a [`Program`] ended.
+#[derive(Debug)]
+pub enum ProgramEnd {
+    /// It exited on its own, with this status.
+    Exited {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// Its stdout.
+        stdout: Vec<u8>,
+        /// The end of its stderr, trimmed.
+        stderr: String,
+    },
+    /// It ran past its timeout and was stopped with everything it started.
+    TimedOut,
+    /// It wrote more than `max_stdout` bytes and was stopped.
+    OutputExceeded,
+    /// It could not be started.
+    SpawnFailed(std::io::Error),
+    /// Running it failed (the sandbox, its pipes).
+    Failed(std::io::Error),
+    /// The cancellation token fired; it was stopped.
+    Cancelled,
+}
 
 /// The containment of one host's programs.
 #[derive(Clone, Debug, Default)]
@@ -41,6 +88,10 @@ pub struct Grants {
     pub sockets: Vec<PathBuf>,
     /// Variables of the server's environment it gets by name.
     pub pass_env: Vec<String>,
+    /// Keep only the lifetime and privilege protections, not the
+    /// filesystem confinement (for long-lived servers such as MCP
+    /// connections, which manage files of their own).
+    pub lifetime_only: bool,
 }
 
 impl Containment {
@@ -83,12 +134,70 @@ impl Containment {
         Some((
             sandbox.clone(),
             bdk_sandbox::Call {
-                filesystem: true,
+                filesystem: !grants.lifetime_only,
                 read,
                 write,
                 sockets: grants.sockets.clone(),
             },
         ))
+    }
+}
+
+impl Containment {
+    /// Runs `program` under this containment, with a temp dir of its own
+    /// under `<state_root>/tmp/` (its `TMPDIR`, removed afterwards).
+    pub async fn run(
+        &self,
+        program: Program,
+        state_root: &Path,
+        cancel: &CancellationToken,
+    ) -> ProgramEnd {
+        let Some((name, args)) = program.argv.split_first() else {
+            return ProgramEnd::SpawnFailed(std::io::Error::other("the command is empty"));
+        };
+        let scratch =
+            match ScratchDir::create(state_root, &bdk_events::ids::new_id("run")).await {
+                Ok(dir) => dir,
+                Err(e) => return ProgramEnd::Failed(e),
+            };
+        let mut env = self.env(&[]);
+        env.extend(program.env);
+        env.extend(subprocess::temp_env(scratch.path()));
+        let mut read = vec![program.cwd.clone()];
+        read.extend(program.read);
+        let grants = Grants {
+            read,
+            write: vec![scratch.path().to_path_buf()],
+            ..Grants::default()
+        };
+        let spec = ProcessSpec {
+            program: PathBuf::from(name),
+            args: args.to_vec(),
+            cwd: program.cwd,
+            env,
+            stdin: Some(program.stdin),
+            max_stdout: program.max_stdout,
+            timeout: program.timeout,
+            sandbox: self.call(&grants),
+        };
+        let end = subprocess::run_process(spec, cancel).await;
+        drop(scratch);
+        match end {
+            ProcessEnd::Exited {
+                status,
+                stdout,
+                stderr,
+            } => ProgramEnd::Exited {
+                status,
+                stdout,
+                stderr: stderr.text(),
+            },
+            ProcessEnd::TimedOut => ProgramEnd::TimedOut,
+            ProcessEnd::Cancelled => ProgramEnd::Cancelled,
+            ProcessEnd::OutputExceeded { .. } => ProgramEnd::OutputExceeded,
+            ProcessEnd::SpawnFailed(e) => ProgramEnd::SpawnFailed(e),
+            ProcessEnd::Failed(e) => ProgramEnd::Failed(e),
+        }
     }
 }
 

@@ -20,9 +20,8 @@ use bdk_events::Envelope;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::containment::{Containment, Grants, ScratchDir};
+use crate::containment::{Containment, Program, ProgramEnd};
 use crate::project::{HookEvents, HookManifest, HookTarget};
-use crate::tool::subprocess::{self, ProcessEnd, ProcessSpec};
 
 /// How much stdout a command hook may write (it is read and thrown away);
 /// more kills the command.
@@ -118,51 +117,31 @@ impl Hook for ManifestHook {
                     .map_err(|e| format!("failed to write {}: {e}", path.display()))
             }
             HookTarget::Command { argv } => {
-                let Some((program, args)) = argv.split_first() else {
-                    return Err("hook command is empty".into());
-                };
-                let name = format!("hook-{}", bdk_events::ids::new_id("h"));
-                let scratch = ScratchDir::create(&self.state_root, &name)
-                    .await
-                    .map_err(|e| format!("failed to create the hook's temp dir: {e}"))?;
-                let mut env = self.containment.env(&[]);
-                env.extend(subprocess::temp_env(scratch.path()));
-                let mut read = vec![self.dir.clone()];
-                read.extend(self.lib.clone());
-                let grants = Grants {
-                    read,
-                    write: vec![scratch.path().to_path_buf()],
-                    ..Grants::default()
-                };
-                let spec = ProcessSpec {
-                    program: PathBuf::from(program),
-                    args: args.to_vec(),
+                let program = argv.first().cloned().unwrap_or_default();
+                let run = Program {
+                    argv: argv.clone(),
                     cwd: self.dir.clone(),
-                    env,
-                    stdin: Some(line.into_bytes()),
+                    read: self.lib.iter().cloned().collect(),
+                    stdin: line.into_bytes(),
+                    env: Vec::new(),
                     max_stdout: HOOK_MAX_STDOUT,
                     timeout: HOOK_TIMEOUT,
-                    sandbox: self.containment.call(&grants),
                 };
-                let end =
-                    subprocess::run_process(spec, &tokio_util::sync::CancellationToken::new())
-                        .await;
-                drop(scratch);
-                match end {
-                    ProcessEnd::Exited { status, .. } if status.success() => Ok(()),
-                    ProcessEnd::OutputExceeded { .. } => Err(format!(
+                let never = tokio_util::sync::CancellationToken::new();
+                match self.containment.run(run, &self.state_root, &never).await {
+                    ProgramEnd::Exited { status, .. } if status.success() => Ok(()),
+                    ProgramEnd::Exited { status, stderr, .. } => {
+                        Err(format!("`{program}` exited with {status}: {stderr}"))
+                    }
+                    ProgramEnd::OutputExceeded => Err(format!(
                         "`{program}` wrote more than {HOOK_MAX_STDOUT} bytes to stdout (hooks' output is not read) and was stopped"
                     )),
-                    ProcessEnd::Exited { status, stderr, .. } => Err(format!(
-                        "`{program}` exited with {status}: {}",
-                        stderr.text()
-                    )),
-                    ProcessEnd::TimedOut => {
+                    ProgramEnd::TimedOut => {
                         Err(format!("timed out after {} s", HOOK_TIMEOUT.as_secs()))
                     }
-                    ProcessEnd::Cancelled => Err("cancelled".to_owned()),
-                    ProcessEnd::SpawnFailed(e) => Err(format!("failed to start `{program}`: {e}")),
-                    ProcessEnd::Failed(e) => Err(format!("`{program}` failed: {e}")),
+                    ProgramEnd::Cancelled => Err("cancelled".to_owned()),
+                    ProgramEnd::SpawnFailed(e) => Err(format!("failed to start `{program}`: {e}")),
+                    ProgramEnd::Failed(e) => Err(format!("`{program}` failed: {e}")),
                 }
             }
             HookTarget::Url { url, headers } => {

@@ -573,6 +573,7 @@ impl HostBuilder {
             reminders,
             coordination: self.coordination,
             coordination_wait: self.coordination_wait,
+            containment,
         });
         let host = Host { inner };
         let controls = host.join_cluster().await?;
@@ -734,6 +735,8 @@ struct Inner {
     reminders: Arc<reminders::Engine>,
     /// Turn leases and controls shared with other replicas, when there are any.
     coordination: Option<Arc<dyn Coordination>>,
+    /// How the agent's programs run.
+    containment: Containment,
     /// The bounded wait for a turn running on another replica.
     coordination_wait: Duration,
 }
@@ -959,6 +962,12 @@ impl Host {
         if control.kind == ControlKind::Stop {
             state.pending.clear();
         }
+    }
+
+    /// How the agent's programs run: channels and handlers run theirs
+    /// through it too (see [`crate::containment`]).
+    pub fn containment(&self) -> &Containment {
+        &self.inner.containment
     }
 
     /// The project served.

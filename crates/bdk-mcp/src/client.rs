@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use bdk_core::containment::{Containment, Grants};
 use bdk_core::mcp::{ConnectionError, McpError, McpHub};
 use bdk_core::project::{McpConnection, McpTransport, Project};
 use bdk_core::tool::{Effect, Execution, Tool, ToolContext, ToolOutput, ToolSpec};
@@ -70,6 +71,9 @@ struct Conn {
     manifest: McpConnection,
     /// The agent folder, the default working directory of a stdio server.
     root: std::path::PathBuf,
+    /// How a stdio server runs: a clean environment, and the sandbox's
+    /// lifetime protections when there is one.
+    containment: Containment,
     timeout: Duration,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// The last successful listing (advertising connections only keep it).
@@ -171,8 +175,27 @@ impl Conn {
                     Some(c) => dir.join(c),
                     None => self.root.clone(),
                 };
-                let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args)
+                let grants = Grants {
+                    lifetime_only: true,
+                    ..Grants::default()
+                };
+                let mut cmd = match self.containment.call(&grants) {
+                    Some((sandbox, call)) => {
+                        let wrapped = sandbox
+                            .wrap(&call, std::path::Path::new(command), args)
+                            .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                        let mut cmd = tokio::process::Command::new(wrapped.program);
+                        cmd.args(wrapped.args);
+                        cmd
+                    }
+                    None => {
+                        let mut cmd = tokio::process::Command::new(command);
+                        cmd.args(args);
+                        cmd
+                    }
+                };
+                cmd.env_clear()
+                    .envs(self.containment.env(&[]))
                     .envs(env)
                     .current_dir(&cwd)
                     .kill_on_drop(true);
@@ -408,9 +431,19 @@ pub struct McpConnections {
 }
 
 impl McpConnections {
-    /// The hub for the connections of `project`. Listings of advertising
+    /// The hub for the connections of `project`, with stdio servers run
+    /// uncontained (the environment allowlist only). Listings of advertising
     /// connections start in the background; call inside a Tokio runtime.
     pub fn start(project: &Project) -> Arc<Self> {
+        Self::start_contained(project, Containment::new(None, project.config.sandbox.clone()))
+    }
+
+    /// Like [`McpConnections::start`], running stdio servers under
+    /// `containment`: from a clean environment (the allowlist, `[sandbox]
+    /// env` and the connection's `env`), as the first process of a PID
+    /// namespace that dies with the server, without privileges. Their
+    /// filesystem is not confined: an MCP server manages files of its own.
+    pub fn start_contained(project: &Project, containment: Containment) -> Arc<Self> {
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(1),
             tasks: TaskTracker::new(),
@@ -423,6 +456,7 @@ impl McpConnections {
                 let conn = Arc::new(Conn {
                     manifest: m.clone(),
                     root: project.root.clone(),
+                    containment: containment.clone(),
                     timeout: m.timeout_ms.map_or(DEFAULT_TIMEOUT, Duration::from_millis),
                     session: tokio::sync::Mutex::new(None),
                     tools: Mutex::new(Vec::new()),

@@ -19,7 +19,6 @@
 //! `session.failed`: nothing follows those).
 
 use std::collections::HashSet;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -28,7 +27,6 @@ use bdk_events::{Envelope, Event, SessionId};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{ChannelConfig, EventRule, Target};
@@ -41,6 +39,9 @@ pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How much of a failing command's stderr a log line quotes.
 const STDERR_QUOTE: usize = 500;
+
+/// How much a command may write to stdout (it is read and thrown away).
+const MAX_COMMAND_STDOUT: usize = 1024 * 1024;
 
 /// Starts and tracks the per-session delivery tasks of every channel.
 #[derive(Clone)]
@@ -290,7 +291,7 @@ impl Follower {
             let result = tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return false,
-                r = attempt_once(rule, &self.channel, payload) => r,
+                r = attempt_once(&self.host, rule, &self.channel, payload) => r,
             };
             let error = match result {
                 Ok(()) => return true,
@@ -331,6 +332,7 @@ impl Follower {
 
 /// One attempt at one target.
 async fn attempt_once(
+    host: &Host,
     rule: &EventRule,
     channel: &ChannelConfig,
     payload: &[u8],
@@ -355,41 +357,38 @@ async fn attempt_once(
             }
         }
         Target::Command { argv } => {
-            let Some((program, args)) = argv.split_first() else {
-                return Err("the command is empty".into());
+            use bdk_core::containment::{Program, ProgramEnd};
+            let program = argv.first().cloned().unwrap_or_default();
+            // The command runs like the agent's tools: a clean environment
+            // and, when the host has one, the sandbox (it reads its folder
+            // and the agent's lib/, writes only a temp dir of its own).
+            let run = Program {
+                argv: argv.clone(),
+                cwd: channel.dir.clone(),
+                read: host.project().lib_dir().into_iter().collect(),
+                stdin: payload.to_vec(),
+                env: Vec::new(),
+                max_stdout: MAX_COMMAND_STDOUT,
+                timeout: ATTEMPT_TIMEOUT,
             };
-            let mut child = tokio::process::Command::new(program)
-                .args(args)
-                .current_dir(&channel.dir)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
-            let run = async {
-                if let Some(mut stdin) = child.stdin.take() {
-                    // A program that exits without reading its input is its
-                    // own business; its exit status decides.
-                    let _ = stdin.write_all(payload).await;
+            let state_root = host.store().state_root();
+            let never = CancellationToken::new();
+            match host.containment().run(run, &state_root, &never).await {
+                ProgramEnd::Exited { status, .. } if status.success() => Ok(()),
+                ProgramEnd::Exited { status, stderr, .. } => {
+                    let quoted: String = stderr.chars().take(STDERR_QUOTE).collect();
+                    Err(format!("`{program}` exited with {status}: {quoted}"))
                 }
-                child.wait_with_output().await
-            };
-            let out = tokio::time::timeout(ATTEMPT_TIMEOUT, run)
-                .await
-                .map_err(|_| {
-                    format!(
-                        "`{program}` timed out after {} s",
-                        ATTEMPT_TIMEOUT.as_secs()
-                    )
-                })?
-                .map_err(|e| format!("cannot wait for `{program}`: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                let quoted: String = stderr.trim().chars().take(STDERR_QUOTE).collect();
-                Err(format!("`{program}` exited with {}: {quoted}", out.status))
+                ProgramEnd::TimedOut => Err(format!(
+                    "`{program}` timed out after {} s",
+                    ATTEMPT_TIMEOUT.as_secs()
+                )),
+                ProgramEnd::OutputExceeded => Err(format!(
+                    "`{program}` wrote more than {MAX_COMMAND_STDOUT} bytes to stdout (it is not read) and was stopped"
+                )),
+                ProgramEnd::SpawnFailed(e) => Err(format!("cannot start `{program}`: {e}")),
+                ProgramEnd::Failed(e) => Err(format!("`{program}` failed: {e}")),
+                ProgramEnd::Cancelled => Err(format!("`{program}` was cancelled")),
             }
         }
     }
