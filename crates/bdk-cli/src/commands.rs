@@ -356,10 +356,8 @@ pub(crate) async fn mcp_hub(
     if project.mcp_connections.is_empty() {
         return None;
     }
-    let containment = bdk_core::containment::Containment::new(
-        sandbox.cloned(),
-        project.config.sandbox.clone(),
-    );
+    let containment =
+        bdk_core::containment::Containment::new(sandbox.cloned(), project.config.sandbox.clone());
     let hub = bdk_mcp::client::McpConnections::start_contained(project, containment);
     if wait {
         hub.ready().await;

@@ -15,6 +15,10 @@ use anyhow::{Result, bail};
 use bdk_core::containment::{Sandbox, Support};
 use bdk_core::project::{Project, SandboxMode};
 
+/// Names another launcher executable than this `bdk` (a packaged
+/// `bdk-sandbox`, say).
+const LAUNCHER_ENV: &str = "BDK_SANDBOX_LAUNCHER";
+
 /// What every sandbox of this process protects: the agent folders and state
 /// roots it serves.
 #[derive(Clone, Debug, Default)]
@@ -30,8 +34,11 @@ pub(crate) fn for_project(
     if project.config.sandbox.mode == SandboxMode::Off {
         return Ok(None);
     }
-    let launcher = std::env::current_exe()
-        .map_err(|e| anyhow::anyhow!("cannot find the bdk executable to launch tools: {e}"))?;
+    let launcher = match std::env::var_os(LAUNCHER_ENV).filter(|v| !v.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        None => std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("cannot find the bdk executable to launch tools: {e}"))?,
+    };
     let mut builder = Sandbox::builder(launcher);
     for path in protected.0.iter().chain(&project.config.sandbox.deny) {
         builder = builder.protect(path);

@@ -155,11 +155,10 @@ impl Containment {
         let Some((name, args)) = program.argv.split_first() else {
             return ProgramEnd::SpawnFailed(std::io::Error::other("the command is empty"));
         };
-        let scratch =
-            match ScratchDir::create(state_root, &bdk_events::ids::new_id("run")).await {
-                Ok(dir) => dir,
-                Err(e) => return ProgramEnd::Failed(e),
-            };
+        let scratch = match ScratchDir::create(state_root, &bdk_events::ids::new_id("run")).await {
+            Ok(dir) => dir,
+            Err(e) => return ProgramEnd::Failed(e),
+        };
         let mut env = self.env(&[]);
         env.extend(program.env);
         env.extend(subprocess::temp_env(scratch.path()));

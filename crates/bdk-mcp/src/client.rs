@@ -435,7 +435,10 @@ impl McpConnections {
     /// uncontained (the environment allowlist only). Listings of advertising
     /// connections start in the background; call inside a Tokio runtime.
     pub fn start(project: &Project) -> Arc<Self> {
-        Self::start_contained(project, Containment::new(None, project.config.sandbox.clone()))
+        Self::start_contained(
+            project,
+            Containment::new(None, project.config.sandbox.clone()),
+        )
     }
 
     /// Like [`McpConnections::start`], running stdio servers under
