@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use bdk_core::host::{DirectCall, FollowUp, Host, HostError, StartSession};
+use bdk_core::host::{CallOrigin, DirectCall, FollowUp, Host, HostError, StartSession};
 use bdk_core::project::info::surface;
 use bdk_core::trajectory::summarize;
 use bdk_core::{Diagnostic, Discovery, Project, Severity, discover};
@@ -60,10 +60,11 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             project,
             input,
             session,
+            approve,
         } => {
             let dir = project.dir(None);
             let root = project.state_root(&dir);
-            call(&dir, &root, tool, &input, session).await
+            call(&dir, &root, tool, &input, session, approve).await
         }
         Command::Cost {
             project,
@@ -554,6 +555,7 @@ async fn call(
     tool: String,
     input: &str,
     session: Option<String>,
+    approve: bool,
 ) -> Result<u8> {
     let input: Value = match serde_json::from_str(input) {
         Ok(v) => v,
@@ -575,6 +577,9 @@ async fn call(
             name: tool,
             input,
             session_id: session,
+            // The operator at the shell: every tool of the agent.
+            origin: CallOrigin::Agent,
+            approve,
             ..DirectCall::default()
         })
         .await;

@@ -133,6 +133,10 @@ enum Command {
         /// Bind the call to a session (its workspace, recorded in its events).
         #[arg(long)]
         session: Option<String>,
+        /// Approve a `needs_approval` tool yourself (recorded as approved by
+        /// `local`); without it such a tool is refused.
+        #[arg(long)]
+        approve: bool,
     },
     /// Summarise a saved event file in the shape `run` prints.
     Trajectory {

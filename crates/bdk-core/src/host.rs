@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bdk_events::ids::{new_call_id, new_direct_call_id, new_http_token, new_id};
 use bdk_events::{
-    ActionRequest, ActionResult, ActionsCompleted, ActionsRequested, ArtifactTagged, DeliveryId,
-    Envelope, Event, FailStatus, MessageReceived, SessionCompleted, SessionFailed, SessionId,
-    SessionMode, SessionStarted, SessionWaiting, TurnCompleted, TurnFailed, TurnId, TurnQueued,
-    TurnStarted, Usage,
+    ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult, ActionsCompleted,
+    ActionsRequested, ArtifactTagged, DeliveryId, Envelope, Event, FailStatus, MessageReceived,
+    SessionCompleted, SessionFailed, SessionId, SessionMode, SessionStarted, SessionWaiting,
+    TurnCompleted, TurnFailed, TurnId, TurnQueued, TurnStarted, Usage,
 };
 use bdk_store::coord::{Control, ControlKind, Coordination};
 use bdk_store::{
@@ -129,6 +129,19 @@ pub enum HostError {
     /// No pending approval with that call id.
     #[error("no pending approval for call {0}")]
     ApprovalNotFound(String),
+    /// A built-in tool the agent does not expose to direct callers.
+    #[error(
+        "built-in tool `{0}` is not exposed for direct calls; list it in `[builtin_tools] direct` in agent.toml to expose it"
+    )]
+    ToolNotExposed(String),
+    /// A `needs_approval` tool called directly without an approval.
+    #[error("tool `{name}` needs approval: {how}")]
+    ApprovalRequired {
+        /// The tool.
+        name: String,
+        /// How to get it run.
+        how: &'static str,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -151,6 +164,8 @@ impl HostError {
             HostError::WorkspaceUnavailable(_) => "workspace_unavailable",
             HostError::InvalidRequest(_) => "invalid_request",
             HostError::ApprovalNotFound(_) => "approval_not_found",
+            HostError::ToolNotExposed(_) => "tool_not_exposed",
+            HostError::ApprovalRequired { .. } => "approval_required",
             HostError::Store(StoreError::SessionNotFound(_)) => "session_not_found",
             HostError::Store(StoreError::Invalid { .. }) => "invalid_request",
             HostError::Store(_) => "internal",
@@ -375,6 +390,7 @@ impl HostBuilder {
                 tracing::debug!(tool = %name, "tool replaces an earlier one of the same name");
             }
         };
+        let mut builtin_names: HashSet<String> = HashSet::new();
         let builtins = &config.builtin_tools;
         if builtins.workspace {
             for t in builtin::workspace_tools() {
@@ -395,17 +411,23 @@ impl HostBuilder {
         if !project.skills.is_empty() {
             add(builtin::load_skill_tool(), &mut tools);
         }
+        builtin_names.extend(tools.keys().cloned());
         for manifest in &project.tools {
             match subprocess::from_manifest(manifest, tool_timeout, &containment, lib.as_deref()) {
-                Some(tool) => add(tool, &mut tools),
+                Some(tool) => {
+                    builtin_names.remove(&manifest.spec.name);
+                    add(tool, &mut tools);
+                }
                 None => {
                     agent_tools.insert(manifest.spec.name.clone(), manifest.spec.clone());
                 }
             }
         }
         for tool in self.tools {
+            builtin_names.remove(&tool.spec().name);
             add(tool, &mut tools);
         }
+        let exposed: HashSet<String> = config.builtin_tools.direct.iter().cloned().collect();
         tools.remove(TASK_TOOL);
         let base_tools = tools;
         let (generation, tools) = merged_tools(&base_tools, self.mcp.as_deref());
@@ -574,6 +596,8 @@ impl HostBuilder {
             coordination: self.coordination,
             coordination_wait: self.coordination_wait,
             containment,
+            builtins: builtin_names,
+            exposed,
         });
         let host = Host { inner };
         let controls = host.join_cluster().await?;
@@ -737,6 +761,11 @@ struct Inner {
     coordination: Option<Arc<dyn Coordination>>,
     /// How the agent's programs run.
     containment: Containment,
+    /// Names of the built-in tools in the tool map (a manifest or native
+    /// tool of the same name replaces the built-in and is not one).
+    builtins: HashSet<String>,
+    /// The built-ins `[builtin_tools] direct` exposes to remote callers.
+    exposed: HashSet<String>,
     /// The bounded wait for a turn running on another replica.
     coordination_wait: Duration,
 }
@@ -840,6 +869,40 @@ pub struct Sent {
     pub index: Option<u64>,
 }
 
+/// Whether a direct call carries an approval, for [`Host::direct_refusal`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Approval {
+    /// It approves the call.
+    Given,
+    /// It does not.
+    Missing,
+    /// No call yet: a listing, where approval tools a caller could approve
+    /// stay in.
+    Listing,
+}
+
+/// Where a direct call comes from, which decides what it may reach.
+///
+/// | | manifest, native and MCP tools | built-ins | `needs_approval` tools |
+/// | --- | --- | --- | --- |
+/// | [`CallOrigin::Agent`] | yes | yes | only with [`DirectCall::approve`] |
+/// | [`CallOrigin::Remote`] | yes | only those in `[builtin_tools] direct` | only with [`DirectCall::approve`] |
+/// | [`CallOrigin::Mcp`] | yes | only those in `[builtin_tools] direct` | never |
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallOrigin {
+    /// A caller of the HTTP API (`POST /v1/tools/:name`), or any embedder
+    /// that does not say otherwise.
+    #[default]
+    Remote,
+    /// An MCP client (`/v1/mcp/tools`, `call_tool`, `bdk mcp`): it can never
+    /// carry an approval.
+    Mcp,
+    /// The agent's own machinery and its operator: schedules, reminder
+    /// handlers, `bdk call`.
+    Agent,
+}
+
 /// A direct (model-less) tool call.
 #[derive(Clone, Debug, Default)]
 pub struct DirectCall {
@@ -853,6 +916,13 @@ pub struct DirectCall {
     pub continuation_token: Option<String>,
     /// The caller.
     pub principal: Option<String>,
+    /// Where the call comes from.
+    pub origin: CallOrigin,
+    /// The caller approves a `needs_approval` tool by making the call; the
+    /// approval is recorded with its principal (as `action.approval_*`
+    /// events when the call is bound to a session, in the log otherwise).
+    /// Refused from [`CallOrigin::Mcp`].
+    pub approve: bool,
 }
 
 /// The outcome envelope of a direct call.
@@ -875,6 +945,9 @@ pub struct DirectOutcome {
     /// The session the call was recorded in.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<SessionId>,
+    /// Who approved the call, for a `needs_approval` tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<String>,
 }
 
 /// A call waiting for approval.
@@ -1045,6 +1118,49 @@ impl Host {
             .values()
             .map(|e| e.tool.spec().clone())
             .collect()
+    }
+
+    /// Specs of the tools a caller from `origin` may call directly, sorted
+    /// by name (see [`CallOrigin`]).
+    pub fn direct_tools(&self, origin: CallOrigin) -> Vec<ToolSpec> {
+        self.current_tools()
+            .iter()
+            .filter(|(name, e)| {
+                self.direct_refusal(name, e.tool.spec(), origin, Approval::Listing)
+                    .is_none()
+            })
+            .map(|(_, e)| e.tool.spec().clone())
+            .collect()
+    }
+
+    /// Why a caller from `origin` may not call `name` directly; `None`
+    /// when it may.
+    fn direct_refusal(
+        &self,
+        name: &str,
+        spec: &ToolSpec,
+        origin: CallOrigin,
+        approval: Approval,
+    ) -> Option<HostError> {
+        let remote = origin != CallOrigin::Agent;
+        if remote && self.inner.builtins.contains(name) && !self.inner.exposed.contains(name) {
+            return Some(HostError::ToolNotExposed(name.to_owned()));
+        }
+        if spec.needs_approval {
+            if origin == CallOrigin::Mcp {
+                return Some(HostError::ApprovalRequired {
+                    name: name.to_owned(),
+                    how: "MCP callers cannot approve it; call it over the HTTP API with \"approve\": true, or let the model call it in a session where a person approves it",
+                });
+            }
+            if approval == Approval::Missing {
+                return Some(HostError::ApprovalRequired {
+                    name: name.to_owned(),
+                    how: "send \"approve\": true with the call to approve it yourself (recorded with your principal), or let the model call it in a session where a person approves it",
+                });
+            }
+        }
+        None
     }
 
     /// Specs of agent-execution tools (workspace scripts).
@@ -1909,9 +2025,23 @@ impl Host {
             }
             return Err(HostError::UnknownTool {
                 name: call.name,
-                available: tools.keys().cloned().collect(),
+                available: self
+                    .direct_tools(call.origin)
+                    .into_iter()
+                    .map(|t| t.name)
+                    .collect(),
             });
         };
+        let approval = if call.approve {
+            Approval::Given
+        } else {
+            Approval::Missing
+        };
+        if let Some(refusal) =
+            self.direct_refusal(&call.name, entry.tool.spec(), call.origin, approval)
+        {
+            return Err(refusal);
+        }
         if let Some(validator) = &entry.validator
             && let Err(errors) = validator.validate(&call.input)
         {
@@ -2021,22 +2151,41 @@ impl Host {
                 }
             }
         }
-        self.record(
-            &id,
-            Some(&turn_id),
-            vec![
-                ActionsRequested {
-                    step: 0,
-                    actions: vec![ActionRequest {
-                        call_id: call_id.clone(),
-                        name: call.name.clone(),
-                        input: call.input.clone(),
-                    }],
+        let approved_by = approver(&spec, &call);
+        let mut requested: Vec<Event> = vec![
+            ActionsRequested {
+                step: 0,
+                actions: vec![ActionRequest {
+                    call_id: call_id.clone(),
+                    name: call.name.clone(),
+                    input: call.input.clone(),
+                }],
+            }
+            .into(),
+        ];
+        // The caller approved by calling: the record says who, the same
+        // way a parked call's decision reads.
+        if let Some(by) = &approved_by {
+            requested.push(
+                ActionApprovalRequested {
+                    call_id: call_id.clone(),
+                    name: call.name.clone(),
+                    input: call.input.clone(),
                 }
                 .into(),
-            ],
-        )
-        .await?;
+            );
+            requested.push(
+                ActionApprovalResolved {
+                    call_id: call_id.clone(),
+                    name: call.name.clone(),
+                    approved: true,
+                    by: Some(by.clone()),
+                    reason: Some("approved by the direct caller".to_owned()),
+                }
+                .into(),
+            );
+        }
+        self.record(&id, Some(&turn_id), requested).await?;
         let ctx = ToolContext {
             call_id: call_id.clone(),
             session: SessionInfo {
@@ -2050,7 +2199,7 @@ impl Host {
             now: record.as_of.unwrap_or_else(|| self.clock().now()),
             as_of_pinned: record.as_of.is_some(),
             dry_run: record.dry_run,
-            approved_by: None,
+            approved_by: approved_by.clone(),
             cancel: self.inner.shutdown.child_token(),
             services: Some(Arc::new(Services {
                 host: self.clone(),
@@ -2112,6 +2261,7 @@ impl Host {
             duration_ms,
             scratch_workspace,
             session_id: Some(id),
+            approved_by,
         })
     }
 
@@ -2136,6 +2286,11 @@ impl Host {
             ),
             None => ("direct".to_owned(), call.principal.clone()),
         };
+        let approved_by = approver(entry.tool.spec(), &call);
+        if let Some(by) = &approved_by {
+            // No session to record it in: the log keeps the approval.
+            tracing::info!(tool = %call.name, call_id = %call_id, approved_by = %by, "direct call of an approval tool approved by its caller");
+        }
         let ctx = ToolContext {
             call_id: call_id.clone(),
             session: SessionInfo {
@@ -2149,7 +2304,7 @@ impl Host {
             now: self.clock().now(),
             as_of_pinned: false,
             dry_run: false,
-            approved_by: None,
+            approved_by: approved_by.clone(),
             cancel: self.inner.shutdown.child_token(),
             services: Some(Arc::new(Services {
                 host: self.clone(),
@@ -2172,6 +2327,7 @@ impl Host {
             duration_ms,
             scratch_workspace: false,
             session_id: None,
+            approved_by,
         })
     }
 
@@ -2322,6 +2478,13 @@ impl Host {
         }
         Ok(())
     }
+}
+
+/// Who approved a direct call of a `needs_approval` tool: its caller, when
+/// it approved by calling (`local` for a caller without a principal).
+fn approver(spec: &ToolSpec, call: &DirectCall) -> Option<String> {
+    (spec.needs_approval && call.approve)
+        .then(|| call.principal.clone().unwrap_or_else(|| "local".to_owned()))
 }
 
 async fn wait_done(mut done: watch::Receiver<bool>) {

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use crate::clock::{Clock, ManualClock, Sleep, SystemClock};
 use crate::cron::CronExpr;
-use crate::host::{DirectCall, FollowUp, Host, HostError, WeakHost};
+use crate::host::{CallOrigin, DirectCall, FollowUp, Host, HostError, WeakHost};
 
 /// The store kv namespace holding one record per reminder, keyed by id.
 pub const KV_NAMESPACE: &str = "reminders";
@@ -562,10 +562,19 @@ impl Host {
                 ));
             }
         }
-        if let Some(handler) = &req.handler
-            && !self.tools().iter().any(|t| &t.name == handler)
-        {
-            return Err(ReminderError::UnknownHandler(handler.clone()));
+        if let Some(handler) = &req.handler {
+            match self.tools().iter().find(|t| &t.name == handler) {
+                None => return Err(ReminderError::UnknownHandler(handler.clone())),
+                // Nobody is there to approve a call when a reminder fires:
+                // an approval tool as handler would either never run or run
+                // unapproved.
+                Some(tool) if tool.needs_approval => {
+                    return Err(ReminderError::InvalidRequest(format!(
+                        "handler `{handler}` needs approval, which a reminder cannot get when it fires; use the prompt form so the model calls it in a turn"
+                    )));
+                }
+                Some(_) => {}
+            }
         }
         let reminder = Reminder {
             id: new_id("rem"),
@@ -870,6 +879,9 @@ impl Host {
                 name: handler.clone(),
                 input: r.args.clone(),
                 session_id: Some(r.session_id.clone()),
+                // The agent's own machinery: built-ins are fine, but no
+                // one is there to approve an approval tool.
+                origin: CallOrigin::Agent,
                 ..DirectCall::default()
             })
             .await

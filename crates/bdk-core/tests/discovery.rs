@@ -1035,3 +1035,81 @@ fn weather_tool_is_deterministic_and_validates_input() {
     let bad = run(r#"{"input": {"city": "Paris", "unit": "kelvin"}, "context": {}}"#);
     assert_eq!(bad["isError"], true);
 }
+
+#[test]
+fn sandbox_settings_and_exposed_built_ins_are_checked() {
+    // The full form, with every kind of path.
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/agent.toml",
+            b"[builtin_tools]\ndirect = [\"read_file\"]\n[sandbox]\nread = [\"data\", \"/opt/shared\", \"~/.cache/x\"]\nwrite = [\"/var/cache/agent\"]\ndeny = [\"secrets\"]\nenv = [\"GITHUB_TOKEN\"]\n",
+        ),
+        (
+            "agent/tools/t.toml",
+            b"description = \"d\"\neffect = \"read\"\ncommand = [\"true\"]\nenv = [\"API_KEY\"]\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+    let p = found.project.unwrap();
+    let sandbox = &p.config.sandbox;
+    assert_eq!(sandbox.mode, bdk_core::project::SandboxMode::On);
+    assert_eq!(sandbox.read[0], p.root.join("data"));
+    assert_eq!(sandbox.read[1], std::path::Path::new("/opt/shared"));
+    assert!(sandbox.read[2].ends_with(".cache/x") && sandbox.read[2].is_absolute());
+    assert_eq!(sandbox.deny, [p.root.join("secrets")]);
+    assert_eq!(sandbox.env, ["GITHUB_TOKEN"]);
+    assert_eq!(p.config.builtin_tools.direct, ["read_file"]);
+    match &p.tools[0].runner {
+        ToolRunner::Command { env, pass_env, .. } => {
+            assert!(env.is_empty());
+            assert_eq!(pass_env, &["API_KEY"]);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Every mistake is named with its fix; turning the sandbox off warns.
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/agent.toml",
+            b"sandbox = \"off\"\n[builtin_tools]\ndirect = [\"shell\", \"nope\"]\n",
+        ),
+        (
+            "agent/tools/t.toml",
+            b"description = \"d\"\neffect = \"read\"\ncommand = [\"true\"]\nsandbox = \"maybe\"\nenv = [\"1BAD\"]\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    let got: Vec<(Severity, &str)> = found
+        .diagnostics
+        .iter()
+        .map(|d| (d.severity, d.message.as_str()))
+        .collect();
+    let has = |sev: Severity, text: &str| {
+        assert!(
+            got.iter().any(|(s, m)| *s == sev && m.contains(text)),
+            "{text}: {got:#?}"
+        );
+    };
+    has(
+        Severity::Error,
+        "names `shell`, which is not an enabled built-in",
+    );
+    has(
+        Severity::Error,
+        "names `nope`, which is not an enabled built-in",
+    );
+    has(Severity::Warning, "the sandbox is off");
+    has(
+        Severity::Error,
+        "`sandbox` must be \"on\" or \"off\", found \"maybe\"",
+    );
+    has(
+        Severity::Error,
+        "`1BAD` is not an environment variable name",
+    );
+}

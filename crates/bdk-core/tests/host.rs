@@ -962,6 +962,7 @@ reply = "ok"
     // Unknown tool lists what exists.
     match host
         .call_tool(DirectCall {
+            origin: bdk_core::host::CallOrigin::Agent,
             name: "nope".into(),
             ..Default::default()
         })
@@ -975,6 +976,7 @@ reply = "ok"
     // Invalid input never reaches the tool.
     let r = host
         .call_tool(DirectCall {
+            origin: bdk_core::host::CallOrigin::Agent,
             name: "lookup".into(),
             input: json!({"city": 3}),
             ..Default::default()
@@ -987,6 +989,7 @@ reply = "ok"
     // Unbound: a scratch workspace that is removed afterwards.
     let o = host
         .call_tool(DirectCall {
+            origin: bdk_core::host::CallOrigin::Agent,
             name: "lookup".into(),
             input: json!({"city": "Rome"}),
             ..Default::default()
@@ -1013,6 +1016,7 @@ reply = "ok"
     entered.recv().await.unwrap();
     let read = host
         .call_tool(DirectCall {
+            origin: bdk_core::host::CallOrigin::Agent,
             name: "lookup".into(),
             input: json!({"city": "Bern"}),
             session_id: Some(s.session_id.clone()),
@@ -1023,6 +1027,7 @@ reply = "ok"
     assert!(!read.is_error);
     let write = host
         .call_tool(DirectCall {
+            origin: bdk_core::host::CallOrigin::Agent,
             name: "write_file".into(),
             input: json!({"path": "a.txt", "content": "x"}),
             session_id: Some(s.session_id.clone()),
@@ -1034,6 +1039,7 @@ reply = "ok"
     host.wait_idle(&s.session_id).await;
     let write = host
         .call_tool(DirectCall {
+            origin: bdk_core::host::CallOrigin::Agent,
             name: "write_file".into(),
             input: json!({"path": "a.txt", "content": "x"}),
             session_id: Some(s.session_id.clone()),
@@ -1060,6 +1066,7 @@ reply = "ok"
     // Unknown session.
     let r = host
         .call_tool(DirectCall {
+            origin: bdk_core::host::CallOrigin::Agent,
             name: "lookup".into(),
             input: json!({"city": "x"}),
             session_id: Some(bdk_events::SessionId::generate()),
@@ -1302,6 +1309,7 @@ async fn a_write_call_right_after_the_turn_ends_is_not_refused() {
             .unwrap();
         let out = host
             .call_tool(DirectCall {
+                origin: bdk_core::host::CallOrigin::Agent,
                 name: "write_file".into(),
                 input: json!({"path": "a.txt", "content": "x"}),
                 session_id: Some(s.session_id.clone()),

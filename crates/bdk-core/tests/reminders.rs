@@ -468,6 +468,7 @@ async fn builtin_tools_create_list_and_cancel_in_the_calling_session() {
 
     // list and cancel through direct calls bound to the session.
     let call = |name: &str, input| bdk_core::host::DirectCall {
+        origin: bdk_core::host::CallOrigin::Agent,
         name: name.into(),
         input,
         session_id: Some(s.clone()),
@@ -488,6 +489,7 @@ async fn builtin_tools_create_list_and_cancel_in_the_calling_session() {
     // Without a session the tools explain what they need.
     let out = host
         .call_tool(bdk_core::host::DirectCall {
+            origin: bdk_core::host::CallOrigin::Agent,
             name: "reminders_list".into(),
             input: json!({}),
             ..Default::default()
@@ -813,4 +815,43 @@ async fn a_resync_skips_unreadable_records() {
         ReminderStatus::Armed
     );
     assert!(host.reminder("rem_garbage").is_none());
+}
+
+/// Regression: a reminder's handler is called with no one to approve it, so
+/// an approval tool as handler would have run unapproved when it fired.
+#[tokio::test]
+async fn an_approval_tool_cannot_be_a_reminder_handler() {
+    let (dir, p) = project();
+    let clock = Arc::new(ManualClock::new(start()));
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let guarded = native_tool(
+        "guarded",
+        "needs a person",
+        |_n: Note, _ctx: ToolContext| async move { Ok(json!("ran")) },
+    )
+    .needs_approval(true);
+    let host = Host::builder(p.clone(), store)
+        .clock(Arc::clone(&clock) as Arc<dyn Clock>)
+        .tool(Arc::new(guarded))
+        .build()
+        .await
+        .unwrap();
+    let s = chat(&host).await;
+    let e = host
+        .create_reminder(
+            &s,
+            NewReminder {
+                delay: Some("1m".into()),
+                handler: Some("guarded".into()),
+                args: Some(json!({"note": "x"})),
+                ..NewReminder::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, ReminderError::InvalidRequest(ref m) if m.contains("needs approval")),
+        "{e}"
+    );
+    assert!(host.list_reminders(None).is_empty());
 }

@@ -284,6 +284,7 @@ async fn a_write_call_on_b_during_a_turn_on_a_is_busy() {
     wait_for(&c.store, &s.session_id, started(&first)).await;
 
     let call = || DirectCall {
+        origin: bdk_core::host::CallOrigin::Agent,
         name: "note".into(),
         input: json!({"text": "hi"}),
         session_id: Some(s.session_id.clone()),
@@ -295,6 +296,7 @@ async fn a_write_call_on_b_during_a_turn_on_a_is_busy() {
     // Reads run beside a turn anywhere.
     let read = b
         .call_tool(DirectCall {
+            origin: bdk_core::host::CallOrigin::Agent,
             name: "list_files".into(),
             input: json!({}),
             session_id: Some(s.session_id.clone()),
@@ -326,6 +328,7 @@ async fn a_turn_waits_for_a_write_call_running_on_another_replica() {
         let id = id.clone();
         async move {
             a.call_tool(DirectCall {
+                origin: bdk_core::host::CallOrigin::Agent,
                 name: "note".into(),
                 input: json!({"text": "first"}),
                 session_id: Some(id),
@@ -557,6 +560,7 @@ async fn a_follow_up_gives_up_with_session_busy_when_the_owner_never_answers() {
         let id = s.session_id.clone();
         async move {
             a2.call_tool(DirectCall {
+                origin: bdk_core::host::CallOrigin::Agent,
                 name: "note".into(),
                 input: json!({"text": "held"}),
                 session_id: Some(id),

@@ -27,6 +27,13 @@ execution = "agent"
 script = "notify.sh"
 "#;
 
+const GUARD: &str = r#"
+description = "Needs a person to approve each call."
+effect = "write"
+needs_approval = true
+command = ["true"]
+"#;
+
 const INBOX: &str = r#"
 description = "Receives scheduled hand-offs."
 auth = "default"
@@ -51,6 +58,7 @@ fn project(schedules: &[(&str, &str)], extra: &[(&str, &str)]) -> (TempDir, Disc
         ("agent/tools/echo.toml".into(), ECHO.into()),
         ("agent/tools/notify.toml".into(), NOTIFY.into()),
         ("agent/tools/notify.sh".into(), "echo hi\n".into()),
+        ("agent/tools/guard.toml".into(), GUARD.into()),
         ("agent/channels/inbox.toml".into(), INBOX.into()),
     ];
     for (name, body) in schedules {
@@ -135,6 +143,11 @@ fn tool_schedules_that_cannot_run_are_errors_naming_the_fix() {
             "agentside",
             "cron = \"0 * * * *\"\ntool = \"notify\"\n",
             "tool `notify` runs in the agent's workspace",
+        ),
+        (
+            "approval",
+            "cron = \"0 * * * *\"\ntool = \"guard\"\n",
+            "tool `guard` needs approval",
         ),
         (
             "badinput",

@@ -92,7 +92,7 @@ impl From<HostError> for ApiError {
         let code = e.code();
         let status = match code {
             "session_not_found" | "unknown_tool" | "approval_not_found" => StatusCode::NOT_FOUND,
-            "forbidden" => StatusCode::FORBIDDEN,
+            "forbidden" | "tool_not_exposed" | "approval_required" => StatusCode::FORBIDDEN,
             "stale_continuation_token" | "task_session" | "session_busy" => StatusCode::CONFLICT,
             "tool_not_callable" | "invalid_tool_input" | "invalid_request" => {
                 StatusCode::BAD_REQUEST

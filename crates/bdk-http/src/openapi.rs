@@ -100,6 +100,8 @@ enum Code {
     InvalidQuery,
     Unauthorized,
     Forbidden,
+    ToolNotExposed,
+    ApprovalRequired,
     NotFound,
     SessionNotFound,
     InvalidSessionId,
@@ -133,6 +135,8 @@ impl Code {
         Code::InvalidQuery,
         Code::Unauthorized,
         Code::Forbidden,
+        Code::ToolNotExposed,
+        Code::ApprovalRequired,
         Code::NotFound,
         Code::SessionNotFound,
         Code::InvalidSessionId,
@@ -166,6 +170,8 @@ impl Code {
             Code::InvalidQuery => "invalid_query",
             Code::Unauthorized => "unauthorized",
             Code::Forbidden => "forbidden",
+            Code::ToolNotExposed => "tool_not_exposed",
+            Code::ApprovalRequired => "approval_required",
             Code::NotFound => "not_found",
             Code::SessionNotFound => "session_not_found",
             Code::InvalidSessionId => "invalid_session_id",
@@ -200,7 +206,7 @@ impl Code {
             | Code::InvalidQuery
             | Code::InvalidEvals => 400,
             Code::Unauthorized => 401,
-            Code::Forbidden => 403,
+            Code::Forbidden | Code::ToolNotExposed | Code::ApprovalRequired => 403,
             Code::NotFound
             | Code::SessionNotFound
             | Code::InvalidSessionId
@@ -242,6 +248,12 @@ impl Code {
                 "the query parameters fail the channel route's `query_schema`; see `errors`"
             }
             Code::Unauthorized => "no auth policy admitted the request",
+            Code::ToolNotExposed => {
+                "a built-in tool the agent does not expose to direct callers (`[builtin_tools] direct` in agent.toml)"
+            }
+            Code::ApprovalRequired => {
+                "a `needs_approval` tool called without `\"approve\": true` (over MCP it can never be approved)"
+            }
             Code::Forbidden => "the session belongs to another principal",
             Code::NotFound => "no route, artifact, documentation page or resource by this name",
             Code::SessionNotFound => "no session has this id",
@@ -1146,6 +1158,8 @@ fn tool_items() -> Vec<PathItem> {
                         Code::ToolNotCallable,
                         Code::InvalidContinuationToken,
                         Code::Forbidden,
+                        Code::ToolNotExposed,
+                        Code::ApprovalRequired,
                         Code::UnknownTool,
                         Code::SessionNotFound,
                         Code::NotFound,
@@ -2247,6 +2261,7 @@ fn schemas() -> Value {
                 "input": {"description": "The tool input; omitted or null means `{}`."},
                 "sessionId": text("Run inside this session: its workspace, its owner check, the call recorded on its stream."),
                 "continuationToken": text("Or bind by token, `<channelId>:<key>` (as `/v1/sessions` shows it). Not together with `sessionId`; a token that matches no session runs the call in a temporary workspace with the token as its identity."),
+                "approve": {"type": "boolean", "description": "Approve a `needs_approval` tool by calling it; recorded with the caller's principal (`action.approval_*` events in a bound session, the server log otherwise). Without it such a tool answers 403 `approval_required`."},
             },
         }),
     );
@@ -2264,6 +2279,7 @@ fn schemas() -> Value {
                 "durationMs": {"type": "integer", "minimum": 0},
                 "scratchWorkspace": {"type": "boolean", "description": "Present (true) when a session-bound read ran in a temporary workspace because the session's could not be created."},
                 "sessionId": schema("SessionId"),
+                "approvedBy": text("Who approved the call, for a `needs_approval` tool: the caller's principal."),
             },
         }),
     );

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use bdk_core::host::DirectCall;
+use bdk_core::host::{CallOrigin, DirectCall};
 use bdk_core::tool::ToolSpec;
 use bdk_events::SessionId;
 use serde::Deserialize;
@@ -28,6 +28,9 @@ pub(crate) struct CallBody {
     input: Value,
     session_id: Option<String>,
     continuation_token: Option<String>,
+    /// The caller approves a `needs_approval` tool by calling it.
+    #[serde(default)]
+    approve: bool,
 }
 
 fn view(spec: &ToolSpec) -> Value {
@@ -44,9 +47,14 @@ fn view(spec: &ToolSpec) -> Value {
 }
 
 /// `GET /v1/tools`: the server tools a caller can run directly or bind to a
-/// session.
+/// session (built-ins only when the agent exposes them).
 pub(crate) async fn list(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
-    let tools: Vec<Value> = agent.host.tools().iter().map(view).collect();
+    let tools: Vec<Value> = agent
+        .host
+        .direct_tools(CallOrigin::Remote)
+        .iter()
+        .map(view)
+        .collect();
     Json(json!({
         "ok": true,
         "tools": tools,
@@ -60,7 +68,7 @@ pub(crate) async fn describe(
     _caller: Caller,
     PathParam(name): PathParam,
 ) -> Result<Json<Value>, ApiError> {
-    let server = agent.host.tools();
+    let server = agent.host.direct_tools(CallOrigin::Remote);
     let found = server
         .iter()
         .chain(agent.host.agent_tools().iter())
@@ -130,6 +138,8 @@ pub(crate) async fn call(
             session_id,
             continuation_token: body.continuation_token,
             principal: caller.owner().map(str::to_owned),
+            origin: CallOrigin::Remote,
+            approve: body.approve,
         })
         .await?;
     let mut out = serde_json::to_value(&outcome).map_err(|e| ApiError::internal(&e))?;

@@ -302,8 +302,13 @@ async fn tools_endpoint_serves_each_server_tool_with_its_schemas() {
     let (_, body) = rpc(&s.http, &url, None, list(1)).await;
     let tools = body["result"]["tools"].as_array().unwrap();
     let names = tool_names(&body);
-    let expected: Vec<String> = s.agent.host.tools().into_iter().map(|t| t.name).collect();
-    assert_eq!(names, expected, "{body}");
+    // The agent's own tools, the built-ins it exposes (read_file,
+    // tag_artifact), and no approval tool: an MCP caller cannot approve.
+    assert_eq!(
+        names,
+        ["lookup", "note", "read_file", "tag_artifact"],
+        "{body}"
+    );
     assert!(!names.contains(&"lint".to_owned()), "agent tools stay out");
     let lookup = tools.iter().find(|t| t["name"] == "lookup").unwrap();
     assert_eq!(lookup["annotations"]["readOnlyHint"], true, "{lookup}");
@@ -349,6 +354,28 @@ async fn tools_endpoint_serves_each_server_tool_with_its_schemas() {
     .await;
     assert!(is_error(&body), "{body}");
     assert!(text(&body).starts_with("unknown_tool:"), "{body}");
+
+    // A built-in nobody exposed and an approval tool are refused by name,
+    // even when the caller knows them.
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        None,
+        call(5, "write_file", json!({"path": "x", "content": "y"})),
+    )
+    .await;
+    assert!(is_error(&body), "{body}");
+    assert!(text(&body).starts_with("tool_not_exposed:"), "{body}");
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        None,
+        call(6, "deploy", json!({"target": "prod"})),
+    )
+    .await;
+    assert!(is_error(&body), "{body}");
+    assert!(text(&body).starts_with("approval_required:"), "{body}");
+    assert!(text(&body).contains("MCP callers cannot approve"), "{body}");
 }
 
 #[tokio::test]

@@ -37,6 +37,10 @@ async fn catalog_lists_server_tools_and_describes_each() {
             "{expected} missing from {names:?}"
         );
     }
+    // Built-ins the agent does not expose stay out of the catalog.
+    for hidden in ["write_file", "edit_file", "delete_file", "list_files"] {
+        assert!(!names.contains(&hidden), "{hidden} listed: {names:?}");
+    }
     assert!(
         !names.contains(&"lint"),
         "agent-execution tools are not server tools"
@@ -434,4 +438,141 @@ async fn artifacts_list_and_download_with_ownership() {
         )
         .await;
     }
+}
+
+/// Regression: `POST /v1/tools/deploy` ran a `needs_approval` tool with no
+/// approval, and built-ins were callable by any remote caller.
+#[tokio::test]
+async fn built_ins_need_exposing_and_approval_tools_an_explicit_approval() {
+    let s = single(Config::default()).await;
+    let session = expect_ok(
+        s.http
+            .post(format!("{}/v1/session", s.base))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let id = session["sessionId"].as_str().unwrap().to_owned();
+
+    // A built-in the agent did not expose: refused with the fix, and its
+    // description is not served either.
+    let refused = expect_error(
+        call(
+            &s,
+            "write_file",
+            json!({"sessionId": id, "input": {"path": "a.txt", "content": "x"}}),
+        )
+        .await,
+        403,
+        "tool_not_exposed",
+    )
+    .await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("[builtin_tools] direct"),
+        "{refused}"
+    );
+    expect_error(
+        s.http
+            .get(format!("{}/v1/tools/write_file", s.base))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "unknown_tool",
+    )
+    .await;
+    // An exposed one works.
+    let read = expect_ok(
+        call(
+            &s,
+            "read_file",
+            json!({"sessionId": id, "input": {"path": "missing.txt"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(read["toolName"], "read_file");
+
+    // An approval tool without an approval: refused, nothing recorded.
+    let before = s
+        .agent
+        .host
+        .events(&SessionId::parse(&id).unwrap(), 0, None)
+        .await
+        .unwrap();
+    let refused = expect_error(
+        call(
+            &s,
+            "deploy",
+            json!({"sessionId": id, "input": {"target": "prod"}}),
+        )
+        .await,
+        403,
+        "approval_required",
+    )
+    .await;
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"approve\": true"),
+        "{refused}"
+    );
+    let after = s
+        .agent
+        .host
+        .events(&SessionId::parse(&id).unwrap(), 0, None)
+        .await
+        .unwrap();
+    assert_eq!(before.len(), after.len(), "a refused call left events");
+
+    // With an explicit approval it runs, and the record names the approver.
+    let done = expect_ok(
+        call(
+            &s,
+            "deploy",
+            json!({"sessionId": id, "input": {"target": "prod"}, "approve": true}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(done["isError"], false, "{done}");
+    assert_eq!(done["approvedBy"], "local", "{done}");
+    let events = s
+        .agent
+        .host
+        .events(&SessionId::parse(&id).unwrap(), 0, None)
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e.event.kind()).collect();
+    let requested = kinds
+        .iter()
+        .position(|k| *k == "action.approval_requested")
+        .unwrap();
+    assert_eq!(
+        kinds[requested + 1],
+        "action.approval_resolved",
+        "{kinds:?}"
+    );
+    assert!(kinds[requested..].contains(&"action.result"), "{kinds:?}");
+    let resolved = serde_json::to_value(&events[requested + 1]).unwrap();
+    assert_eq!(resolved["data"]["approved"], true, "{resolved}");
+    assert_eq!(resolved["data"]["by"], "local", "{resolved}");
+
+    // Unbound, the approval is the caller's too.
+    let unbound = expect_ok(
+        call(
+            &s,
+            "deploy",
+            json!({"input": {"target": "staging"}, "approve": true}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(unbound["approvedBy"], "local", "{unbound}");
 }

@@ -14,7 +14,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bdk_core::host::{DirectCall, FollowUp, Host, HostError, StartSession};
+use bdk_core::host::{CallOrigin, DirectCall, FollowUp, Host, HostError, StartSession};
 use bdk_core::tool::{Effect, ToolSpec};
 use bdk_events::{Event, SessionId};
 use bytes::Bytes;
@@ -152,7 +152,7 @@ impl McpServer {
     }
 
     fn tool_catalog(&self) -> Vec<Tool> {
-        let server_tools = self.host.tools();
+        let server_tools = self.host.direct_tools(CallOrigin::Mcp);
         let mut out = Vec::new();
         if matches!(self.surface, Surface::Agent | Surface::Local) {
             out.push(ask_tool());
@@ -325,6 +325,8 @@ impl McpServer {
                 session_id,
                 continuation_token: None,
                 principal: Some(self.principal.name.clone()),
+                origin: CallOrigin::Mcp,
+                approve: false,
             })
             .await?;
         let value = serde_json::to_value(&outcome)
@@ -342,6 +344,7 @@ impl McpServer {
                 name: name.to_owned(),
                 input: args,
                 principal: Some(self.principal.name.clone()),
+                origin: CallOrigin::Mcp,
                 ..DirectCall::default()
             })
             .await?;

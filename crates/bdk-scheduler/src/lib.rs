@@ -28,7 +28,7 @@ pub mod status;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bdk_core::host::{DirectCall, Host, HostError, StartSession};
+use bdk_core::host::{CallOrigin, DirectCall, Host, HostError, StartSession};
 use bdk_core::project::{Schedule, ScheduleAction};
 use bdk_events::{SessionId, SessionMode};
 use bdk_store::{Store, StoreError};
@@ -239,6 +239,7 @@ impl Runner for Dispatcher {
                         name: tool.clone(),
                         input: input.clone(),
                         principal: Some(principal),
+                        origin: CallOrigin::Agent,
                         ..DirectCall::default()
                     })
                     .await?;

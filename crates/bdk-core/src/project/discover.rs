@@ -213,6 +213,7 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         .get("channels")
         .map(|p| manifest_stems(p))
         .unwrap_or_default();
+    check_direct_builtins(d, &config_path, &config, !skills.is_empty());
     let schedule_targets = schedules::Targets {
         channels: channel_names,
         tools: schedules::known_tools(&config, &tools, !skills.is_empty()),
@@ -499,6 +500,30 @@ fn walk_workspace(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<Sandbox
             }),
             Kind::Dir => walk_workspace(d, &entry.path, &format!("{rel}/"), out),
             Kind::Other => report_other(d, &entry),
+        }
+    }
+}
+
+/// `[builtin_tools] direct` may only name built-ins the agent has.
+fn check_direct_builtins(
+    d: &mut Diags,
+    path: &Path,
+    config: &crate::project::AgentConfig,
+    has_skills: bool,
+) {
+    let enabled = schedules::known_tools(config, &[], has_skills);
+    for name in &config.builtin_tools.direct {
+        if !enabled.contains_key(name) {
+            let mut names: Vec<&str> = enabled.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            d.error(
+                path,
+                format!("`builtin_tools.direct` names `{name}`, which is not an enabled built-in tool"),
+                format!(
+                    "list only enabled built-ins ({}); manifest and MCP tools are callable directly without it",
+                    names.join(", ")
+                ),
+            );
         }
     }
 }

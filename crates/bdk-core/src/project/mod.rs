@@ -83,6 +83,9 @@ pub struct BuiltinTools {
     pub reminders: bool,
     /// `tag_artifact`. Default on.
     pub artifacts: bool,
+    /// Built-ins remote callers may call directly (`POST /v1/tools/:name`,
+    /// MCP). Default none: built-ins are the model's.
+    pub direct: Vec<String>,
 }
 
 impl Default for BuiltinTools {
@@ -92,6 +95,7 @@ impl Default for BuiltinTools {
             shell: false,
             reminders: false,
             artifacts: true,
+            direct: Vec::new(),
         }
     }
 }

@@ -123,7 +123,7 @@ pub fn project(name: &str) -> (TempDir, Project, Vec<Diagnostic>) {
         (
             "agent/agent.toml".to_owned(),
             format!(
-                "name = \"{name}\"\ndescription = \"The {name} test agent.\"\nmodel = \"scripted\"\n"
+                "name = \"{name}\"\ndescription = \"The {name} test agent.\"\nmodel = \"scripted\"\n\n# Two built-ins are exposed to direct callers; the rest are the model's.\n[builtin_tools]\ndirect = [\"read_file\", \"tag_artifact\"]\n"
             ),
         ),
         (

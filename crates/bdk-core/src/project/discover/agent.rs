@@ -33,7 +33,7 @@ const AGENT_KEYS: &[&str] = &[
 const SANDBOX_KEYS: &[&str] = &["mode", "read", "write", "deny", "env"];
 const LOCAL_KEYS: &[&str] = &["cwd"];
 const PROVIDER_KEYS: &[&str] = &["base_url", "api_key_env"];
-const BUILTIN_KEYS: &[&str] = &["workspace", "shell", "reminders", "artifacts"];
+const BUILTIN_KEYS: &[&str] = &["workspace", "shell", "reminders", "artifacts", "direct"];
 
 /// Parses an `agent.toml` table. A relative `local.cwd` is resolved against
 /// `root` so consumers never depend on the process's working directory.
@@ -81,6 +81,7 @@ pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Pat
         if let Some(b) = bf.bool(d, "artifacts") {
             builtin_tools.artifacts = b;
         }
+        builtin_tools.direct = bf.strings(d, "direct").unwrap_or_default();
     }
 
     let step_timeout_ms = f.positive(d, "step_timeout_ms");

@@ -326,6 +326,13 @@ fn tool_call(d: &mut Diags, path: &Path, f: &Fields, targets: &Targets) -> Optio
                 "name a server tool (`execution = \"server\"`)",
             );
         }
+        Some(spec) if spec.needs_approval => {
+            d.error(
+                path,
+                format!("tool `{tool}` needs approval, which a schedule cannot give when it fires"),
+                "call a tool without `needs_approval`, or use a Markdown schedule so the model calls it in a session where a person approves it",
+            );
+        }
         Some(spec) => {
             // A broken schema is reported by the tool's own manifest.
             if let Ok(validator) = InputValidator::new(&spec.input_schema)
