@@ -68,6 +68,7 @@ const OWNED: &[(&str, &str)] = &[
     ("axum", "bdk-http"),
     ("rmcp", "bdk-mcp"),
     ("sqlx", "bdk-store"),
+    ("landlock", "bdk-sandbox"),
 ];
 
 /// True when `dep` is `family` or one of its companion crates (`sqlx-core`,

@@ -72,7 +72,11 @@ const BENCHMARKS: &[BenchFn] = &[
     stream_delivery,
     stream_readers,
     serve_ready,
+    tool_spawn,
 ];
+
+/// Program runs timed by the spawn benchmark, per variant.
+const SPAWNS: usize = 300;
 
 /// Sessions timed by the start-to-waiting latency benchmark.
 const START_SESSIONS: usize = 500;
@@ -849,4 +853,64 @@ async fn ready_once(http: &reqwest::Client, project: &Path, state_root: &Path) -
         )
         .into()
     })
+}
+
+/// `tool.spawn.plain` and `tool.spawn.sandboxed`: one run of `/bin/true`
+/// through the host's program runner, without and with the tool sandbox
+/// (the release `bdk` as launcher: two extra execs, a PID namespace,
+/// Landlock), start to reaped. The difference is what the sandbox costs a
+/// tool call; a Python tool pays 20-200 ms of interpreter start on top.
+fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
+    use bdk_core::containment::{Containment, Program, ProgramEnd, Sandbox};
+    let count = env.count(SPAWNS);
+    let dir = env.dir("spawn");
+    std::fs::create_dir_all(dir.join("state"))?;
+    let sandbox = Sandbox::builder(env!("CARGO_BIN_EXE_bdk"))
+        .protect(dir.join("state"))
+        .build();
+    let support = sandbox
+        .probe()
+        .map_err(|e| BenchError::from(e.to_string()))?;
+    let variants = [
+        ("tool.spawn.plain", Containment::default()),
+        (
+            "tool.spawn.sandboxed",
+            Containment::new(Some(sandbox), Default::default()),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, containment) in variants {
+        let mut latencies = env.runtime.block_on(async {
+            let cancel = CancellationToken::new();
+            let mut latencies = Vec::with_capacity(count);
+            for n in 0..WARMUP + count {
+                let program = Program {
+                    argv: vec!["/bin/true".to_owned()],
+                    cwd: dir.clone(),
+                    read: Vec::new(),
+                    stdin: Vec::new(),
+                    env: Vec::new(),
+                    max_stdout: 1024,
+                    timeout: Duration::from_secs(10),
+                };
+                let started = Instant::now();
+                let end = containment.run(program, &dir.join("state"), &cancel).await;
+                let elapsed = started.elapsed();
+                match end {
+                    ProgramEnd::Exited { status, .. } if status.success() => {}
+                    other => return Err(BenchError::from(format!("{name}: {other:?}"))),
+                }
+                if n >= WARMUP {
+                    latencies.push(elapsed);
+                }
+            }
+            Ok::<_, BenchError>(latencies)
+        })?;
+        let mut bench = Bench::latency_ms(name, &mut latencies, json!({}));
+        if name.ends_with("sandboxed") {
+            bench.measured["complete"] = json!(support.is_complete());
+        }
+        out.push(bench);
+    }
+    Ok(out)
 }

@@ -204,6 +204,9 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Runs the server until SIGINT or SIGTERM. Returns the exit code.
 pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
+    for note in secrets_on_command_line(std::env::args().skip(1)) {
+        eprintln!("note: {note}");
+    }
     let dirs = if opts.dirs.is_empty() {
         vec![PathBuf::from(".")]
     } else {
@@ -465,6 +468,45 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     Ok(0)
 }
 
+/// Notes for secrets given as flags: any process on the machine can read a
+/// command line (`/proc/<pid>/cmdline`), tools included, while the
+/// environment is private to the server.
+fn secrets_on_command_line(args: impl Iterator<Item = String>) -> Vec<&'static str> {
+    let mut notes = Vec::new();
+    let mut previous: Option<String> = None;
+    for arg in args {
+        let (flag, value) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => {
+                (flag.to_owned(), Some(value.to_owned()))
+            }
+            _ => match previous.take() {
+                Some(flag) => (flag, Some(arg.clone())),
+                None => (arg.clone(), None),
+            },
+        };
+        match (flag.as_str(), value) {
+            ("--bearer-token", Some(_)) => notes.push(
+                "--bearer-token on the command line is visible to every process on this machine; set BDK_BEARER_TOKEN instead",
+            ),
+            ("--store", Some(url)) if store_url_has_password(&url) => notes.push(
+                "--store carries a password on the command line, visible to every process on this machine; set BDK_STORE instead",
+            ),
+            ("--bearer-token" | "--store", None) => previous = Some(flag),
+            _ => {}
+        }
+    }
+    notes.dedup();
+    notes
+}
+
+/// True for `scheme://user:password@host...`.
+fn store_url_has_password(url: &str) -> bool {
+    url.split_once("://")
+        .and_then(|(_, rest)| rest.split(['/', '?']).next())
+        .and_then(|authority| authority.rsplit_once('@'))
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+}
+
 fn slug_of(root: &Path) -> String {
     root.canonicalize()
         .ok()
@@ -553,6 +595,19 @@ mod tests {
         assert_eq!(set.header_read_timeout, Duration::from_millis(200));
         assert_eq!(set.max_connections, 3);
         assert_eq!(set.idle_timeout, bdk_http::DEFAULT_IDLE_TIMEOUT);
+    }
+
+    #[test]
+    fn secrets_given_as_flags_get_a_note() {
+        let notes = |args: &[&str]| secrets_on_command_line(args.iter().map(|a| (*a).to_owned()));
+        assert_eq!(notes(&["serve", ".", "--port", "0"]).len(), 0);
+        assert_eq!(notes(&["--bearer-token", "abcdefghij"]).len(), 1);
+        assert_eq!(notes(&["--bearer-token=abcdefghij"]).len(), 1);
+        assert_eq!(notes(&["--store", "postgres://bdk:pw@db/bdk"]).len(), 1);
+        assert_eq!(notes(&["--store=postgres://bdk:pw@db/bdk"]).len(), 1);
+        assert!(notes(&["--store", "postgres://bdk@db/bdk"]).is_empty());
+        assert!(notes(&["--store", "fs"]).is_empty());
+        assert!(notes(&["--store", "postgres:///bdk?host=/run/postgresql"]).is_empty());
     }
 
     #[test]
