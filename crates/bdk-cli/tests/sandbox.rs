@@ -117,6 +117,17 @@ out = {
     "tmpdir": append(os.path.join(os.environ["TMPDIR"], "scratch.txt")),
     "outside": append("/tmp/bdk-sandbox-escape-%s" % i["server"]),
 }
+# The host endpoint is the one door the sandbox leaves open.
+try:
+    import socket
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(os.environ["BDK_HOST_SOCKET"])
+    f = conn.makefile("rwb")
+    f.write((json.dumps({"token": os.environ["BDK_HOST_TOKEN"], "id": 1, "op": "session.info"}) + "\n").encode())
+    f.flush()
+    out["endpoint"] = json.loads(f.readline())["result"]["id"]
+except Exception as e:
+    out["endpoint"] = "failed: %r" % e
 try:
     os.kill(int(i["server"]), 0)
     out["signal"] = "sent"
@@ -267,6 +278,7 @@ async fn a_hostile_tool_reaches_nothing_of_the_server_or_other_sessions() {
     ] {
         assert_eq!(r[key], want, "{key}: {r}");
     }
+    assert_eq!(r["endpoint"], b_id.as_str(), "{r}");
     // Its PID namespace hides the server's pid; Landlock refuses the
     // signal when the pid is reachable at all.
     assert_ne!(r["signal"], "sent", "{r}");
