@@ -1405,10 +1405,29 @@ impl Host {
         {
             return Err(HostError::StaleToken);
         }
+        let slot = self.slot(id);
+        // Everything from the token check to the turn's start happens under
+        // the admission lock, so sends of this process are accepted one at a
+        // time: a tokenless send never loses a race to another one here, and
+        // of two sends holding the same token the second sees it stale.
+        let _admission = slot.admission.lock().await;
+        let record = self.session(id, opts.principal.as_deref()).await?;
+        if opts
+            .continuation_token
+            .as_deref()
+            .is_some_and(|t| t != record.continuation_token)
+        {
+            return Err(HostError::StaleToken);
+        }
+        // Bad input is refused before anything is accepted: the token only
+        // rotates for a send that will run.
+        let workspace = self.inner.store.workspace_dir(id);
+        workspace::check_files(&workspace, &opts.workspace_files)
+            .map_err(|e| HostError::InvalidRequest(e.to_string()))?;
         // Opaque HTTP tokens rotate on every accepted send, as a
         // compare-and-swap so that of two racing sends with one token exactly
-        // one wins. Channel tokens (`<channel>:<key>`) name a conversation and
-        // stay as they are.
+        // one wins (also across replicas). Channel tokens (`<channel>:<key>`)
+        // name a conversation and stay as they are.
         let new_token = if record.continuation_token.starts_with("http:") {
             let expected = opts
                 .continuation_token
@@ -1417,25 +1436,41 @@ impl Host {
             let new = new_http_token();
             match self.inner.store.rotate_token(id, &expected, &new).await? {
                 TokenSwap::Rotated => new,
-                TokenSwap::Stale => return Err(HostError::StaleToken),
+                TokenSwap::Stale if opts.continuation_token.is_some() => {
+                    return Err(HostError::StaleToken);
+                }
+                // A caller without a token held nothing that went stale: a
+                // send on another replica was accepted in between.
+                TokenSwap::Stale => return Err(HostError::SessionBusy(id.to_string())),
             }
         } else {
             record.continuation_token.clone()
         };
+        // From here on a failure means nothing was accepted, so the caller's
+        // token stays good for a retry.
+        let unrotate = || async {
+            if new_token != record.continuation_token
+                && let Err(e) = self
+                    .inner
+                    .store
+                    .rotate_token(id, &new_token, &record.continuation_token)
+                    .await
+            {
+                tracing::warn!(session_id = %id, error = %e, "cannot restore the continuation token of a refused send");
+            }
+        };
+        if let Err(e) = workspace::write_files(&workspace, &opts.workspace_files).await {
+            unrotate().await;
+            return Err(HostError::InvalidRequest(e.to_string()));
+        }
         let delivery = opts
             .delivery_id
             .clone()
             .unwrap_or_else(|| DeliveryId::generate().to_string());
-        let workspace = self.inner.store.workspace_dir(id);
-        workspace::write_files(&workspace, &opts.workspace_files)
-            .await
-            .map_err(|e| HostError::InvalidRequest(e.to_string()))?;
         let nudge = Nudge {
             message: opts.message,
             delivery_id: Some(delivery.clone()),
         };
-        let slot = self.slot(id);
-        let _admission = slot.admission.lock().await;
         if opts.admission == bdk_events::Admission::Coalesce {
             let mut state = slot.state();
             if state.running.is_some() {
@@ -1465,16 +1500,9 @@ impl Host {
         let (turn_id, index) = match self.begin_turn(&record, &slot, vec![nudge]).await {
             Ok(started) => started,
             Err(e) => {
-                // With replicas the turn can fail to start (another
-                // replica's turn did not end in time): nothing was accepted,
-                // so the caller's token stays good for a retry.
-                if self.coordination().is_some() && new_token != record.continuation_token {
-                    let _ = self
-                        .inner
-                        .store
-                        .rotate_token(id, &new_token, &record.continuation_token)
-                        .await;
-                }
+                // The turn did not start (another replica's turn did not end
+                // in time, the log cannot be written): nothing was accepted.
+                unrotate().await;
                 return Err(e);
             }
         };

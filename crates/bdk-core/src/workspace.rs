@@ -166,6 +166,16 @@ pub fn resolve(root: &Path, rel: &str) -> Result<PathBuf, WorkspaceError> {
     Ok(joined)
 }
 
+/// Checks every path of a send's `workspaceFiles` against the workspace as it
+/// is now (see [`resolve`]) without writing anything, so a send can be
+/// refused before it is accepted.
+pub fn check_files(root: &Path, files: &BTreeMap<String, String>) -> Result<(), WorkspaceError> {
+    for rel in files.keys() {
+        resolve(root, rel)?;
+    }
+    Ok(())
+}
+
 /// Writes a send's `workspaceFiles` (relative path -> UTF-8 content) into the
 /// workspace, creating parent directories.
 ///

@@ -264,7 +264,7 @@ impl Code {
             Code::StaleContinuationToken => "the continuation token is not the current one",
             Code::TaskSession => "task sessions take no follow-up messages",
             Code::SessionBusy => {
-                "a session-bound write call while a turn runs, or a follow-up or stop whose turn another replica did not give up in time; retry"
+                "a session-bound write call while a turn runs, a follow-up or stop whose turn another replica did not give up in time, or a tokenless follow-up that lost a race to another replica; retry"
             }
             Code::RequestTimeout => {
                 "the body did not arrive in full within the body timeout of its headers (30 s by default); the connection is closed"
@@ -878,7 +878,7 @@ fn session_items() -> Vec<PathItem> {
                     "sendMessage",
                     "sessions",
                     "Send a follow-up message",
-                    "Sends a message to a chat session. Every accepted follow-up replaces the continuation token; of two sends racing with the same token exactly one is accepted.",
+                    "Sends a message to a chat session. Every accepted follow-up replaces the continuation token (a refused one leaves it as it was); of two sends racing with the same token exactly one is accepted and the others answer `409 stale_continuation_token`. Sends without a token are admitted one at a time; one that loses a race to another replica answers `409 session_busy`.",
                 )
                 .param(session_id_param())
                 .body(

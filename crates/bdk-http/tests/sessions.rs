@@ -847,3 +847,130 @@ async fn dev_mode_lists_every_principal_and_hides_foreign_tokens() {
         }
     }
 }
+
+/// Regression: a follow-up refused for a `workspaceFiles` path through a
+/// symlink used to rotate the continuation token first, so the caller's
+/// token was stale after an answer that accepted nothing.
+#[tokio::test]
+async fn a_follow_up_refused_for_bad_workspace_files_keeps_the_token() {
+    let s = single(Config::default()).await;
+    let (http, base) = (&s.http, s.base.as_str());
+    let started = start(http, base, json!({})).await;
+    let id = started["sessionId"].as_str().unwrap().to_owned();
+    let token = started["continuationToken"].as_str().unwrap().to_owned();
+    let workspace = s
+        .agent
+        .host
+        .store()
+        .workspace_dir(&SessionId::parse(&id).unwrap());
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::os::unix::fs::symlink(outside.path(), workspace.join("out")).unwrap();
+
+    let url = format!("{base}/v1/session/{id}");
+    let refused = http
+        .post(&url)
+        .json(&json!({
+            "message": "write through the link",
+            "continuationToken": token,
+            "workspaceFiles": {"out/escaped.txt": "nope"},
+        }))
+        .send()
+        .await
+        .unwrap();
+    expect_error(refused, 400, "invalid_request").await;
+    assert!(!outside.path().join("escaped.txt").exists());
+    assert!(
+        !events(http, base, &id)
+            .await
+            .iter()
+            .any(|e| e["type"] == "message.received"),
+        "nothing was accepted"
+    );
+
+    // The token the caller holds is still the current one.
+    let listed = expect_ok(
+        http.get(format!("{base}/v1/sessions"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(listed["sessions"][0]["continuationToken"], token.as_str());
+    let sent = expect_ok(
+        http.post(&url)
+            .json(&json!({"message": "hello", "continuationToken": token}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_ne!(sent["continuationToken"], token.as_str());
+}
+
+/// Regression: of 20 parallel follow-ups without a token, most used to lose
+/// the token's compare-and-swap to each other and answer
+/// `stale_continuation_token`, though they held no token that could be
+/// stale. Sends of one server are now admitted one at a time; a tokenless
+/// send that loses a race (to another replica) answers `session_busy`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_tokenless_follow_ups_are_never_stale() {
+    const SENDERS: usize = 20;
+    let s = single(Config::default()).await;
+    let (http, base) = (&s.http, s.base.as_str());
+    let id = start(http, base, json!({})).await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for admission in ["preempt", "coalesce"] {
+        let mut tasks = Vec::new();
+        for i in 0..SENDERS {
+            let (http, url) = (http.clone(), format!("{base}/v1/session/{id}"));
+            tasks.push(tokio::spawn(async move {
+                let resp = http
+                    .post(url)
+                    .json(&json!({"message": format!("sender {i}"), "admission": admission}))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = resp.status().as_u16();
+                (status, resp.json::<Value>().await.unwrap())
+            }));
+        }
+        let mut tokens = std::collections::BTreeSet::new();
+        for t in tasks {
+            let (status, body) = t.await.unwrap();
+            match status {
+                200 => assert!(
+                    tokens.insert(body["continuationToken"].as_str().unwrap().to_owned()),
+                    "{body}"
+                ),
+                409 => assert_eq!(body["error"], "session_busy", "{admission}: {body}"),
+                other => panic!("{admission}: unexpected status {other}: {body}"),
+            }
+        }
+        assert_eq!(
+            tokens.len(),
+            SENDERS,
+            "{admission}: one server admits them all"
+        );
+        s.agent
+            .host
+            .wait_idle(&SessionId::parse(&id).unwrap())
+            .await;
+    }
+    let all = events(http, base, &id).await;
+    let delivered: usize = all
+        .iter()
+        .map(|e| match e["type"].as_str().unwrap() {
+            "message.received" => e["data"]["deliveryIds"].as_array().unwrap().len(),
+            "nudge.delivered" => 1,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(
+        delivered,
+        2 * SENDERS,
+        "every accepted send reached the agent"
+    );
+}
