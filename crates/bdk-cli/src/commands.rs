@@ -655,28 +655,47 @@ async fn sessions(state_root: &Path, json: bool) -> Result<u8> {
     let store = FsStore::open(state_root)?;
     let mut rows = Vec::new();
     for r in store.list_sessions().await? {
-        let events = store.read(&r.id, 0).await.unwrap_or_default();
-        rows.push(json!({
+        // A session whose log cannot be read is listed as such, with the
+        // reason, and never hides the others.
+        let (status, count, problem) = match store.read(&r.id, 0).await {
+            Ok(events) => (status(&events), json!(events.len()), None),
+            Err(e @ bdk_store::StoreError::Corrupt { .. }) => {
+                ("corrupt", Value::Null, Some(e.to_string()))
+            }
+            Err(e) => ("unreadable", Value::Null, Some(e.to_string())),
+        };
+        let mut row = json!({
             "sessionId": r.id,
             "mode": r.mode,
             "channel": r.channel,
             "title": r.title,
             "principal": r.principal,
             "createdAt": r.created_at,
-            "status": status(&events),
-            "events": events.len(),
-        }));
+            "status": status,
+            "events": count,
+        });
+        if let Some(problem) = problem {
+            row["problem"] = json!(problem);
+        }
+        rows.push(row);
     }
     if json {
         print_json(&rows)?;
     } else {
         for row in &rows {
+            let events = row["events"]
+                .as_u64()
+                .map_or_else(|| "-".to_owned(), |n| n.to_string());
+            let problem = row["problem"]
+                .as_str()
+                .map(|p| format!("  ({p})"))
+                .unwrap_or_default();
             println!(
-                "{}  {:<9} {:<5} {:>5} events  {}",
+                "{}  {:<9} {:<5} {:>5} events  {}{problem}",
                 row["sessionId"].as_str().unwrap_or_default(),
                 row["status"].as_str().unwrap_or_default(),
                 row["mode"].as_str().unwrap_or_default(),
-                row["events"],
+                events,
                 row["createdAt"].as_str().unwrap_or_default()
             );
         }
@@ -699,7 +718,18 @@ async fn session(state_root: &Path, id: &str, raw: bool) -> Result<u8> {
         )?;
         return Ok(FAILED);
     };
-    let events = store.read(&id, 0).await?;
+    let events = match store.read(&id, 0).await {
+        Ok(events) => events,
+        Err(e @ bdk_store::StoreError::Corrupt { .. }) => {
+            print_json(&json!({
+                "ok": false,
+                "error": "session_corrupt",
+                "message": format!("{e}; repair the file or delete the session's directory"),
+            }))?;
+            return Ok(FAILED);
+        }
+        Err(e) => return Err(e.into()),
+    };
     if raw {
         for e in &events {
             println!("{}", e.to_line()?);

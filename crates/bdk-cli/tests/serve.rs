@@ -251,3 +251,176 @@ async fn bearer_tokens_make_principals_own_their_sessions() {
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// Runs one session to rest over HTTP; returns `(id, token)`.
+async fn session_at_rest(c: &reqwest::Client, agent: &str, message: &str) -> (String, String) {
+    let (status, started) = post(c, &format!("{agent}/session"), json!({"message": message})).await;
+    assert_eq!(status, 200, "{started}");
+    let id = started["sessionId"].as_str().unwrap().to_owned();
+    let resp = c
+        .get(format!("{agent}/session/{id}/stream?startIndex=0"))
+        .send()
+        .await
+        .unwrap();
+    read_until(resp, |e| e["type"] == "session.waiting").await;
+    let token = started["continuationToken"].as_str().unwrap().to_owned();
+    (id, token)
+}
+
+async fn get_status(c: &reqwest::Client, url: &str) -> (u16, Value) {
+    let r = c.get(url).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Regression: a line appended to a session's `events.ndjson` from outside
+/// (a tool did it) made that session answer 500. A damaged log now answers
+/// `409 session_corrupt` on that session's routes, a foreign trailing line is
+/// cut like a torn tail, and other sessions, the listing and a restart are
+/// unaffected; the CLI reports the damaged session cleanly.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_damaged_events_file_harms_only_its_session() {
+    let (_tmp, dir) = weather();
+    let mut server = Server::start(&[], &[&dir]);
+    let c = client();
+    let agent = format!("{}/weather/v1", server.base);
+    let (damaged, damaged_token) =
+        session_at_rest(&c, &agent, "What's the weather in Paris?").await;
+    let (healthy, healthy_token) = session_at_rest(&c, &agent, "What's the weather in Oslo?").await;
+    let log_of = |id: &str| dir.join(".bdk/sessions").join(id).join("events.ndjson");
+
+    // A line that does not parse, in the middle of a log the server has open.
+    let text = std::fs::read_to_string(log_of(&damaged)).unwrap();
+    let (first, rest) = text.split_once('\n').unwrap();
+    std::fs::write(log_of(&damaged), format!("{first}\nnot an event\n{rest}")).unwrap();
+    // A foreign line at the end of the other session's log.
+    let mut tail = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log_of(&healthy))
+        .unwrap();
+    std::io::Write::write_all(&mut tail, b"{\"garbage\": true}\n").unwrap();
+    drop(tail);
+
+    let check_damaged = |server_base: String| {
+        let c = c.clone();
+        let damaged = damaged.clone();
+        let damaged_token = damaged_token.clone();
+        async move {
+            let agent = format!("{server_base}/weather/v1");
+            for path in ["events", "events?format=json", "stream", "cost"] {
+                let (status, body) =
+                    get_status(&c, &format!("{agent}/session/{damaged}/{path}")).await;
+                assert_eq!(status, 409, "{path}: {body}");
+                assert_eq!(body["error"], "session_corrupt", "{path}: {body}");
+                assert!(
+                    !body["message"].as_str().unwrap().contains(".bdk"),
+                    "no server paths in answers: {body}"
+                );
+            }
+            let (status, body) = post(
+                &c,
+                &format!("{agent}/session/{damaged}"),
+                json!({"message": "still there?", "continuationToken": damaged_token}),
+            )
+            .await;
+            assert_eq!(status, 409, "{body}");
+            assert_eq!(body["error"], "session_corrupt");
+            let (status, listed) = get_status(&c, &format!("{agent}/sessions")).await;
+            assert_eq!(status, 200, "{listed}");
+            let sessions = listed["sessions"].as_array().unwrap();
+            assert_eq!(sessions.len(), 2, "{listed}");
+            let row = sessions
+                .iter()
+                .find(|s| s["sessionId"] == *damaged)
+                .unwrap();
+            assert_eq!(
+                row["continuationToken"], *damaged_token,
+                "a refused follow-up keeps the token"
+            );
+        }
+    };
+    check_damaged(server.base.clone()).await;
+
+    // The other session goes on: its foreign trailing line is cut before the
+    // next append, and its stream stays gapless.
+    let (status, sent) = post(
+        &c,
+        &format!("{agent}/session/{healthy}"),
+        json!({"message": "What's the weather in Rome?", "continuationToken": healthy_token}),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let resp = c
+        .get(format!("{agent}/session/{healthy}/stream?startIndex=0"))
+        .send()
+        .await
+        .unwrap();
+    let (events, _) = read_until(resp, |e| {
+        e["type"] == "turn.completed" && e["turnId"] == sent["turnId"]
+    })
+    .await;
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["index"], i as u64, "gapless");
+    }
+    assert!(
+        !std::fs::read_to_string(log_of(&healthy))
+            .unwrap()
+            .contains("garbage")
+    );
+
+    // A restart over the damaged session starts and keeps it contained.
+    assert_eq!(server.terminate(), 0, "{}", server.stderr.lock().unwrap());
+    let server = Server::start(&[], &[&dir]);
+    check_damaged(server.base.clone()).await;
+    let (status, body) = get_status(
+        &c,
+        &format!(
+            "{}/weather/v1/session/{healthy}/events?format=json",
+            server.base
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    drop(server);
+
+    // The CLI lists it as corrupt, with the reason, and shows it as an error.
+    let out = Command::cargo_bin("bdk")
+        .unwrap()
+        .args(["sessions", "--json", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = |id: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["sessionId"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(row(&damaged)["status"], "corrupt", "{rows}");
+    assert!(
+        row(&damaged)["problem"]
+            .as_str()
+            .unwrap()
+            .contains("line 2"),
+        "{rows}"
+    );
+    assert_eq!(row(&healthy)["status"], "waiting", "{rows}");
+    let out = Command::cargo_bin("bdk")
+        .unwrap()
+        .args(["session", &damaged, "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(shown["error"], "session_corrupt", "{shown}");
+}

@@ -142,6 +142,15 @@ pub enum HostError {
         /// How to get it run.
         how: &'static str,
     },
+    /// The session's stored data (its record or its event log) is damaged:
+    /// a line of the log does not parse, indices do not follow each other,
+    /// or the file changed under the store. Only that session is affected;
+    /// an operator repairs or deletes it. The detail (file, line) is logged,
+    /// not returned.
+    #[error(
+        "session {0} has damaged stored data and cannot be used until it is repaired or deleted; the server log names the file"
+    )]
+    SessionCorrupt(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -166,6 +175,7 @@ impl HostError {
             HostError::ApprovalNotFound(_) => "approval_not_found",
             HostError::ToolNotExposed(_) => "tool_not_exposed",
             HostError::ApprovalRequired { .. } => "approval_required",
+            HostError::SessionCorrupt(_) => "session_corrupt",
             HostError::Store(StoreError::SessionNotFound(_)) => "session_not_found",
             HostError::Store(StoreError::Invalid { .. }) => "invalid_request",
             HostError::Store(_) => "internal",
@@ -175,6 +185,19 @@ impl HostError {
 
 /// Result alias of the host API.
 pub type HostResult<T> = Result<T, HostError>;
+
+/// Maps a store failure on one session's data: damage becomes
+/// [`HostError::SessionCorrupt`] (its detail logged here, since it names
+/// server paths), everything else passes through.
+pub(crate) fn session_error(id: &SessionId) -> impl FnOnce(StoreError) -> HostError + '_ {
+    move |e| match e {
+        StoreError::Corrupt { path, message } => {
+            tracing::warn!(session_id = %id, path = %path, error = %message, "a session's stored data is damaged");
+            HostError::SessionCorrupt(id.to_string())
+        }
+        other => HostError::Store(other),
+    }
+}
 
 /// Resolves `provider/model` strings to models.
 pub trait ModelResolver: Send + Sync + 'static {
@@ -1227,7 +1250,12 @@ impl Host {
         id: &SessionId,
         batch: Vec<NewEvent>,
     ) -> HostResult<Vec<Envelope>> {
-        let recorded = self.inner.store.append(id, batch).await?;
+        let recorded = self
+            .inner
+            .store
+            .append(id, batch)
+            .await
+            .map_err(session_error(id))?;
         self.inner.hooks.publish(&recorded);
         Ok(recorded)
     }
@@ -1243,7 +1271,8 @@ impl Host {
             .inner
             .store
             .get_session(id)
-            .await?
+            .await
+            .map_err(session_error(id))?
             .ok_or_else(|| HostError::SessionNotFound(id.to_string()))?;
         check_owner(&record, principal)?;
         Ok(record)
@@ -1266,7 +1295,11 @@ impl Host {
         principal: Option<&str>,
     ) -> HostResult<Vec<Envelope>> {
         self.session(id, principal).await?;
-        Ok(self.inner.store.read(id, from).await?)
+        self.inner
+            .store
+            .read(id, from)
+            .await
+            .map_err(session_error(id))
     }
 
     /// Replay from `from`, then follow live.
@@ -1277,7 +1310,11 @@ impl Host {
         principal: Option<&str>,
     ) -> HostResult<EventStream> {
         self.session(id, principal).await?;
-        Ok(self.inner.store.subscribe(id, from).await?)
+        self.inner
+            .store
+            .subscribe(id, from)
+            .await
+            .map_err(session_error(id))
     }
 
     /// True when a turn is running in the session.
@@ -1587,9 +1624,14 @@ impl Host {
         turn_id: &TurnId,
         from: u64,
     ) -> HostResult<TurnResult> {
-        let mut stream = self.inner.store.subscribe(id, from).await?;
+        let mut stream = self
+            .inner
+            .store
+            .subscribe(id, from)
+            .await
+            .map_err(session_error(id))?;
         while let Some(item) = stream.next().await {
-            let env = item?;
+            let env = item.map_err(session_error(id))?;
             if env.turn_id.as_ref() != Some(turn_id) {
                 continue;
             }
@@ -2033,7 +2075,12 @@ impl Host {
         if let Some(t) = slot.state().transcript.clone() {
             return Ok(t);
         }
-        let mut events = self.inner.store.read(id, 0).await?;
+        let mut events = self
+            .inner
+            .store
+            .read(id, 0)
+            .await
+            .map_err(session_error(id))?;
         // The running turn's own prompt is added by the caller.
         events.retain(|e| e.turn_id.as_ref() != Some(current));
         let mut t = transcript_from_events(&events);
@@ -2454,56 +2501,56 @@ impl Host {
     }
 
     /// Records `turn.failed` (interrupted) for turns that never ended, so
-    /// their sessions can continue.
+    /// their sessions can continue. A session that cannot be recovered (its
+    /// log is damaged, an append fails) is logged and left as it is: one bad
+    /// session never keeps the host from starting.
     async fn recover(&self) -> HostResult<()> {
         for record in self.inner.store.list_sessions().await? {
-            let events = match self.inner.store.read(&record.id, 0).await {
-                Ok(e) => e,
-                Err(e) => {
-                    tracing::warn!(session_id = %record.id, error = %e, "cannot read a session's events; skipping its recovery");
-                    continue;
-                }
-            };
-            let mut open: Option<TurnId> = None;
-            for env in &events {
-                match &env.event {
-                    Event::MessageReceived(_) | Event::TurnQueued(_) | Event::TurnStarted(_) => {
-                        open = env.turn_id.clone();
-                    }
-                    Event::TurnCompleted(_) | Event::TurnFailed(_) => open = None,
-                    _ => {}
-                }
+            if let Err(e) = self.recover_session(&record).await {
+                tracing::warn!(session_id = %record.id, error = %e, "cannot recover a session; leaving it as it is");
             }
-            let Some(turn_id) = open else { continue };
-            if self.coordination().is_some() {
-                // Another replica may be running it: only a turn whose lease
-                // is free is interrupted.
-                self.recover_shared(&record.id, &turn_id).await?;
-                continue;
+        }
+        Ok(())
+    }
+
+    /// [`Host::recover`] for one session.
+    async fn recover_session(&self, record: &SessionRecord) -> HostResult<()> {
+        let events = self
+            .inner
+            .store
+            .read(&record.id, 0)
+            .await
+            .map_err(session_error(&record.id))?;
+        let Some(turn_id) = crate::replica::open_turn(&events) else {
+            return Ok(());
+        };
+        if self.coordination().is_some() {
+            // Another replica may be running it: only a turn whose lease
+            // is free is interrupted.
+            return self.recover_shared(&record.id, &turn_id).await;
+        }
+        tracing::warn!(session_id = %record.id, turn_id = %turn_id, "recording a turn interrupted by a restart");
+        let rest: Event = match record.mode {
+            SessionMode::Chat => SessionWaiting {}.into(),
+            SessionMode::Task => SessionFailed {
+                message: "task interrupted by a restart".into(),
             }
-            tracing::warn!(session_id = %record.id, turn_id = %turn_id, "recording a turn interrupted by a restart");
-            let rest: Event = match record.mode {
-                SessionMode::Chat => SessionWaiting {}.into(),
-                SessionMode::Task => SessionFailed {
-                    message: "task interrupted by a restart".into(),
+            .into(),
+        };
+        self.record(
+            &record.id,
+            Some(&turn_id),
+            vec![
+                TurnFailed {
+                    message: "turn interrupted: the host stopped while it was running".into(),
+                    status: FailStatus::Interrupted,
+                    usage: None,
                 }
                 .into(),
-            };
-            self.record(
-                &record.id,
-                Some(&turn_id),
-                vec![
-                    TurnFailed {
-                        message: "turn interrupted: the host stopped while it was running".into(),
-                        status: FailStatus::Interrupted,
-                        usage: None,
-                    }
-                    .into(),
-                ],
-            )
-            .await?;
-            self.record(&record.id, None, vec![rest]).await?;
-        }
+            ],
+        )
+        .await?;
+        self.record(&record.id, None, vec![rest]).await?;
         Ok(())
     }
 }

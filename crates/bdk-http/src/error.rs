@@ -93,7 +93,12 @@ impl From<HostError> for ApiError {
         let status = match code {
             "session_not_found" | "unknown_tool" | "approval_not_found" => StatusCode::NOT_FOUND,
             "forbidden" | "tool_not_exposed" | "approval_required" => StatusCode::FORBIDDEN,
-            "stale_continuation_token" | "task_session" | "session_busy" => StatusCode::CONFLICT,
+            // A damaged session is a state of the resource that no retry of
+            // the request changes (hence not 5xx) and that only this session
+            // has; 409 says "not in this state", like the other conflicts.
+            "stale_continuation_token" | "task_session" | "session_busy" | "session_corrupt" => {
+                StatusCode::CONFLICT
+            }
             "tool_not_callable" | "invalid_tool_input" | "invalid_request" => {
                 StatusCode::BAD_REQUEST
             }

@@ -112,6 +112,7 @@ enum Code {
     TaskSession,
     SessionBusy,
     RequestTimeout,
+    SessionCorrupt,
     PayloadTooLarge,
     UnsupportedMediaType,
     WorkspaceUnavailable,
@@ -147,6 +148,7 @@ impl Code {
         Code::TaskSession,
         Code::SessionBusy,
         Code::RequestTimeout,
+        Code::SessionCorrupt,
         Code::PayloadTooLarge,
         Code::UnsupportedMediaType,
         Code::WorkspaceUnavailable,
@@ -182,6 +184,7 @@ impl Code {
             Code::TaskSession => "task_session",
             Code::SessionBusy => "session_busy",
             Code::RequestTimeout => "request_timeout",
+            Code::SessionCorrupt => "session_corrupt",
             Code::PayloadTooLarge => "payload_too_large",
             Code::UnsupportedMediaType => "unsupported_media_type",
             Code::WorkspaceUnavailable => "workspace_unavailable",
@@ -219,6 +222,7 @@ impl Code {
             Code::StaleContinuationToken
             | Code::TaskSession
             | Code::SessionBusy
+            | Code::SessionCorrupt
             | Code::EvalRunActive
             | Code::EvalRunFinished => 409,
             Code::PayloadTooLarge => 413,
@@ -268,6 +272,9 @@ impl Code {
             }
             Code::RequestTimeout => {
                 "the body did not arrive in full within the body timeout of its headers (30 s by default); the connection is closed"
+            }
+            Code::SessionCorrupt => {
+                "the session's stored data (its event log or record) is damaged, for example a line of its log does not parse; no retry helps until an operator repairs or deletes the session, and other sessions are unaffected"
             }
             Code::PayloadTooLarge => "the body is over the server's limit (1 MiB by default)",
             Code::UnsupportedMediaType => "the body is not sent as `application/json`",
@@ -892,6 +899,7 @@ fn session_items() -> Vec<PathItem> {
                 .errors(&[
                     Code::Forbidden,
                     Code::SessionNotFound,
+                    Code::SessionCorrupt,
                     Code::InvalidSessionId,
                     Code::StaleContinuationToken,
                     Code::TaskSession,
@@ -936,6 +944,7 @@ fn session_items() -> Vec<PathItem> {
                     Code::InvalidRequest,
                     Code::Forbidden,
                     Code::SessionNotFound,
+                    Code::SessionCorrupt,
                     Code::InvalidSessionId,
                 ])
                 .protected()
@@ -973,6 +982,7 @@ fn session_items() -> Vec<PathItem> {
                     Code::InvalidRequest,
                     Code::Forbidden,
                     Code::SessionNotFound,
+                    Code::SessionCorrupt,
                     Code::InvalidSessionId,
                 ])
                 .protected()
@@ -995,6 +1005,7 @@ fn session_items() -> Vec<PathItem> {
                 .errors(&[
                     Code::Forbidden,
                     Code::SessionNotFound,
+                    Code::SessionCorrupt,
                     Code::InvalidSessionId,
                     Code::SessionBusy,
                 ])
@@ -1015,7 +1026,12 @@ fn session_items() -> Vec<PathItem> {
                 )
                 .param(session_id_param())
                 .json("200", "The session's usage.", "CostResponse")
-                .errors(&[Code::Forbidden, Code::SessionNotFound, Code::InvalidSessionId])
+                .errors(&[
+                    Code::Forbidden,
+                    Code::SessionNotFound,
+                    Code::SessionCorrupt,
+                    Code::InvalidSessionId,
+                ])
                 .protected()
                 .build(),
             )],
@@ -1033,7 +1049,12 @@ fn session_items() -> Vec<PathItem> {
                 )
                 .param(session_id_param())
                 .json("200", "The parked calls.", "ApprovalsResponse")
-                .errors(&[Code::Forbidden, Code::SessionNotFound, Code::InvalidSessionId])
+                .errors(&[
+                    Code::Forbidden,
+                    Code::SessionNotFound,
+                    Code::SessionCorrupt,
+                    Code::InvalidSessionId,
+                ])
                 .protected()
                 .build(),
             )],
@@ -1067,6 +1088,7 @@ fn session_items() -> Vec<PathItem> {
                     Code::Forbidden,
                     Code::NotFound,
                     Code::SessionNotFound,
+                    Code::SessionCorrupt,
                     Code::InvalidSessionId,
                     Code::ApprovalNotFound,
                 ])
@@ -1162,6 +1184,7 @@ fn tool_items() -> Vec<PathItem> {
                         Code::ApprovalRequired,
                         Code::UnknownTool,
                         Code::SessionNotFound,
+                        Code::SessionCorrupt,
                         Code::NotFound,
                         Code::SessionBusy,
                         Code::WorkspaceUnavailable,
@@ -1385,6 +1408,7 @@ fn channel_operation(method: &str, with_path: bool) -> Value {
             Code::Forbidden,
             Code::NotFound,
             Code::SessionNotFound,
+            Code::SessionCorrupt,
             Code::MethodNotAllowed,
             Code::TaskSession,
             Code::RequestTimeout,

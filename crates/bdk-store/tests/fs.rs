@@ -259,6 +259,44 @@ async fn corruption_before_the_tail_is_an_error_and_left_alone() {
     assert!(store.get_session(&id).await.unwrap().is_some());
 }
 
+/// Regression: a tool appended a line to the log of a session the store had
+/// open; the store's next append landed after it, burying the foreign line in
+/// the middle, and reads used offsets that no longer matched the file.
+#[tokio::test]
+async fn a_log_changed_from_outside_while_open_is_scanned_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+
+    // A foreign trailing line is cut like a torn tail before the next append.
+    let id = new_session(&store).await;
+    append_n(&store, &id, 3).await;
+    let path = events_path(dir.path(), &id);
+    append_raw(&path, b"{\"not\": \"an event\"}\n");
+    let recorded = store.append(&id, vec![delta(3)]).await.unwrap();
+    assert_eq!(indices(&recorded), vec![3]);
+    assert_eq!(
+        indices(&store.read(&id, 0).await.unwrap()),
+        vec![0, 1, 2, 3]
+    );
+    assert!(!fs::read_to_string(&path).unwrap().contains("not"));
+
+    // A foreign line in the middle makes the session corrupt, for reads,
+    // subscriptions and appends alike, and the file is left as it is.
+    let other = new_session(&store).await;
+    append_n(&store, &other, 3).await;
+    let path = events_path(dir.path(), &other);
+    let original = fs::read_to_string(&path).unwrap();
+    let (first, rest) = original.split_once('\n').unwrap();
+    let damaged = format!("{first}\nnot an event\n{rest}");
+    fs::write(&path, &damaged).unwrap();
+    assert_corrupt(store.read(&other, 0).await, "read");
+    assert_corrupt(store.subscribe(&other, 0).await.map(|_| ()), "subscribe");
+    assert_corrupt(store.append(&other, vec![delta(9)]).await, "append");
+    assert_eq!(fs::read_to_string(&path).unwrap(), damaged);
+    // The first session is untouched by the other's damage.
+    assert_eq!(store.next_index(&id).await.unwrap(), 4);
+}
+
 #[tokio::test]
 async fn indices_other_than_zero_to_n_are_corrupt() {
     let dir = tempfile::tempdir().unwrap();

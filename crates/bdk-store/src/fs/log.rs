@@ -222,9 +222,35 @@ impl SlotState {
 /// is cut and logged, a corrupt line before the tail or indices other than
 /// exactly `0..n` are [`StoreError::Corrupt`]. Runs in a blocking task with
 /// the lock moved in, so a cancelled caller cannot leave a half-loaded slot.
+///
+/// A scanned log is checked against the file first: only this lock changes
+/// it, so a length other than the committed one means something else wrote
+/// to it (a tool, an editor). The log is then scanned again by the rules of
+/// a restart (a trailing line that does not parse is cut like a torn tail,
+/// damage before it makes the session corrupt), so nothing is ever appended
+/// after bytes the store did not write and no read trusts stale offsets. A
+/// failed scan leaves no state, so every later use reports the damage again.
+/// The check is one `stat`: a short bounded syscall, run inline.
 pub(crate) async fn ensure_loaded(mut guard: SlotGuard) -> Result<SlotGuard> {
-    if guard.log.is_some() {
-        return Ok(guard);
+    if let Some(log) = &guard.log {
+        let on_disk = match fs::metadata(&guard.events_path) {
+            Ok(meta) => meta.len(),
+            // A missing file is the session's own business (deleted from
+            // outside, or never written): the operations report it.
+            Err(e) if is_missing(&e) => log.len,
+            Err(e) => return Err(e.into()),
+        };
+        if on_disk == log.len {
+            return Ok(guard);
+        }
+        tracing::warn!(
+            session_id = %guard.id,
+            path = %guard.events_path.display(),
+            committed_bytes = log.len,
+            file_bytes = on_disk,
+            "the event log was changed outside the store; scanning it again"
+        );
+        guard.log = None;
     }
     blocking(move || {
         let log = load(&guard.id, &guard.events_path)?;
@@ -435,25 +461,8 @@ pub(crate) fn commit(
     let Some(log) = log_slot.as_mut() else {
         return Err(corrupt(events_path, "log used before it was scanned"));
     };
+    open_handle(log, id, events_path, slots)?;
     let (envs, buf, marks) = encode_batch(id, log.next_index, events)?;
-    if log.file.is_none() {
-        // `create` makes the file only: a deleted session directory is never
-        // recreated here, the open fails and the append reports the session
-        // as not found.
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(&*events_path)
-            .map_err(|e| not_found_as_session(id, e))?;
-        let open = slots.open_logs.fetch_add(1, Ordering::Relaxed) + 1;
-        log.file = Some(CountedFile {
-            file,
-            count: slots.open_logs.clone(),
-        });
-        if open > MAX_OPEN_LOGS {
-            slots.close_idle_logs();
-        }
-    }
     log.last_used = tick;
     let written = match log.file.as_mut() {
         Some(handle) => handle.file.write_all(&buf).and_then(|()| {
@@ -491,6 +500,30 @@ pub(crate) fn commit(
         }
     }
     Ok(envs)
+}
+
+/// Opens the append handle of `log` if it has none.
+fn open_handle(log: &mut Log, id: &SessionId, events_path: &Path, slots: &Slots) -> Result<()> {
+    if log.file.is_some() {
+        return Ok(());
+    }
+    // `create` makes the file only: a deleted session directory is never
+    // recreated here, the open fails and the append reports the session as
+    // not found.
+    let file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(events_path)
+        .map_err(|e| not_found_as_session(id, e))?;
+    let open = slots.open_logs.fetch_add(1, Ordering::Relaxed) + 1;
+    log.file = Some(CountedFile {
+        file,
+        count: slots.open_logs.clone(),
+    });
+    if open > MAX_OPEN_LOGS {
+        slots.close_idle_logs();
+    }
+    Ok(())
 }
 
 /// Opens a subscription: the live receiver and the replay plan are taken
