@@ -358,7 +358,10 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
 
     let protected = Router::new()
         .route("/v1/session", post(sessions::start))
-        .route("/v1/session/{id}", post(sessions::follow_up))
+        .route(
+            "/v1/session/{id}",
+            post(sessions::follow_up).delete(sessions::delete),
+        )
         .route("/v1/session/{id}/stream", get(stream::stream))
         .route("/v1/session/{id}/events", get(sessions::events))
         .route("/v1/session/{id}/stop", post(sessions::stop))

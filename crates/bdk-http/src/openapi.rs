@@ -879,7 +879,8 @@ fn session_items() -> Vec<PathItem> {
         PathItem {
             path: "/v1/session/{sessionId}",
             mount: AGENT,
-            operations: vec![(
+            operations: vec![
+                (
                 "post",
                 Op::new(
                     "sendMessage",
@@ -907,7 +908,27 @@ fn session_items() -> Vec<PathItem> {
                 ])
                 .protected()
                 .build(),
-            )],
+                ),
+                (
+                    "delete",
+                    Op::new(
+                        "deleteSession",
+                        "sessions",
+                        "Delete a session",
+                        "Removes the session: its record, its events and its workspace; its reminders are disarmed and its open streams end. A running turn is stopped first (recorded `turn.failed`, status `cancelled`, which open streams still receive) and queued coalesced messages are dropped. Only the owner may delete a session; a damaged session can be deleted too. `409 session_busy` when a turn another replica runs does not end in time, or a new turn was admitted while the delete waited.",
+                    )
+                    .param(session_id_param())
+                    .json("200", "The session was deleted.", "DeleteSessionResponse")
+                    .errors(&[
+                        Code::Forbidden,
+                        Code::SessionNotFound,
+                        Code::InvalidSessionId,
+                        Code::SessionBusy,
+                    ])
+                    .protected()
+                    .build(),
+                ),
+            ],
         },
         PathItem {
             path: "/v1/session/{sessionId}/stream",
@@ -1806,6 +1827,14 @@ fn schemas() -> Value {
             "type": "object",
             "required": ["ok", "stopped"],
             "properties": {"ok": ok_true(), "stopped": {"type": "boolean"}},
+        }),
+    );
+    put(
+        "DeleteSessionResponse",
+        json!({
+            "type": "object",
+            "required": ["ok", "sessionId"],
+            "properties": {"ok": ok_true(), "sessionId": schema("SessionId")},
         }),
     );
     put(

@@ -1,4 +1,5 @@
-//! Session routes: start, follow-up, events dump, stop, list, approvals.
+//! Session routes: start, follow-up, events dump, stop, delete, list,
+//! approvals.
 //!
 //! (The live stream is in `stream`, the cost route in `cost`.) Each handler
 //! validates what HTTP alone can judge (body shape, `asOf`, id shape), then
@@ -261,6 +262,21 @@ pub(crate) async fn stop(
 ) -> Result<Json<Value>, ApiError> {
     let stopped = agent.host.stop(&id, caller.owner()).await?;
     Ok(Json(json!({"ok": true, "stopped": stopped})))
+}
+
+/// `DELETE /v1/session/:id`: stop the running turn, then remove the session
+/// (record, events, workspace) and disarm its reminders. Owner only.
+pub(crate) async fn delete(
+    State(agent): State<Arc<Agent>>,
+    caller: Caller,
+    SessionPath(id): SessionPath,
+) -> Result<Json<Value>, ApiError> {
+    if !agent.host.delete_session(&id, caller.owner()).await? {
+        return Err(ApiError::from(bdk_core::host::HostError::SessionNotFound(
+            id.to_string(),
+        )));
+    }
+    Ok(Json(json!({"ok": true, "sessionId": id})))
 }
 
 fn session_view(record: &SessionRecord, caller: &Caller) -> Value {

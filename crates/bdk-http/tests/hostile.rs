@@ -120,7 +120,7 @@ async fn unknown_routes_and_methods() {
     }
     for (method, path) in [
         ("GET", "/v1/session"),
-        ("DELETE", "/v1/session/ses_x"),
+        ("PUT", "/v1/session/ses_x"),
         ("PUT", "/v1/sessions"),
         ("POST", "/v1/health"),
         ("POST", "/v1/info"),

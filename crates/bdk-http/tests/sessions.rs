@@ -974,3 +974,112 @@ async fn parallel_tokenless_follow_ups_are_never_stale() {
         "every accepted send reached the agent"
     );
 }
+
+#[tokio::test]
+async fn delete_stops_the_running_turn_then_removes_the_session() {
+    let s = single(Config::default()).await;
+    let (http, base) = (&s.http, s.base.as_str());
+    let started = start(http, base, json!({"message": "be slow"})).await;
+    let id = started["sessionId"].as_str().unwrap().to_owned();
+    let workspace = s
+        .agent
+        .host
+        .store()
+        .workspace_dir(&SessionId::parse(&id).unwrap());
+    let mut lines = stream(http, base, &id, 0).await;
+    lines.until(is("turn.started")).await;
+
+    let deleted = expect_ok(
+        http.delete(format!("{base}/v1/session/{id}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(deleted["sessionId"], id.as_str());
+    // The open stream still gets the stopped turn's end, then ends.
+    let mut rest = Vec::new();
+    while let Some(e) = lines.next().await {
+        rest.push(e);
+    }
+    let failed = rest.iter().find(|e| e["type"] == "turn.failed").unwrap();
+    assert_eq!(failed["data"]["status"], "cancelled");
+    assert!(!workspace.exists(), "the workspace is gone");
+    for resp in [
+        http.get(format!("{base}/v1/session/{id}/events")),
+        http.delete(format!("{base}/v1/session/{id}")),
+    ] {
+        expect_error(resp.send().await.unwrap(), 404, "session_not_found").await;
+    }
+    expect_error(
+        http.delete(format!("{base}/v1/session/not-a-session-id"))
+            .send()
+            .await
+            .unwrap(),
+        404,
+        "invalid_session_id",
+    )
+    .await;
+
+    // Only the owner deletes.
+    let foreign = s
+        .agent
+        .host
+        .start_session(StartSession {
+            principal: Some("someone-else".into()),
+            ..StartSession::default()
+        })
+        .await
+        .unwrap();
+    expect_error(
+        http.delete(format!("{base}/v1/session/{}", foreign.session_id))
+            .send()
+            .await
+            .unwrap(),
+        403,
+        "forbidden",
+    )
+    .await;
+    assert!(
+        s.agent
+            .host
+            .store()
+            .get_session(&foreign.session_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+
+    // A damaged session is still deletable: that is how an operator clears it.
+    let damaged = start(http, base, json!({})).await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let log = workspace
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join(&damaged)
+        .join("events.ndjson");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let (first, rest) = text.split_once('\n').unwrap();
+    std::fs::write(&log, format!("{first}\nnot an event\n{rest}")).unwrap();
+    expect_error(
+        http.get(format!("{base}/v1/session/{damaged}/events"))
+            .send()
+            .await
+            .unwrap(),
+        409,
+        "session_corrupt",
+    )
+    .await;
+    expect_ok(
+        http.delete(format!("{base}/v1/session/{damaged}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(!log.exists());
+}
