@@ -567,3 +567,95 @@ fn killed_writer_loses_nothing_it_wrote() {
         assert_eq!(indices(&next), vec![152]);
     });
 }
+
+/// Regression: every session touched since start kept its writer state (and,
+/// once streamed, a preallocated fan-out buffer) until it was deleted, so
+/// memory grew with history. Idle state is now dropped past a bound and
+/// rebuilt from the file; sessions with subscribers keep theirs.
+#[tokio::test]
+async fn idle_sessions_state_is_bounded_and_rebuilt_on_use() {
+    const SESSIONS: usize = 1_200;
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let followed = new_session(&store).await;
+    let mut live = store.subscribe(&followed, 0).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..SESSIONS {
+        let id = new_session(&store).await;
+        store.append(&id, vec![delta(i)]).await.unwrap();
+        // A reader that comes and goes leaves nothing behind.
+        let mut sub = store.subscribe(&id, 0).await.unwrap();
+        assert_eq!(sub.next().await.unwrap().unwrap().index, 0);
+        drop(sub);
+        ids.push(id);
+    }
+    let (resident, evicted) = store.resident_sessions();
+    assert!(resident <= 512, "{resident} sessions resident");
+    assert!(evicted >= (SESSIONS - 512) as u64, "{evicted} evicted");
+    // Evicted sessions read back exactly and take appends at the right index.
+    for (i, id) in ids.iter().enumerate().take(10) {
+        let events = store.read(id, 0).await.unwrap();
+        assert_eq!(indices(&events), vec![0], "session {i}");
+        let next = store.append(id, vec![delta(1)]).await.unwrap();
+        assert_eq!(indices(&next), vec![1]);
+    }
+    // The followed session kept its live fan-out through every sweep.
+    store.append(&followed, vec![delta(0)]).await.unwrap();
+    let env = tokio::time::timeout(Duration::from_secs(20), live.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(env.index, 0);
+}
+
+/// State roots written before the on-disk token index get it built on the
+/// first lookup; a restart needs no scan and no memory per session.
+#[tokio::test]
+async fn the_token_index_is_built_once_for_an_old_root_and_survives_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let a = new_session(&store).await;
+    let b = new_session(&store).await;
+    let token_a = store
+        .get_session(&a)
+        .await
+        .unwrap()
+        .unwrap()
+        .continuation_token;
+    let old_b = store
+        .get_session(&b)
+        .await
+        .unwrap()
+        .unwrap()
+        .continuation_token;
+    let new_b = new_http_token();
+    assert_eq!(
+        store.rotate_token(&b, &old_b, &new_b).await.unwrap(),
+        bdk_store::TokenSwap::Rotated
+    );
+    drop(store);
+
+    // A restart finds both by their current tokens and not by the old one.
+    let store = FsStore::open(dir.path()).unwrap();
+    assert_eq!(store.find_by_token(&token_a).await.unwrap().unwrap().id, a);
+    assert_eq!(store.find_by_token(&new_b).await.unwrap().unwrap().id, b);
+    assert!(store.find_by_token(&old_b).await.unwrap().is_none());
+    drop(store);
+
+    // A root without the index (written by an older version) gets it built.
+    fs::remove_dir_all(dir.path().join("token-index")).unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    assert_eq!(store.find_by_token(&token_a).await.unwrap().unwrap().id, a);
+    assert_eq!(store.find_by_token(&new_b).await.unwrap().unwrap().id, b);
+    assert!(dir.path().join("token-index/.built").exists());
+    // Tokens the index cannot hold are refused, and never found.
+    let long = "x".repeat(2_000);
+    assert!(store.find_by_token(&long).await.unwrap().is_none());
+    let mut r = record(&SessionId::generate());
+    r.continuation_token = long;
+    assert!(matches!(
+        store.create_session(r).await,
+        Err(StoreError::Invalid { .. })
+    ));
+}

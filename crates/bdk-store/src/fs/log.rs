@@ -1,15 +1,20 @@
 //! The event log of one session: `events.ndjson`, its in-memory writer state,
 //! appends, ranged reads and live subscriptions.
 //!
-//! Each session touched since process start has a [`Slot`]: a Tokio mutex
-//! around [`SlotState`]. The first operation that needs the log scans the
-//! file once ([`ensure_loaded`]), cutting a torn tail and refusing a file whose
-//! indices are not exactly `0..n`. From then on the slot knows the next index,
-//! the committed byte length, sparse byte offsets for ranged reads, an append
+//! Each session in use has a [`Slot`]: a Tokio mutex around [`SlotState`].
+//! The first operation that needs the log scans the file once
+//! ([`ensure_loaded`]), cutting a torn tail and refusing a file whose indices
+//! are not exactly `0..n`. From then on the slot knows the next index, the
+//! committed byte length, sparse byte offsets for ranged reads, an append
 //! handle (opened on first append) and, while anyone subscribes, a broadcast
 //! sender for live fan-out. Every change to the file happens under the slot's
 //! lock, and live subscribers are fed under the same lock, so live order is
 //! file order.
+//!
+//! Slots are a cache: past [`MAX_RESIDENT_SLOTS`], the least recently used
+//! slots that nobody holds (no operation, no subscriber) are dropped, and a
+//! later use scans the file again. So memory follows the sessions in use, not
+//! every session touched since start.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
@@ -45,13 +50,33 @@ const LIVE_CAPACITY: usize = 256;
 /// handles are closed (and reopened on their next append), so thousands of
 /// idle sessions never exhaust the process's file descriptors.
 const MAX_OPEN_LOGS: usize = 256;
+/// Slots kept once idle. The map may grow to twice this before a sweep drops
+/// the least recently used idle ones; a slot costs a few hundred bytes plus
+/// its checkpoints, so this bounds the engine's idle memory well under a
+/// megabyte.
+pub(crate) const MAX_RESIDENT_SLOTS: usize = 256;
 
 /// State shared by every slot of one store.
-#[derive(Default)]
 pub(crate) struct Slots {
     map: StdMutex<HashMap<String, Slot>>,
     open_logs: Arc<AtomicUsize>,
     tick: AtomicU64,
+    /// The map size at which the next insert sweeps idle slots.
+    sweep_at: AtomicUsize,
+    /// Idle slots dropped since start.
+    evicted: AtomicU64,
+}
+
+impl Default for Slots {
+    fn default() -> Self {
+        Self {
+            map: StdMutex::default(),
+            open_logs: Arc::default(),
+            tick: AtomicU64::new(0),
+            sweep_at: AtomicUsize::new(2 * MAX_RESIDENT_SLOTS),
+            evicted: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Slots {
@@ -61,17 +86,58 @@ impl Slots {
         if let Some(slot) = map.get(id.as_str()) {
             return slot.clone();
         }
+        if map.len() >= self.sweep_at.load(Ordering::Relaxed) {
+            self.evict_idle(&mut map);
+        }
         let slot = Arc::new(Mutex::new(SlotState::new(id.clone(), dir)));
         map.insert(id.as_str().to_owned(), slot.clone());
         slot
+    }
+
+    /// Drops the least recently used idle slots until at most
+    /// [`MAX_RESIDENT_SLOTS`] remain. A slot is idle when the map holds the
+    /// only reference: every operation, waiter and subscription holds one of
+    /// its own, and references are only taken from the map under its lock,
+    /// so none can appear while this runs.
+    fn evict_idle(&self, map: &mut HashMap<String, Slot>) {
+        let mut idle: Vec<(u64, String, SlotGuard)> = map
+            .iter()
+            .filter(|(_, slot)| Arc::strong_count(slot) == 1)
+            .filter_map(|(key, slot)| {
+                let guard = slot.clone().try_lock_owned().ok()?;
+                Some((guard.touched, key.clone(), guard))
+            })
+            .collect();
+        idle.sort_unstable_by_key(|(touched, _, _)| *touched);
+        let excess = map.len().saturating_sub(MAX_RESIDENT_SLOTS);
+        for (_, key, mut guard) in idle.into_iter().take(excess) {
+            guard.retired = true;
+            guard.tx = None;
+            guard.log = None;
+            map.remove(&key);
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+        // Slots in use are not dropped: wait for the map to double again
+        // rather than sweep on every insert while they stay busy.
+        self.sweep_at.store(
+            (2 * map.len()).max(2 * MAX_RESIDENT_SLOTS),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Slots held in memory right now, and idle slots dropped since start.
+    pub(crate) fn resident(&self) -> (usize, u64) {
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        (map.len(), self.evicted.load(Ordering::Relaxed))
     }
 
     /// Locks the live slot of `id`. A slot retired while we waited for it is
     /// skipped, so every caller ends up on the one slot the map holds.
     pub(crate) async fn lock(&self, id: &SessionId, dir: &Path) -> SlotGuard {
         loop {
-            let guard = self.get(id, dir).lock_owned().await;
+            let mut guard = self.get(id, dir).lock_owned().await;
             if !guard.retired {
+                guard.touched = self.tick.fetch_add(1, Ordering::Relaxed);
                 return guard;
             }
         }
@@ -120,9 +186,12 @@ pub(crate) struct SlotState {
     pub(crate) dir: PathBuf,
     pub(crate) record_path: PathBuf,
     pub(crate) events_path: PathBuf,
-    /// Set once the session is gone; a waiter that then gets the lock must
-    /// look the slot up again.
+    /// Set once the session is gone (or its slot was dropped as idle); a
+    /// waiter that then gets the lock must look the slot up again.
     pub(crate) retired: bool,
+    /// When the slot was last locked, on the store's tick: the order in
+    /// which idle slots are dropped.
+    touched: u64,
     /// The scanned log; `None` until first needed, or after a failed write
     /// whose rollback also failed (the next use rescans and cuts the tail).
     pub(crate) log: Option<Log>,
@@ -176,6 +245,7 @@ impl SlotState {
             dir: dir.to_path_buf(),
             id,
             retired: false,
+            touched: 0,
             log: None,
             tx: None,
         }
@@ -564,6 +634,35 @@ struct Subscription {
     /// at the same place means the file lacks events it should have.
     refilled_for: Option<u64>,
     done: bool,
+}
+
+impl Drop for Subscription {
+    /// The last subscriber to leave drops the live sender: its buffer is
+    /// preallocated, and a session nobody follows should not pay for it
+    /// until its next append happens to notice.
+    fn drop(&mut self) {
+        match self.slot.try_lock() {
+            // This subscription's own receiver is still alive here.
+            Ok(mut state) => {
+                if state.tx.as_ref().is_some_and(|tx| tx.receiver_count() <= 1) {
+                    state.tx = None;
+                }
+            }
+            // Someone holds the lock; look again once it is free (and this
+            // receiver is gone).
+            Err(_) => {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    let slot = self.slot.clone();
+                    rt.spawn(async move {
+                        let mut state = slot.lock().await;
+                        if state.tx.as_ref().is_some_and(|tx| tx.receiver_count() == 0) {
+                            state.tx = None;
+                        }
+                    });
+                }
+            }
+        }
+    }
 }
 
 impl Subscription {

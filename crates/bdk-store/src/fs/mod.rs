@@ -12,6 +12,7 @@
 //!   kv/<namespace>/<key>.json      key-value entries (names percent-encoded)
 //!   files/<path>                   the file area
 //!   artifacts/<id>.json, <id>.bin  artifact records and contents
+//!   token-index/<token>.tok        continuation token -> session id (symlinks)
 //!   tmp/                           temp files of atomic writes
 //! ```
 //!
@@ -21,17 +22,21 @@
 //! `docs/design/store-durability.md`. One process owns a state root: the
 //! engine keeps per-session writer state in memory and does not coordinate
 //! with other processes writing the same files (PostgreSQL is the engine for
-//! several replicas).
+//! several replicas). That state is a cache of what is on disk, bounded by
+//! the sessions in use rather than by every session the root has ever had:
+//! idle sessions' state is dropped and rebuilt from their files on next use,
+//! and the token index is on disk.
 
 mod blobs;
 mod log;
 pub(crate) mod paths;
+mod tokens;
 
-use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -41,7 +46,8 @@ use serde_json::Value;
 
 use self::blobs::Areas;
 use self::log::{SlotGuard, Slots};
-use self::paths::{is_missing, safe_id, sync_dir, write_atomic};
+use self::paths::{invalid, is_missing, safe_id, sync_dir, write_atomic};
+use self::tokens::{MAX_TOKEN_LEN, TokenIndex};
 use crate::{
     ArtifactFilter, ArtifactRecord, EventStream, NewEvent, Result, SessionRecord, Store,
     StoreError, TokenSwap,
@@ -65,39 +71,12 @@ struct Inner {
     tool_calls: PathBuf,
     areas: Areas,
     slots: Slots,
-    tokens: StdMutex<TokenIndex>,
-    /// Serializes the one-time scan that fills the token index.
+    tokens: TokenIndex,
+    /// Set once the token index is known to be complete.
+    tokens_built: AtomicBool,
+    /// Serializes the one-time scan that builds the token index of a state
+    /// root written before it existed.
     token_build: tokio::sync::Mutex<()>,
-}
-
-/// Continuation token -> session, built lazily on the first lookup.
-///
-/// Every create and rotation in this process inserts its token, built or
-/// not; the first lookup merges a scan of every record without overwriting.
-/// A hit is always verified against the session record, and a stale entry is
-/// dropped then, so the index may hold stale tokens but never misses a
-/// current one created or rotated by this process.
-#[derive(Default)]
-struct TokenIndex {
-    built: bool,
-    /// Token -> (session, generation). The generation makes "drop this stale
-    /// entry" safe against a concurrent re-insertion of the same token.
-    map: HashMap<String, (SessionId, u64)>,
-    generation: u64,
-}
-
-impl TokenIndex {
-    fn insert(&mut self, token: &str, id: &SessionId) {
-        self.generation += 1;
-        self.map
-            .insert(token.to_owned(), (id.clone(), self.generation));
-    }
-
-    fn remove(&mut self, token: &str, id: &SessionId) {
-        if self.map.get(token).is_some_and(|(owner, _)| owner == id) {
-            self.map.remove(token);
-        }
-    }
 }
 
 /// Runs blocking file work off the async runtime.
@@ -131,9 +110,13 @@ impl FsStore {
                 artifacts: root.join("artifacts"),
                 tmp: root.join("tmp"),
             },
+            tokens: TokenIndex {
+                dir: root.join("token-index"),
+                tmp: root.join("tmp"),
+            },
             root,
             slots: Slots::default(),
-            tokens: StdMutex::new(TokenIndex::default()),
+            tokens_built: AtomicBool::new(false),
             token_build: tokio::sync::Mutex::new(()),
         };
         for dir in [
@@ -145,6 +128,7 @@ impl FsStore {
             &inner.areas.files,
             &inner.areas.artifacts,
             &inner.areas.tmp,
+            &inner.tokens.dir,
         ] {
             fs::create_dir_all(dir)?;
         }
@@ -186,33 +170,43 @@ impl FsStore {
         log::ensure_loaded(self.lock_existing(id).await?).await
     }
 
-    /// Makes sure the token index holds every stored session's token.
+    /// Makes sure the token index holds every stored session's token,
+    /// building it from the records the first time a state root written
+    /// before the index existed is searched.
     async fn ensure_token_index(&self) -> Result<()> {
-        if self.tokens().built {
+        if self.inner.tokens_built.load(Ordering::Acquire) {
             return Ok(());
         }
         let _building = self.inner.token_build.lock().await;
-        if self.tokens().built {
-            return Ok(());
-        }
-        let sessions = self.inner.sessions.clone();
-        let records = blocking(move || read_all_records(&sessions)).await?;
-        let mut tokens = self.tokens();
-        for record in records {
-            if !tokens.map.contains_key(&record.continuation_token) {
-                tokens.insert(&record.continuation_token, &record.id);
+        let inner = self.inner.clone();
+        blocking(move || {
+            if !inner.tokens.is_built() {
+                tracing::info!(root = %inner.root.display(), "building the continuation-token index of this state root (once)");
+                let records = read_all_records(&inner.sessions)?
+                    .into_iter()
+                    .map(|r| (r.continuation_token, r.id.to_string()))
+                    .collect::<Vec<_>>();
+                inner.tokens.build(&records)?;
             }
-        }
-        tokens.built = true;
-        Ok(())
+            inner.tokens_built.store(true, Ordering::Release);
+            Ok(())
+        })
+        .await
     }
+}
 
-    fn tokens(&self) -> std::sync::MutexGuard<'_, TokenIndex> {
-        self.inner
-            .tokens
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+/// Refuses a token the index cannot hold.
+fn check_token(token: &str) -> Result<()> {
+    if token.is_empty() {
+        return Err(invalid("continuation token", "empty"));
     }
+    if token.len() > MAX_TOKEN_LEN {
+        return Err(invalid(
+            "continuation token",
+            format!("longer than {MAX_TOKEN_LEN} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 /// Removes temp files left by writes that never finished.
@@ -293,6 +287,7 @@ impl Store for FsStore {
     async fn create_session(&self, record: SessionRecord) -> Result<()> {
         let id = record.id.clone();
         let dir = self.session_dir(&id)?;
+        check_token(&record.continuation_token)?;
         let mut guard = self.inner.slots.lock(&id, &dir).await;
         let inner = self.inner.clone();
         blocking(move || {
@@ -305,14 +300,12 @@ impl Store for FsStore {
             // session and that a later create simply reuses.
             let log = fs::File::create(&guard.events_path)?;
             log.sync_all()?;
+            // The token's index entry before the record, so a session never
+            // exists without it.
+            inner.tokens.link(&record.continuation_token, id.as_str())?;
             write_record(&dir, &record)?;
             sync_dir(&inner.sessions)?;
             guard.reset_empty();
-            inner
-                .tokens
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(&record.continuation_token, &id);
             Ok(())
         })
         .await
@@ -370,12 +363,11 @@ impl Store for FsStore {
             sync_dir(&inner.sessions)?;
             // Retiring drops the live sender, which ends every subscription.
             inner.slots.retire(&mut guard);
-            if let Some(token) = token {
-                inner
-                    .tokens
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&token, &guard.id);
+            if let Some(token) = token
+                && let Err(e) = inner.tokens.unlink(&token, guard.id.as_str())
+            {
+                // A leftover entry is a stale hint that lookups ignore.
+                tracing::debug!(session_id = %guard.id, error = %e, "could not remove a deleted session's token entry");
             }
             Ok(true)
         })
@@ -384,28 +376,27 @@ impl Store for FsStore {
 
     async fn find_by_token(&self, token: &str) -> Result<Option<SessionRecord>> {
         self.ensure_token_index().await?;
-        let Some((id, generation)) = self.tokens().map.get(token).cloned() else {
+        let inner = self.inner.clone();
+        let key = token.to_owned();
+        let Some(id) = blocking(move || Ok(inner.tokens.lookup(&key)?)).await? else {
             return Ok(None);
         };
-        // The index is a hint; the record is the truth.
+        let Some(id) = SessionId::parse(&id) else {
+            return Ok(None);
+        };
+        // The index is a hint; the record is the truth. A stale entry is
+        // left alone: removing it could race with a new session taking the
+        // same (channel) token, and the next link of that token replaces it.
         let record = match self.get_session(&id).await {
             Ok(record) => record,
             Err(StoreError::Invalid { .. }) => None,
             Err(e) => return Err(e),
         };
-        match record {
-            Some(record) if record.continuation_token == token => Ok(Some(record)),
-            _ => {
-                let mut tokens = self.tokens();
-                if tokens.map.get(token).is_some_and(|(_, g)| *g == generation) {
-                    tokens.map.remove(token);
-                }
-                Ok(None)
-            }
-        }
+        Ok(record.filter(|r| r.continuation_token == token))
     }
 
     async fn rotate_token(&self, id: &SessionId, expected: &str, new: &str) -> Result<TokenSwap> {
+        check_token(new)?;
         let guard = self.lock_existing(id).await?;
         let inner = self.inner.clone();
         let (expected, new) = (expected.to_owned(), new.to_owned());
@@ -418,10 +409,13 @@ impl Store for FsStore {
             }
             record.continuation_token.clone_from(&new);
             record.updated_at = Utc::now();
+            // As on create: the new token's entry is durable before the
+            // record makes the token current; the old one goes after.
+            inner.tokens.link(&new, guard.id.as_str())?;
             write_record(&guard.dir, &record)?;
-            let mut tokens = inner.tokens.lock().unwrap_or_else(PoisonError::into_inner);
-            tokens.remove(&expected, &guard.id);
-            tokens.insert(&new, &guard.id);
+            if let Err(e) = inner.tokens.unlink(&expected, guard.id.as_str()) {
+                tracing::debug!(session_id = %guard.id, error = %e, "could not remove a rotated token's entry");
+            }
             Ok(TokenSwap::Rotated)
         })
         .await
@@ -557,5 +551,10 @@ impl Store for FsStore {
     async fn artifact_list(&self, filter: &ArtifactFilter) -> Result<Vec<ArtifactRecord>> {
         let (inner, filter) = (self.inner.clone(), filter.clone());
         blocking(move || inner.areas.artifact_list(&filter)).await
+    }
+
+    /// Slots of sessions in use plus at most a few hundred recent ones.
+    fn resident_sessions(&self) -> (usize, u64) {
+        self.inner.slots.resident()
     }
 }
