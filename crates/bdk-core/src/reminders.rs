@@ -9,7 +9,7 @@
 //! core must not depend on a crate above it.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -295,6 +295,12 @@ struct EngineState {
     reminders: HashMap<String, Reminder>,
     /// Next fires by time; entries whose reminder moved on are skipped.
     heap: BinaryHeap<Reverse<(DateTime<Utc>, String)>>,
+    /// Reminders whose timer fire is in flight. A fire reinstalls its
+    /// reminder (reloading the stored record) before it has moved on, which
+    /// pushes its due time again; without this the timer would fire it a
+    /// second time, and that fire, losing the claim, would move this host's
+    /// copy past the due time while the first was still delivering.
+    firing: HashSet<String>,
 }
 
 impl Engine {
@@ -411,11 +417,17 @@ impl Engine {
                 .reminders
                 .get(&id)
                 .is_some_and(|r| r.status == ReminderStatus::Armed && r.next_fire_at == Some(at));
-            if live {
+            if live && state.firing.insert(id.clone()) {
                 due.push(id);
             }
         }
         due
+    }
+
+    /// Ends the in-flight timer fire of `id` (see `EngineState::firing`).
+    fn fired(&self, id: &str) {
+        self.state().firing.remove(id);
+        self.wake.notify_one();
     }
 }
 
@@ -475,6 +487,7 @@ pub(crate) async fn run_timer(host: WeakHost, cancel: CancellationToken) {
                         }
                     }
                 }
+                h.reminder_engine().fired(&id);
             });
         }
     }
