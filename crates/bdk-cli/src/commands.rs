@@ -91,6 +91,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             store,
             connections,
             require_sandbox,
+            session_cache,
         } => {
             let opts = crate::serve::ServeOptions {
                 dirs,
@@ -107,6 +108,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
                 store,
                 connections,
                 require_sandbox,
+                session_cache,
             };
             crate::serve::run(opts, logs).await
         }

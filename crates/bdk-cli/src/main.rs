@@ -202,6 +202,11 @@ enum Command {
         /// instead of warning.
         #[arg(long, env = "BDK_REQUIRE_SANDBOX")]
         require_sandbox: bool,
+        /// Memory for the conversations of resting sessions, per agent
+        /// (`64MiB`, `512KiB`, bytes); least recently used first out, rebuilt
+        /// from the events on the next turn. `0` keeps none.
+        #[arg(long, value_name = "SIZE", env = "BDK_SESSION_CACHE", default_value = "4MiB", value_parser = serve::parse_size)]
+        session_cache: u64,
     },
     /// Token usage and estimated cost per session, with totals.
     Cost {

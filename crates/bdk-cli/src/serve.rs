@@ -50,6 +50,8 @@ pub struct ServeOptions {
     pub connections: ConnectionArgs,
     /// `--require-sandbox`: refuse to start with an incomplete tool sandbox.
     pub require_sandbox: bool,
+    /// `--session-cache`: bytes of resting sessions' conversations kept per agent.
+    pub session_cache: u64,
 }
 
 /// The connection limits of `bdk serve`; each one left out takes the
@@ -119,6 +121,36 @@ fn parse_duration(raw: &str) -> Result<Duration, String> {
         return Err(format!("`{raw}`: the duration must be positive"));
     }
     Ok(Duration::from_millis(millis))
+}
+
+/// Parses a byte size: a number of bytes, or one with a unit, binary
+/// (`KiB`, `MiB`, `GiB`) or decimal (`kB`/`KB`, `MB`, `GB`); `B` is bytes.
+pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let unit = unit.trim();
+    let multiplier: u64 = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "kB" | "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}`; write a size like 64MiB, 512KiB or a number of bytes"
+            ));
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size; write one like 64MiB, 512KiB or 1048576"))?;
+    n.checked_mul(multiplier)
+        .ok_or_else(|| format!("`{text}` is too large"))
 }
 
 /// True for `[A-Za-z0-9][A-Za-z0-9_-]*` and not a reserved segment.
@@ -326,7 +358,8 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         // POST /v1/dev/reminders/:id, like schedules.
         let mut builder = Host::builder(project, store)
             .clock(Arc::clone(&clock))
-            .reminder_timers(!opts.dev);
+            .reminder_timers(!opts.dev)
+            .session_cache_bytes(opts.session_cache);
         if let Some(sandbox) = sandbox {
             builder = builder.sandbox(sandbox);
         }
@@ -540,6 +573,25 @@ async fn wait_for_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_with_units_and_refuse_the_rest() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("512 KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("100B"), Ok(100));
+        for bad in [
+            "",
+            "MiB",
+            "4 megs",
+            "-1",
+            "1.5MiB",
+            "99999999999999999999GiB",
+        ] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn slugs_follow_the_rules() {

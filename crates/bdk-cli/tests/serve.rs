@@ -424,3 +424,92 @@ async fn a_damaged_events_file_harms_only_its_session() {
     let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(shown["error"], "session_corrupt", "{shown}");
 }
+
+/// Polls `GET /v1/memory` until no session is in use.
+async fn memory_at_rest(c: &reqwest::Client, agent: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, m) = get_status(c, &format!("{agent}/memory")).await;
+        assert_eq!(status, 200, "{m}");
+        if m["activeSessions"] == 0 {
+            return m;
+        }
+        assert!(Instant::now() < deadline, "sessions stayed active: {m}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Regression: 200 sessions started with a 1 MB message took the server from
+/// 25 MB to 253 MB and it never came down, because every session kept its
+/// slot and conversation in memory. Resting sessions now hold no slot and
+/// their conversations stay within `--session-cache`, as `GET /v1/memory`
+/// reports (RSS itself is measured by `cargo xtask bench`).
+#[tokio::test(flavor = "multi_thread")]
+async fn resting_sessions_stay_within_the_session_cache() {
+    const BUDGET: u64 = 32 * 1024;
+    const SESSIONS: usize = 12;
+    let (_tmp, dir) = weather();
+    let out = Command::cargo_bin("bdk")
+        .unwrap()
+        .args(["serve", "--port", "0", "--session-cache", "lots"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("64MiB"));
+
+    let server = Server::start(&["--session-cache", "32KiB"], &[&dir]);
+    let c = client();
+    let agent = format!("{}/weather/v1", server.base);
+    let big = "x".repeat(8_000);
+    let mut ids = Vec::new();
+    for i in 0..SESSIONS {
+        ids.push(
+            session_at_rest(&c, &agent, &format!("hello {i} {big}"))
+                .await
+                .0,
+        );
+    }
+    let m = memory_at_rest(&c, &agent).await;
+    assert_eq!(m["transcriptBudgetBytes"], BUDGET, "{m}");
+    assert!(
+        m["cachedTranscriptBytes"].as_u64().unwrap() <= BUDGET,
+        "{m}"
+    );
+    let cached = m["cachedTranscripts"].as_u64().unwrap();
+    assert!((1..SESSIONS as u64).contains(&cached), "{m}");
+    assert_eq!(
+        m["evictedTranscripts"].as_u64().unwrap() + cached,
+        SESSIONS as u64,
+        "{m}"
+    );
+    // A session whose conversation was dropped goes on as before.
+    let (status, sent) = post(
+        &c,
+        &format!("{agent}/session/{}", ids[0]),
+        json!({"message": "and now?"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{sent}");
+    let resp = c
+        .get(format!("{agent}/session/{}/stream?startIndex=0", ids[0]))
+        .send()
+        .await
+        .unwrap();
+    read_until(resp, |e| {
+        e["type"] == "turn.completed" && e["turnId"] == sent["turnId"]
+    })
+    .await;
+    // Deleting sessions gives their memory back.
+    for id in &ids {
+        let r = c
+            .delete(format!("{agent}/session/{id}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let m = memory_at_rest(&c, &agent).await;
+    assert_eq!(m["cachedTranscripts"], 0, "{m}");
+    assert_eq!(m["cachedTranscriptBytes"], 0, "{m}");
+}

@@ -5,8 +5,11 @@
 //! the HTTP layer, channels, the scheduler) go through it; none of them
 //! touches the store's event streams directly except to read.
 //!
-//! Per session the host keeps a slot with the running turn (if any), the
-//! follow-ups waiting to be coalesced, and a transcript cache. Admission
+//! Per session in use the host keeps a slot with the running turn (if any),
+//! the follow-ups waiting to be coalesced, and the conversation so far; a
+//! resting session's slot goes away and its conversation moves to a cache
+//! bounded in bytes (see [`slots`]), so memory follows the running work, not
+//! the history. Admission
 //! (`send`, `stop`, session-bound write calls) is serialized per session by
 //! an async lock, so two follow-ups never race into the same turn boundary.
 //! Each turn runs in its own task, owned by the slot through its cancel
@@ -63,6 +66,10 @@ use crate::tool::{
 };
 use crate::tool::{builtin, subprocess};
 use crate::workspace;
+
+mod slots;
+pub use slots::{DEFAULT_SESSION_CACHE_BYTES, MemoryStats};
+use slots::{SlotRef, SlotTable};
 
 /// The model used when `agent.toml` names none: xAI's current Grok.
 pub const DEFAULT_MODEL: &str = "xai/grok-4.5";
@@ -287,6 +294,7 @@ pub struct HostBuilder {
     coordination: Option<Arc<dyn Coordination>>,
     coordination_wait: Duration,
     sandbox: Option<Sandbox>,
+    session_cache: u64,
 }
 
 impl HostBuilder {
@@ -306,6 +314,7 @@ impl HostBuilder {
             coordination: None,
             coordination_wait: crate::replica::DEFAULT_REMOTE_WAIT,
             sandbox: None,
+            session_cache: DEFAULT_SESSION_CACHE_BYTES,
         }
     }
 
@@ -315,6 +324,15 @@ impl HostBuilder {
     /// environment allowlist only, and the build logs a warning.
     pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
         self.sandbox = Some(sandbox);
+        self
+    }
+
+    /// How many bytes of resting sessions' conversations the host keeps in
+    /// memory (default [`DEFAULT_SESSION_CACHE_BYTES`]); least recently
+    /// rested first out, rebuilt from the events on their next turn. `0`
+    /// keeps none. Running turns hold their own conversation regardless.
+    pub fn session_cache_bytes(mut self, bytes: u64) -> Self {
+        self.session_cache = bytes;
         self
     }
 
@@ -606,7 +624,7 @@ impl HostBuilder {
             mcp: self.mcp,
             agent_tools,
             hooks: HookBus::start(hooks),
-            slots: Mutex::new(HashMap::new()),
+            slots: SlotTable::new(self.session_cache),
             turn_slots,
             queued: AtomicU64::new(0),
             approvals: Mutex::new(HashMap::new()),
@@ -766,7 +784,8 @@ struct Inner {
     mcp: Option<Arc<dyn McpHub>>,
     agent_tools: BTreeMap<String, ToolSpec>,
     hooks: HookBus,
-    slots: Mutex<HashMap<SessionId, Arc<Slot>>>,
+    /// The slots of sessions in use and the transcripts of resting ones.
+    slots: Arc<SlotTable>,
     turn_slots: Option<Arc<Semaphore>>,
     queued: AtomicU64,
     approvals: Mutex<HashMap<String, PendingApproval>>,
@@ -1035,29 +1054,24 @@ impl Host {
     /// Applies a control from another replica to the local turn it names;
     /// a control for a turn that no longer runs here is ignored.
     pub(crate) fn apply_control(&self, control: &Control) {
-        let slot = {
-            let slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
-            match slots.get(&control.session_id) {
-                Some(slot) => Arc::clone(slot),
-                None => return,
+        self.inner.slots.with(&control.session_id, |slot| {
+            let mut state = slot.state();
+            let Some(running) = state.running.as_ref() else {
+                return;
+            };
+            if running.turn_id != control.turn_id {
+                return;
             }
-        };
-        let mut state = slot.state();
-        let Some(running) = state.running.as_ref() else {
-            return;
-        };
-        if running.turn_id != control.turn_id {
-            return;
-        }
-        let reason = match control.kind {
-            ControlKind::Stop => REASON_STOP,
-            ControlKind::Preempt => REASON_PREEMPT,
-        };
-        running.reason.store(reason, Ordering::SeqCst);
-        running.cancel.cancel();
-        if control.kind == ControlKind::Stop {
-            state.pending.clear();
-        }
+            let reason = match control.kind {
+                ControlKind::Stop => REASON_STOP,
+                ControlKind::Preempt => REASON_PREEMPT,
+            };
+            running.reason.store(reason, Ordering::SeqCst);
+            running.cancel.cancel();
+            if control.kind == ControlKind::Stop {
+                state.pending.clear();
+            }
+        });
     }
 
     /// How the agent's programs run: channels and handlers run theirs
@@ -1218,14 +1232,26 @@ impl Host {
         self.inner.hooks.failures()
     }
 
-    fn slot(&self, id: &SessionId) -> Arc<Slot> {
-        let mut slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(slots.entry(id.clone()).or_insert_with(|| {
-            Arc::new(Slot {
-                admission: tokio::sync::Mutex::new(()),
-                state: Mutex::new(SlotState::default()),
-            })
-        }))
+    /// A hold on the slot of `id`, created on first use.
+    fn slot(&self, id: &SessionId) -> SlotRef {
+        self.inner.slots.get(id)
+    }
+
+    /// What this host holds in memory for sessions: slots of sessions in
+    /// use, cached conversations of resting ones, and the store's own
+    /// per-session state.
+    pub fn memory(&self) -> MemoryStats {
+        let (active, cached, bytes, budget, evicted) = self.inner.slots.stats();
+        let (store_resident, store_evicted) = self.inner.store.resident_sessions();
+        MemoryStats {
+            active_sessions: active,
+            cached_transcripts: cached,
+            cached_transcript_bytes: bytes,
+            transcript_budget_bytes: budget,
+            evicted_transcripts: evicted,
+            store_resident_sessions: store_resident,
+            store_evicted_sessions: store_evicted,
+        }
     }
 
     pub(crate) async fn record(
@@ -1319,7 +1345,10 @@ impl Host {
 
     /// True when a turn is running in the session.
     pub fn is_busy(&self, id: &SessionId) -> bool {
-        self.slot(id).state().running.is_some()
+        self.inner
+            .slots
+            .with(id, |slot| slot.state().running.is_some())
+            .unwrap_or(false)
     }
 
     /// Creates a session, prepares its workspace and, with a message, starts
@@ -1599,11 +1628,7 @@ impl Host {
             return Err(HostError::SessionBusy(id.to_string()));
         }
         let deleted = self.inner.store.delete_session(id).await?;
-        self.inner
-            .slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        self.inner.slots.forget(id);
         if let Err(e) = self.disarm_session_reminders(id).await {
             // The fire-time check disarms them later if this fails.
             tracing::warn!(session_id = %id, error = %e, "cannot disarm the reminders of a deleted session");
@@ -1663,15 +1688,13 @@ impl Host {
     /// Waits until the session has no running turn and nothing queued.
     pub async fn wait_idle(&self, id: &SessionId) {
         loop {
-            let slot = self.slot(id);
-            let done = {
-                let state = slot.state();
-                match &state.running {
-                    Some(r) => r.done.clone(),
-                    None => return,
-                }
-            };
-            wait_done(done).await;
+            let running = self.inner.slots.with(id, |slot| {
+                slot.state().running.as_ref().map(|r| r.done.clone())
+            });
+            match running.flatten() {
+                Some(done) => wait_done(done).await,
+                None => return,
+            }
         }
     }
 
@@ -1680,7 +1703,7 @@ impl Host {
     async fn begin_turn(
         &self,
         record: &SessionRecord,
-        slot: &Arc<Slot>,
+        slot: &SlotRef,
         messages: Vec<Nudge>,
     ) -> HostResult<(TurnId, u64)> {
         let turn_id = TurnId::generate();
@@ -1715,7 +1738,7 @@ impl Host {
         });
         let host = self.clone();
         let record = record.clone();
-        let slot = Arc::clone(slot);
+        let slot = slot.clone();
         let first = turn_id.clone();
         tokio::spawn(async move {
             host.drive(record, slot, first, messages, cancel, reason, done_tx)
@@ -1732,7 +1755,7 @@ impl Host {
     async fn drive(
         &self,
         record: SessionRecord,
-        slot: Arc<Slot>,
+        slot: SlotRef,
         mut turn_id: TurnId,
         mut messages: Vec<Nudge>,
         mut cancel: CancellationToken,
@@ -1786,6 +1809,9 @@ impl Host {
             }
             let Some(drained) = next else {
                 self.release_lease(&record.id, &turn_id).await;
+                // The hold goes before waiters wake: a session that rests is
+                // released (its conversation cached) by the time they look.
+                drop(slot);
                 let _ = done_tx.send(true);
                 return;
             };
@@ -1796,6 +1822,7 @@ impl Host {
             done_tx = d;
             if !self.move_lease(&record.id, &turn_id).await {
                 slot.state().running = None;
+                drop(slot);
                 let _ = done_tx.send(true);
                 return;
             }
@@ -1807,6 +1834,7 @@ impl Host {
                 tracing::error!(session_id = %record.id, error = %e, "failed to record a drained follow-up");
                 slot.state().running = None;
                 self.release_lease(&record.id, &turn_id).await;
+                drop(slot);
                 let _ = done_tx.send(true);
                 return;
             }
@@ -1841,7 +1869,7 @@ impl Host {
     async fn run_one(
         &self,
         record: &SessionRecord,
-        slot: &Arc<Slot>,
+        slot: &SlotRef,
         turn_id: &TurnId,
         messages: &[Nudge],
         cancel: &CancellationToken,
@@ -1963,9 +1991,7 @@ impl Host {
             session_id: id.clone(),
             turn_id: turn_id.clone(),
         };
-        let steering = SlotSteering {
-            slot: Arc::clone(slot),
-        };
+        let steering = SlotSteering { slot: slot.clone() };
         let gate = Gate {
             host: self.clone(),
             session_id: id.clone(),
@@ -2475,19 +2501,13 @@ impl Host {
     /// Interrupts every running turn (recorded `interrupted`) and waits for
     /// them to settle, at most `grace`.
     pub async fn shutdown(&self, grace: Duration) {
-        let waits: Vec<watch::Receiver<bool>> = {
-            let slots = self.inner.slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots
-                .values()
-                .filter_map(|slot| {
-                    let state = slot.state();
-                    state.running.as_ref().map(|r| {
-                        r.reason.store(REASON_SHUTDOWN, Ordering::SeqCst);
-                        r.done.clone()
-                    })
-                })
-                .collect()
-        };
+        let waits: Vec<watch::Receiver<bool>> = self.inner.slots.each(|slot| {
+            let state = slot.state();
+            state.running.as_ref().map(|r| {
+                r.reason.store(REASON_SHUTDOWN, Ordering::SeqCst);
+                r.done.clone()
+            })
+        });
         self.inner.shutdown.cancel();
         let all = futures::future::join_all(waits.into_iter().map(wait_done));
         if tokio::time::timeout(grace, all).await.is_err() {
@@ -2745,7 +2765,7 @@ impl Recorder for TurnRecorder {
 }
 
 struct SlotSteering {
-    slot: Arc<Slot>,
+    slot: SlotRef,
 }
 
 impl Steering for SlotSteering {
@@ -2862,11 +2882,12 @@ impl ToolServices for Services {
             .map_err(|e| e.to_string())?;
         let turn = self
             .host
-            .slot(session_id)
-            .state()
-            .running
-            .as_ref()
-            .map(|r| r.turn_id.clone());
+            .inner
+            .slots
+            .with(session_id, |slot| {
+                slot.state().running.as_ref().map(|r| r.turn_id.clone())
+            })
+            .flatten();
         self.host
             .record(
                 session_id,

@@ -1320,3 +1320,102 @@ async fn a_write_call_right_after_the_turn_ends_is_not_refused() {
         assert!(!out.is_error, "{out:?}");
     }
 }
+
+/// Polls `memory()` until no session is in use: a turn task lets go of its
+/// session right after the session rests.
+async fn until_nothing_active(host: &Host) -> bdk_core::host::MemoryStats {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = host.memory();
+        if m.active_sessions == 0 {
+            return m;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sessions stayed active: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Regression: every session's slot and cached conversation stayed in the
+/// host until the session was deleted, so memory grew with every finished
+/// turn. A resting session now holds no slot, the conversations of resting
+/// sessions stay within the cache budget, and a session whose conversation
+/// was dropped rebuilds exactly the same one from its events.
+#[tokio::test]
+async fn resting_sessions_cost_at_most_the_cache_budget_and_rebuild_their_conversation() {
+    const BUDGET: u64 = 16 * 1024;
+    let rules = "[[rules]]\nreply = \"ok: {{ user }}\"\n";
+    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let recording = dir.path().join("steps.jsonl");
+    let host = host_over(p, &dir.path().join("state"), |b| {
+        b.session_cache_bytes(BUDGET).record_to(&recording)
+    })
+    .await;
+    let long = "x".repeat(3_000);
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let s = host
+            .start_session(StartSession {
+                message: Some(format!("{i} {long}")),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        host.wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
+            .await
+            .unwrap();
+        ids.push(s.session_id);
+    }
+    let m = until_nothing_active(&host).await;
+    assert_eq!(m.transcript_budget_bytes, BUDGET);
+    assert!(m.cached_transcript_bytes <= BUDGET, "{m:?}");
+    assert!((1..10).contains(&m.cached_transcripts), "{m:?}");
+    assert_eq!(
+        m.evicted_transcripts as usize + m.cached_transcripts,
+        10,
+        "{m:?}"
+    );
+
+    // The oldest (dropped) and the newest (cached) go on with the same
+    // conversation in front of the model.
+    for (i, id) in [(0, &ids[0]), (9, &ids[9])] {
+        let sent = host
+            .send(
+                id,
+                FollowUp {
+                    message: "again".into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        host.wait_turn(id, sent.turn_id.as_ref().unwrap())
+            .await
+            .unwrap();
+        let text = std::fs::read_to_string(&recording).unwrap();
+        let steps = bdk_core::model::replay::parse_recording(&text, &recording)
+            .unwrap()
+            .steps;
+        let first = format!("{i} {long}");
+        assert_eq!(
+            steps.last().unwrap().request.messages,
+            vec![
+                bdk_core::model::Message::User {
+                    text: first.clone()
+                },
+                bdk_core::model::Message::Assistant {
+                    text: format!("ok: {first}"),
+                    tool_calls: Vec::new(),
+                },
+                bdk_core::model::Message::User {
+                    text: "again".into()
+                },
+            ],
+            "session {i}"
+        );
+    }
+    let m = until_nothing_active(&host).await;
+    assert!(m.cached_transcript_bytes <= BUDGET, "{m:?}");
+}

@@ -50,6 +50,18 @@ pub(crate) async fn info(State(agent): State<Arc<Agent>>, _caller: Caller) -> Js
     Json(surface)
 }
 
+/// `GET /v1/memory`: what the agent's host holds in memory for sessions
+/// (see [`bdk_core::host::MemoryStats`]).
+pub(crate) async fn memory(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
+    let mut out = json!({"ok": true});
+    if let (Value::Object(out), Ok(Value::Object(stats))) =
+        (&mut out, serde_json::to_value(agent.host.memory()))
+    {
+        out.extend(stats);
+    }
+    Json(out)
+}
+
 /// Query of `/v1/logs`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct LogsQuery {

@@ -376,6 +376,7 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
         .route("/v1/tools/{name}", get(tools::describe).post(tools::call))
         .route("/v1/info", get(discovery::info))
         .route("/v1/logs", get(discovery::logs))
+        .route("/v1/memory", get(discovery::memory))
         .route("/v1/artifacts", get(artifacts::list))
         .route("/v1/artifacts/{id}/content", get(artifacts::content))
         .route("/v1/dev/schedules", get(dev::list_schedules))

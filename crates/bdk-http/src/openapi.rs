@@ -1311,6 +1311,22 @@ fn discovery_items() -> Vec<PathItem> {
                 .build(),
             )],
         },
+        PathItem {
+            path: "/v1/memory",
+            mount: AGENT,
+            operations: vec![(
+                "get",
+                Op::new(
+                    "getMemory",
+                    "discovery",
+                    "What the agent holds in memory for sessions",
+                    "Gauges of the agent's per-session memory: sessions in use (a turn running or queued, a request in progress), the cached conversations of resting sessions within their budget (`bdk serve --session-cache`), and the store's per-session state. Resting sessions cost at most the budget; dropped conversations are rebuilt from the events on the next turn.",
+                )
+                .json("200", "The gauges.", "MemoryResponse")
+                .protected()
+                .build(),
+            )],
+        },
     ]
 }
 
@@ -2428,6 +2444,29 @@ fn schemas() -> Value {
                 "ok": ok_true(),
                 "lines": {"type": "array", "items": schema("LogLine")},
                 "next": {"type": "integer", "minimum": 0, "description": "Pass it as `after` to poll for newer lines."},
+            },
+        }),
+    );
+    let count =
+        |description: &str| json!({"type": "integer", "minimum": 0, "description": description});
+    put(
+        "MemoryResponse",
+        json!({
+            "type": "object",
+            "required": [
+                "ok", "activeSessions", "cachedTranscripts", "cachedTranscriptBytes",
+                "transcriptBudgetBytes", "evictedTranscripts", "storeResidentSessions",
+                "storeEvictedSessions",
+            ],
+            "properties": {
+                "ok": ok_true(),
+                "activeSessions": count("Sessions in use right now: a turn running or queued, a send, stop or direct call in progress."),
+                "cachedTranscripts": count("Resting sessions whose conversation is cached."),
+                "cachedTranscriptBytes": count("The estimated size of those conversations; at most `transcriptBudgetBytes`."),
+                "transcriptBudgetBytes": count("The cache's budget (`--session-cache`); 0 caches nothing."),
+                "evictedTranscripts": count("Conversations dropped from the cache since start (rebuilt from the events when needed)."),
+                "storeResidentSessions": count("Sessions the store holds in-memory state for: those in use and a bounded number of recent ones (0 for PostgreSQL)."),
+                "storeEvictedSessions": count("Idle sessions whose store state was dropped since start."),
             },
         }),
     );
