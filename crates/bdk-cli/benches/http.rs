@@ -66,6 +66,7 @@ type BenchFn = fn(&Env) -> Result<Vec<Bench>>;
 /// counts and flatter the figure.
 const BENCHMARKS: &[BenchFn] = &[
     idle_session_memory,
+    rested_session_memory,
     session_start,
     session_throughput,
     tool_call_throughput,
@@ -100,6 +101,15 @@ const IDLE_SESSIONS: usize = 10_000;
 /// two cores without making the transient allocations of creation the bulk
 /// of what is measured.
 const IDLE_CREATORS: usize = 8;
+/// Sessions run to rest, one short turn each, by the rested-memory benchmark.
+const RESTED_SESSIONS: usize = 10_000;
+/// Sessions started with a big first message by the same benchmark.
+const BIG_SESSIONS: usize = 200;
+/// The size of that message: just under the server's 1 MiB body limit.
+const BIG_MESSAGE: usize = 1_000_000;
+/// "Within a few MB of the idle figure": the bound on what resting sessions
+/// may add to the RSS of an idle server.
+const RESTED_MAX_BYTES: u64 = 5 * 1024 * 1024;
 /// `bdk serve` starts timed by the readiness benchmark.
 const SERVE_STARTS: usize = 20;
 /// Untimed iterations before a timed run, so connection setup, file creation
@@ -457,6 +467,105 @@ fn idle_session_memory(env: &Env) -> Result<Vec<Bench>> {
         measured: json!({ "value": bytes_per_session.round() }),
         target: json!({ "value": { "max": 10_240 } }),
     }])
+}
+
+/// `memory.rss_after_10000_finished_sessions` and
+/// `memory.rss_after_200_sessions_1mb`: how far above the RSS of an idle
+/// server (warmed up, nothing running) the process stays once sessions that
+/// were run to the end over HTTP rest: 10,000 with one short turn each, then
+/// 200 started with a 1 MB message. What a server holds should follow the
+/// running work, not the history, so both should be within a few MB.
+fn rested_session_memory(env: &Env) -> Result<Vec<Bench>> {
+    let rested = env.count(RESTED_SESSIONS);
+    let big = if env.quick { 20 } else { BIG_SESSIONS };
+    let dir = env.dir("rested");
+    let (idle, after_rested, after_big, memory) = env.runtime.block_on(async {
+        let served = Served::start(&dir).await?;
+        let http = client()?;
+        let job = |big: bool| {
+            let http = http.clone();
+            let base = served.base.clone();
+            move |n: usize| {
+                let http = http.clone();
+                let base = base.clone();
+                async move {
+                    if big {
+                        big_session_to_waiting(&http, &base, n).await
+                    } else {
+                        session_to_waiting(&http, &base, n).await
+                    }
+                }
+            }
+        };
+        let result = async {
+            // Warm up both paths (allocator arenas, connections, the store's
+            // directories) before the idle figure is taken.
+            run_concurrently(WARMUP * 4, CONCURRENCY, job(false)).await?;
+            run_concurrently(8, 4, job(true)).await?;
+            let idle = rss_at_rest(&served.host).await?;
+            run_concurrently(rested, CONCURRENCY, job(false)).await?;
+            let after_rested = rss_at_rest(&served.host).await?;
+            run_concurrently(big, 4, job(true)).await?;
+            let after_big = rss_at_rest(&served.host).await?;
+            Ok::<_, BenchError>((idle, after_rested, after_big, served.host.memory()))
+        }
+        .await;
+        served.stop().await?;
+        result
+    })?;
+    let entry = |name: &str, samples: usize, after: u64| Bench {
+        name: name.into(),
+        unit: "bytes",
+        samples,
+        measured: json!({
+            "value": after.saturating_sub(idle),
+            "idleRssBytes": idle,
+            "rssBytes": after,
+            "cachedTranscriptBytes": memory.cached_transcript_bytes,
+            "storeResidentSessions": memory.store_resident_sessions,
+        }),
+        target: json!({ "value": { "max": RESTED_MAX_BYTES } }),
+    };
+    Ok(vec![
+        entry(
+            "memory.rss_after_10000_finished_sessions",
+            rested,
+            after_rested,
+        ),
+        entry("memory.rss_after_200_sessions_1mb", big, after_big),
+    ])
+}
+
+/// The RSS once no session is in use any more (turn tasks let go of their
+/// sessions right after those rest).
+async fn rss_at_rest(host: &Host) -> Result<u64> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while host.memory().active_sessions > 0 {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("sessions stayed active: {:?}", host.memory()).into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    rss_bytes()
+}
+
+/// [`session_to_waiting`] with a first message of [`BIG_MESSAGE`] bytes.
+async fn big_session_to_waiting(http: &reqwest::Client, base: &str, n: usize) -> Result<()> {
+    let mut message = format!("big {n} ");
+    message.extend(std::iter::repeat_n('x', BIG_MESSAGE - message.len()));
+    let started = post_ok(
+        http,
+        &format!("{base}/v1/session"),
+        &json!({ "message": message }),
+    )
+    .await?;
+    let id = started["sessionId"]
+        .as_str()
+        .ok_or("the start answer has no sessionId")?;
+    Lines::open(http, base, id, 0)
+        .await?
+        .until("session.waiting")
+        .await
 }
 
 /// Resident set size of this process, from `/proc/self/statm` (pages).
