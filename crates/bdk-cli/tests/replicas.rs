@@ -479,3 +479,19 @@ async fn three_replicas_fire_a_due_schedule_once_and_share_streams() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The kill -9 regression of issue 13 on PostgreSQL: a coalesced follow-up
+/// acknowledged behind a running turn, and a turn waiting under
+/// `max_running_turns`, both run once the replica is back (after the dead
+/// replica's leases lapse), exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn acknowledged_work_survives_kill_nine_on_postgres() {
+    let agent = Agent::new(false);
+    std::fs::write(
+        agent.dir.join("agent/agent.toml"),
+        "model = \"scripted\"\nmax_running_turns = 1\n",
+    )
+    .unwrap();
+    let url = database_url();
+    common::acknowledged_work_survives_kill_nine(&["--store", &url], &agent.dir, &agent.slug).await;
+}

@@ -513,3 +513,21 @@ async fn resting_sessions_stay_within_the_session_cache() {
     assert_eq!(m["cachedTranscripts"], 0, "{m}");
     assert_eq!(m["cachedTranscriptBytes"], 0, "{m}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn acknowledged_work_survives_kill_nine_on_the_file_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("queue");
+    common::queue_agent(&dir);
+    common::acknowledged_work_survives_kill_nine(&[], &dir, "queue").await;
+}
+
+/// A shutdown keeps the same promise: the waiting turn and the queued
+/// follow-ups are not failed, they run on the next start.
+#[tokio::test(flavor = "multi_thread")]
+async fn acknowledged_work_survives_a_graceful_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("queue");
+    common::queue_agent(&dir);
+    common::acknowledged_work_survives(&[], &dir, "queue", common::Stop::Terminate).await;
+}

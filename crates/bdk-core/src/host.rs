@@ -67,7 +67,10 @@ use crate::tool::{
 use crate::tool::{builtin, subprocess};
 use crate::workspace;
 
+mod queued;
 mod slots;
+pub use queued::QUEUE_NAMESPACE;
+use queued::Queued;
 pub use slots::{DEFAULT_SESSION_CACHE_BYTES, MemoryStats};
 use slots::{SlotRef, SlotTable};
 
@@ -742,7 +745,11 @@ struct Running {
 #[derive(Default)]
 struct SlotState {
     running: Option<Running>,
-    pending: Vec<Nudge>,
+    /// Coalesced follow-ups waiting for the running turn (see [`queued`]).
+    pending: Vec<Queued>,
+    /// Records of follow-ups steered into the running turn, removed once
+    /// its end is durable.
+    delivered: Vec<String>,
     transcript: Option<Vec<Message>>,
     /// The running turn has ended and its end is being recorded: the turn is
     /// no longer "running" for direct calls, which wait for it to settle
@@ -1069,7 +1076,11 @@ impl Host {
             running.reason.store(reason, Ordering::SeqCst);
             running.cancel.cancel();
             if control.kind == ControlKind::Stop {
-                state.pending.clear();
+                let keys: Vec<String> = state.pending.drain(..).filter_map(|q| q.key).collect();
+                if !keys.is_empty() {
+                    let host = self.clone();
+                    tokio::spawn(async move { host.forget_queued(keys).await });
+                }
             }
         });
     }
@@ -1537,10 +1548,29 @@ impl Host {
             message: opts.message,
             delivery_id: Some(delivery.clone()),
         };
-        if opts.admission == bdk_events::Admission::Coalesce {
-            let mut state = slot.state();
-            if state.running.is_some() {
-                state.pending.push(nudge);
+        let running = slot.state().running.is_some();
+        if opts.admission == bdk_events::Admission::Coalesce && running {
+            // Recorded before the answer, so an acknowledged message survives
+            // a crash: recovery delivers it.
+            let key = match self.queue_durably(id, &nudge).await {
+                Ok(key) => key,
+                Err(e) => {
+                    unrotate().await;
+                    return Err(e);
+                }
+            };
+            let queued = {
+                let mut state = slot.state();
+                let running = state.running.is_some();
+                if running {
+                    state.pending.push(Queued {
+                        nudge: nudge.clone(),
+                        key: Some(key.clone()),
+                    });
+                }
+                running
+            };
+            if queued {
                 return Ok(Sent {
                     session_id: id.clone(),
                     continuation_token: new_token,
@@ -1549,6 +1579,10 @@ impl Host {
                     index: None,
                 });
             }
+            // The turn ended while the record was written: this send starts
+            // the next turn itself and answers only once its message is
+            // recorded, so the record is not needed.
+            self.forget_queued(vec![key]).await;
         }
         // Preempt: interrupt whatever runs (a drained follow-up may start
         // as the first one settles) until the session is idle.
@@ -1588,15 +1622,17 @@ impl Host {
         self.session(id, principal).await?;
         let slot = self.slot(id);
         let _admission = slot.admission.lock().await;
-        let wait = {
+        let (wait, dropped) = {
             let mut state = slot.state();
-            state.pending.clear();
-            state.running.as_ref().map(|running| {
+            let dropped: Vec<String> = state.pending.drain(..).filter_map(|q| q.key).collect();
+            let wait = state.running.as_ref().map(|running| {
                 running.reason.store(REASON_STOP, Ordering::SeqCst);
                 running.cancel.cancel();
                 running.done.clone()
-            })
+            });
+            (wait, dropped)
         };
+        self.forget_queued(dropped).await;
         match wait {
             Some(done) => {
                 wait_done(done).await;
@@ -1629,6 +1665,7 @@ impl Host {
         }
         let deleted = self.inner.store.delete_session(id).await?;
         self.inner.slots.forget(id);
+        self.drop_stored_queue(id).await;
         if let Err(e) = self.disarm_session_reminders(id).await {
             // The fire-time check disarms them later if this fails.
             tracing::warn!(session_id = %id, error = %e, "cannot disarm the reminders of a deleted session");
@@ -1715,9 +1752,6 @@ impl Host {
             // conversation: rebuild it from the store.
             slot.state().transcript = None;
         }
-        let cancel = self.inner.shutdown.child_token();
-        let reason = Arc::new(AtomicU8::new(REASON_NONE));
-        let (done_tx, done_rx) = watch::channel(false);
         let received = received_event(&messages);
         let recorded = match self
             .record(&record.id, Some(&turn_id), vec![received.into()])
@@ -1730,6 +1764,21 @@ impl Host {
             }
         };
         let index = recorded.first().map_or(0, |e| e.index);
+        self.spawn_turn(record, slot, &turn_id, messages);
+        Ok((turn_id, index))
+    }
+
+    /// Marks `turn_id` running in the slot and starts its task.
+    fn spawn_turn(
+        &self,
+        record: &SessionRecord,
+        slot: &SlotRef,
+        turn_id: &TurnId,
+        messages: Vec<Nudge>,
+    ) {
+        let cancel = self.inner.shutdown.child_token();
+        let reason = Arc::new(AtomicU8::new(REASON_NONE));
+        let (done_tx, done_rx) = watch::channel(false);
         slot.state().running = Some(Running {
             turn_id: turn_id.clone(),
             cancel: cancel.clone(),
@@ -1744,7 +1793,61 @@ impl Host {
             host.drive(record, slot, first, messages, cancel, reason, done_tx)
                 .await;
         });
-        Ok((turn_id, index))
+    }
+
+    /// Runs again a turn that a crash (or a shutdown) caught before it
+    /// started: its `message.received` (and maybe `turn.queued`) is
+    /// recorded, nothing else. It keeps its turn id and continues its own
+    /// events, with `queued` follow-ups waiting behind it. With replicas the
+    /// caller holds the session's lease for `turn_id`.
+    pub(crate) fn resume_turn(
+        &self,
+        record: &SessionRecord,
+        turn_id: &TurnId,
+        prompt: String,
+        queued: Vec<Queued>,
+    ) {
+        tracing::info!(session_id = %record.id, turn_id = %turn_id, "running a turn that was accepted but had not started when the host stopped");
+        let slot = self.slot(&record.id);
+        slot.state().pending = queued;
+        let messages = vec![Nudge {
+            message: prompt,
+            delivery_id: None,
+        }];
+        self.spawn_turn(record, &slot, turn_id, messages);
+    }
+
+    /// Delivers follow-ups found queued in the store (a crash or a shutdown
+    /// left them) as one new turn, or behind the running one.
+    pub(crate) async fn deliver_queued(
+        &self,
+        record: &SessionRecord,
+        queued: Vec<Queued>,
+    ) -> HostResult<()> {
+        if queued.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(session_id = %record.id, count = queued.len(), "delivering follow-ups that were queued when the host stopped");
+        let slot = self.slot(&record.id);
+        let _admission = slot.admission.lock().await;
+        {
+            let mut state = slot.state();
+            if state.running.is_some() {
+                state.pending.extend(queued);
+                return Ok(());
+            }
+        }
+        let (messages, keys): (Vec<Nudge>, Vec<String>) = queued
+            .into_iter()
+            .map(|q| (q.nudge, q.key))
+            .fold((Vec::new(), Vec::new()), |(mut m, mut k), (n, key)| {
+                m.push(n);
+                k.extend(key);
+                (m, k)
+            });
+        self.begin_turn(record, &slot, messages).await?;
+        self.forget_queued(keys).await;
+        Ok(())
     }
 
     /// Runs turns back to back until nothing is queued, then rests the session.
@@ -1767,12 +1870,25 @@ impl Host {
             let Outcome {
                 result: end,
                 end: end_event,
+                deferred,
             } = self
                 .run_one(&record, &slot, &turn_id, &messages, &cancel, &reason)
                 .await;
+            if deferred {
+                // A queued turn the host shut down under: it stays as
+                // recorded (accepted, not started) for the next start to run,
+                // like the follow-ups behind it.
+                slot.state().running = None;
+                self.release_lease(&record.id, &turn_id).await;
+                drop(slot);
+                let _ = done_tx.send(true);
+                return;
+            }
             // Follow-ups queued meanwhile drain into one more turn, with no
-            // rest state in between.
-            let mut next = chat.then(|| take_pending(&slot)).flatten();
+            // rest state in between; not while the host shuts down, when
+            // they stay queued (and recorded) for the next start.
+            let draining = chat && !self.inner.shutdown.is_cancelled();
+            let mut next = draining.then(|| take_pending(&slot)).flatten();
             if next.is_some()
                 && let Some(end_event) = end_event.clone()
                 && let Err(e) = self.record_batch(&record.id, vec![end_event]).await
@@ -1801,12 +1917,15 @@ impl Host {
                 // while the rest state was being recorded.
                 let mut state = slot.state();
                 state.ending = false;
-                if chat && !state.pending.is_empty() {
+                if draining && !state.pending.is_empty() {
                     next = Some(std::mem::take(&mut state.pending));
                 } else {
                     state.running = None;
                 }
             }
+            // The turn's end is durable now, and with it the nudges it took.
+            let steered = std::mem::take(&mut slot.state().delivered);
+            self.forget_queued(steered).await;
             let Some(drained) = next else {
                 self.release_lease(&record.id, &turn_id).await;
                 // The hold goes before waiters wake: a session that rests is
@@ -1815,7 +1934,8 @@ impl Host {
                 let _ = done_tx.send(true);
                 return;
             };
-            messages = drained;
+            let drained_keys: Vec<String> = drained.iter().filter_map(|q| q.key.clone()).collect();
+            messages = drained.into_iter().map(|q| q.nudge).collect();
             let (t, c, r, d) = self.next_running(&slot);
             (turn_id, cancel, reason) = (t, c, r);
             let _ = done_tx.send(true);
@@ -1838,6 +1958,8 @@ impl Host {
                 let _ = done_tx.send(true);
                 return;
             }
+            // Their `message.received` is durable: the records can go.
+            self.forget_queued(drained_keys).await;
         }
     }
 
@@ -1920,6 +2042,15 @@ impl Host {
                     }
                     match permit {
                         Some(p) => Some(p),
+                        // Shut down before it started: nothing of it ran, so
+                        // the next start runs it rather than fail it.
+                        None if reason.load(Ordering::SeqCst) == REASON_SHUTDOWN => {
+                            return Outcome {
+                                result: Err("deferred by a shutdown".into()),
+                                end: None,
+                                deferred: true,
+                            };
+                        }
                         None => {
                             let (event, message) = cancelled_event(None);
                             let _ = self.record(id, Some(turn_id), vec![event]).await;
@@ -2087,6 +2218,7 @@ impl Host {
         Outcome {
             result,
             end: Some(NewEvent::turn(turn_id, event)),
+            deferred: false,
         }
     }
 
@@ -2541,36 +2673,72 @@ impl Host {
             .read(&record.id, 0)
             .await
             .map_err(session_error(&record.id))?;
-        let Some(turn_id) = crate::replica::open_turn(&events) else {
-            return Ok(());
-        };
         if self.coordination().is_some() {
-            // Another replica may be running it: only a turn whose lease
-            // is free is interrupted.
-            return self.recover_shared(&record.id, &turn_id).await;
+            // Another replica may be running it: only a session whose lease
+            // is free is touched.
+            return self.recover_shared(record, &events).await;
         }
-        tracing::warn!(session_id = %record.id, turn_id = %turn_id, "recording a turn interrupted by a restart");
-        let rest: Event = match record.mode {
-            SessionMode::Chat => SessionWaiting {}.into(),
-            SessionMode::Task => SessionFailed {
-                message: "task interrupted by a restart".into(),
+        self.settle_session(
+            record,
+            &events,
+            "turn interrupted: the host stopped while it was running",
+            "task interrupted by a restart",
+        )
+        .await
+    }
+
+    /// Settles what a host that stopped (crashed, shut down, or a replica
+    /// that died) left of a session, by what it had acknowledged:
+    ///
+    /// - an open turn that never started (accepted, maybe `turn.queued`
+    ///   under `max_running_turns`) runs now, under its own turn id;
+    /// - an open turn that started is recorded `turn.failed` (interrupted)
+    ///   with the session's rest state, since running it again could repeat
+    ///   its tools' effects;
+    /// - coalesced follow-ups still queued in the store are delivered:
+    ///   behind the resumed turn, or as the next turn.
+    ///
+    /// With replicas the caller holds the session's lease for the open turn
+    /// (a resumed turn keeps it; otherwise it is released here).
+    pub(crate) async fn settle_session(
+        &self,
+        record: &SessionRecord,
+        events: &[Envelope],
+        interrupted: &str,
+        task_interrupted: &str,
+    ) -> HostResult<()> {
+        let queued = self.stored_queue(&record.id, events).await?;
+        if let Some(open) = open_turn_state(events) {
+            if !open.started {
+                self.resume_turn(record, &open.id, open.prompt, queued);
+                return Ok(());
             }
-            .into(),
-        };
-        self.record(
-            &record.id,
-            Some(&turn_id),
-            vec![
-                TurnFailed {
-                    message: "turn interrupted: the host stopped while it was running".into(),
-                    status: FailStatus::Interrupted,
-                    usage: None,
+            tracing::warn!(session_id = %record.id, turn_id = %open.id, "recording a turn interrupted by a stop of its host");
+            let rest: Event = match record.mode {
+                SessionMode::Chat => SessionWaiting {}.into(),
+                SessionMode::Task => SessionFailed {
+                    message: task_interrupted.to_owned(),
                 }
                 .into(),
-            ],
-        )
-        .await?;
-        self.record(&record.id, None, vec![rest]).await?;
+            };
+            let failed: Event = TurnFailed {
+                message: interrupted.to_owned(),
+                status: FailStatus::Interrupted,
+                usage: None,
+            }
+            .into();
+            let result = async {
+                self.record(&record.id, Some(&open.id), vec![failed])
+                    .await?;
+                self.record(&record.id, None, vec![rest]).await
+            }
+            .await;
+            self.release_lease(&record.id, &open.id).await;
+            result?;
+        }
+        if record.mode == SessionMode::Chat {
+            self.deliver_queued(record, queued).await?;
+        }
         Ok(())
     }
 }
@@ -2580,6 +2748,34 @@ impl Host {
 fn approver(spec: &ToolSpec, call: &DirectCall) -> Option<String> {
     (spec.needs_approval && call.approve)
         .then(|| call.principal.clone().unwrap_or_else(|| "local".to_owned()))
+}
+
+/// A turn that started and never ended, as the log shows it.
+pub(crate) struct OpenTurn {
+    pub(crate) id: TurnId,
+    /// `turn.started` is recorded: the turn may have done things.
+    pub(crate) started: bool,
+    /// Its prompt, as its `message.received` recorded it.
+    pub(crate) prompt: String,
+}
+
+/// The open turn of `events`, if any.
+pub(crate) fn open_turn_state(events: &[Envelope]) -> Option<OpenTurn> {
+    let id = crate::replica::open_turn(events)?;
+    let mut started = false;
+    let mut prompt = String::new();
+    for env in events.iter().filter(|e| e.turn_id.as_ref() == Some(&id)) {
+        match &env.event {
+            Event::MessageReceived(m) => prompt.clone_from(&m.message),
+            Event::TurnStarted(_) => started = true,
+            _ => {}
+        }
+    }
+    Some(OpenTurn {
+        id,
+        started,
+        prompt,
+    })
 }
 
 async fn wait_done(mut done: watch::Receiver<bool>) {
@@ -2592,16 +2788,23 @@ async fn wait_done(mut done: watch::Receiver<bool>) {
 struct Outcome {
     result: Result<String, String>,
     end: Option<NewEvent>,
+    /// The turn never started and stays open for the next start (see
+    /// [`Host::resume_turn`]).
+    deferred: bool,
 }
 
 impl Outcome {
     /// An outcome whose end event was already recorded.
     fn recorded(result: Result<String, String>) -> Self {
-        Self { result, end: None }
+        Self {
+            result,
+            end: None,
+            deferred: false,
+        }
     }
 }
 
-fn take_pending(slot: &Slot) -> Option<Vec<Nudge>> {
+fn take_pending(slot: &Slot) -> Option<Vec<Queued>> {
     let mut state = slot.state();
     (!state.pending.is_empty()).then(|| std::mem::take(&mut state.pending))
 }
@@ -2770,7 +2973,14 @@ struct SlotSteering {
 
 impl Steering for SlotSteering {
     fn take(&self) -> Vec<Nudge> {
-        std::mem::take(&mut self.slot.state().pending)
+        let mut state = self.slot.state();
+        let taken = std::mem::take(&mut state.pending);
+        let mut nudges = Vec::with_capacity(taken.len());
+        for queued in taken {
+            state.delivered.extend(queued.key);
+            nudges.push(queued.nudge);
+        }
+        nudges
     }
 }
 

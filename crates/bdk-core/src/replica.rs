@@ -14,18 +14,17 @@
 //!   does the same with a stop control;
 //! - a background task heartbeats, applies controls addressed to this replica
 //!   and takes over the leases of dead replicas, recording their turns
-//!   `turn.failed` (interrupted) so the sessions stay usable;
-//! - startup recovery only interrupts a turn whose lease it can take.
+//!   `turn.failed` (interrupted), or running them when they had not started,
+//!   and delivering the follow-ups they had queued, so the sessions stay
+//!   usable and nothing acknowledged is lost;
+//! - startup recovery only settles a session whose lease it can take.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bdk_events::{
-    Envelope, Event, FailStatus, SessionFailed, SessionId, SessionMode, SessionWaiting, TurnFailed,
-    TurnId,
-};
-use bdk_store::StoreError;
+use bdk_events::{Envelope, Event, SessionId, TurnId};
 use bdk_store::coord::{Acquire, Control, ControlKind, ControlStream, Coordination, Lease};
+use bdk_store::{SessionRecord, StoreError};
 use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -308,9 +307,11 @@ impl Host {
         }
     }
 
-    /// Takes over the turns of dead replicas: each still open is recorded
-    /// `turn.failed` (interrupted) with the session's rest state, then its
-    /// lease is released.
+    /// Takes over the turns of dead replicas: each still open is settled as
+    /// after a crash ([`Host::settle_session`]): a turn that had not started
+    /// runs here, one that had is recorded `turn.failed` (interrupted) with
+    /// the session's rest state, and the follow-ups the dead replica had
+    /// queued are delivered.
     pub(crate) async fn reap_dead_turns(&self) {
         let Some(coord) = self.coordination().cloned() else {
             return;
@@ -324,77 +325,90 @@ impl Host {
         };
         for (session, turn) in claimed {
             tracing::warn!(session_id = %session, turn_id = %turn, "taking over a turn of a replica that stopped heartbeating");
-            if let Err(e) = self
-                .interrupt_open_turn(
-                    &session,
-                    &turn,
-                    "turn interrupted: the replica running it stopped responding",
-                )
-                .await
-            {
-                tracing::error!(session_id = %session, turn_id = %turn, error = %e, "failed to record a dead replica's turn interrupted; the next start records it");
+            // Boxed: settling can start a turn, whose lease can reap again.
+            let settled = Box::pin(self.settle_claimed(
+                &session,
+                &turn,
+                "turn interrupted: the replica running it stopped responding",
+            ));
+            if let Err(e) = settled.await {
+                tracing::error!(session_id = %session, turn_id = %turn, error = %e, "failed to settle a dead replica's turn; the next start does it");
+                self.release_lease(&session, &turn).await;
             }
-            self.release_lease(&session, &turn).await;
         }
     }
 
-    /// Startup recovery of one open turn when replicas share the store: only
-    /// a turn whose lease this replica can take (nobody runs it) is
-    /// interrupted.
-    pub(crate) async fn recover_shared(&self, id: &SessionId, turn: &TurnId) -> HostResult<()> {
+    /// Startup recovery of one session when replicas share the store: only a
+    /// session whose lease this replica can take (nobody runs it) is
+    /// settled; a lease held by a live replica is its business, and one held
+    /// by a dead replica is taken over by the dead-turn claim.
+    pub(crate) async fn recover_shared(
+        &self,
+        record: &SessionRecord,
+        events: &[Envelope],
+    ) -> HostResult<()> {
         let Some(coord) = self.coordination().cloned() else {
             return Ok(());
         };
-        match coord.acquire_turn(id, turn).await? {
+        let turn = match open_turn(events) {
+            Some(turn) => turn,
+            // Nothing open: only follow-ups a stopped replica left queued
+            // need the session, under a lease of their own.
+            None if self.has_stored_queue(&record.id).await? => TurnId::generate(),
+            None => return Ok(()),
+        };
+        match coord.acquire_turn(&record.id, &turn).await? {
             Acquire::Acquired => {
                 let result = self
-                    .interrupt_open_turn(
-                        id,
-                        turn,
+                    .settle_claimed(
+                        &record.id,
+                        &turn,
                         "turn interrupted: the host stopped while it was running",
                     )
                     .await;
-                self.release_lease(id, turn).await;
+                if result.is_err() {
+                    self.release_lease(&record.id, &turn).await;
+                }
                 result
             }
-            // A live replica runs it, or a dead one's lease is taken over by
-            // the dead-turn claim.
             Acquire::HeldBy(_) => Ok(()),
         }
     }
 
-    /// Records `turn.failed` (interrupted) and the session's rest state when
-    /// `turn` is still the session's open turn. The caller holds the lease.
-    async fn interrupt_open_turn(
-        &self,
-        id: &SessionId,
-        turn: &TurnId,
-        message: &str,
-    ) -> HostResult<()> {
+    /// Settles a session whose lease this replica holds for `turn` (the
+    /// open turn, or a placeholder while only queued follow-ups remain),
+    /// reading its log again now that nobody else can change it. The lease
+    /// is kept by a resumed turn and released otherwise.
+    async fn settle_claimed(&self, id: &SessionId, turn: &TurnId, message: &str) -> HostResult<()> {
         let store = self.store();
         let Some(record) = store.get_session(id).await? else {
+            self.release_lease(id, turn).await;
             return Ok(());
         };
         let events = store.read(id, 0).await?;
-        if open_turn(&events).as_ref() != Some(turn) {
+        let open = open_turn(&events);
+        if open.as_ref().is_some_and(|open| open != turn) {
+            // Another turn is open under a lease that is not this one: not
+            // ours to settle.
+            self.release_lease(id, turn).await;
             return Ok(());
         }
-        let rest: Event = match record.mode {
-            SessionMode::Chat => SessionWaiting {}.into(),
-            SessionMode::Task => SessionFailed {
-                message: "task interrupted: the replica running it stopped".into(),
-            }
-            .into(),
-        };
-        let failed: Event = TurnFailed {
-            message: message.to_owned(),
-            status: FailStatus::Interrupted,
-            usage: None,
+        let resumed = open.is_some()
+            && crate::host::open_turn_state(&events).is_some_and(|open| !open.started);
+        let result = self
+            .settle_session(
+                &record,
+                &events,
+                message,
+                "task interrupted: the replica running it stopped",
+            )
+            .await;
+        if !resumed {
+            // Settled without a turn of its own: give the lease back (a no-op
+            // when a delivered follow-up moved it to its turn).
+            self.release_lease(id, turn).await;
         }
-        .into();
-        self.record(id, Some(turn), vec![failed]).await?;
-        self.record(id, None, vec![rest]).await?;
-        Ok(())
+        result
     }
 }
 

@@ -1419,3 +1419,82 @@ async fn resting_sessions_cost_at_most_the_cache_budget_and_rebuild_their_conver
     let m = until_nothing_active(&host).await;
     assert!(m.cached_transcript_bytes <= BUDGET, "{m:?}");
 }
+
+/// A queued follow-up whose delivery the log already shows (the process died
+/// between recording it and removing its record) is not delivered again;
+/// one the log does not show is, once.
+#[tokio::test]
+async fn recovery_delivers_queued_follow_ups_once() {
+    use bdk_core::host::QUEUE_NAMESPACE;
+    let (dir, p) = project(&with(&[(
+        "agent/scripted.toml",
+        "[[rules]]\nreply = \"ok: {{ user }}\"\n",
+    )]));
+    let state = dir.path().join("state");
+    let id = {
+        let host = host_over(p.clone(), &state, |b| b).await;
+        let id = host
+            .start_session(StartSession::default())
+            .await
+            .unwrap()
+            .session_id;
+        let sent = host
+            .send(
+                &id,
+                FollowUp {
+                    message: "hello".into(),
+                    delivery_id: Some("dlv_seen".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        host.wait_turn(&id, sent.turn_id.as_ref().unwrap())
+            .await
+            .unwrap();
+        host.wait_idle(&id).await;
+        id
+    };
+    // What a crash can leave: the record of a follow-up that was delivered,
+    // and that of one that was not.
+    let store = FsStore::open(&state).unwrap();
+    for (n, message, delivery) in [(0, "hello", "dlv_seen"), (1, "later", "dlv_new")] {
+        store
+            .kv_put(
+                QUEUE_NAMESPACE,
+                &format!("{id}/{:020}.{n:020}", 0),
+                json!({"message": message, "deliveryId": delivery, "after": 0}),
+            )
+            .await
+            .unwrap();
+    }
+    drop(store);
+    for _ in 0..2 {
+        let host = host_over(p.clone(), &state, |b| b).await;
+        host.wait_idle(&id).await;
+        let events = host.events(&id, 0, None).await.unwrap();
+        assert_gapless(&events);
+        let received: Vec<(String, Vec<String>)> = events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::MessageReceived(m) => Some((m.message.clone(), m.delivery_ids.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            received,
+            [
+                ("hello".to_owned(), vec!["dlv_seen".to_owned()]),
+                ("later".to_owned(), vec!["dlv_new".to_owned()]),
+            ],
+            "delivered once, also after a second start"
+        );
+        assert!(
+            host.store()
+                .kv_list(QUEUE_NAMESPACE, "")
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

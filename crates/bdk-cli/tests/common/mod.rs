@@ -184,3 +184,221 @@ pub async fn read_until(
         }
     }
 }
+
+/// Scripted rules with a turn that never ends by itself ("slow") and a quick
+/// echo for everything else.
+pub const QUEUE_RULES: &str = r#"
+[[rules]]
+user_contains = "slow"
+reply = "slow reply"
+delay_ms = 600000
+
+[[rules]]
+reply = "quick: {{ user }}"
+"#;
+
+/// Writes an agent at `dir` that runs one turn at a time
+/// (`max_running_turns = 1`) with [`QUEUE_RULES`].
+pub fn queue_agent(dir: &Path) {
+    for (path, content) in [
+        (
+            "agent/agent.toml",
+            "model = \"scripted\"\nmax_running_turns = 1\n",
+        ),
+        ("agent/instructions.md", "You are a test agent.\n"),
+        ("agent/scripted.toml", QUEUE_RULES),
+    ] {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+}
+
+async fn events_json(c: &reqwest::Client, url: &str) -> Vec<Value> {
+    let r = c.get(format!("{url}?format=json")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{url}");
+    let v: Value = r.json().await.unwrap();
+    v["events"].as_array().unwrap().clone()
+}
+
+/// Polls a session's recorded events until one satisfies `pred`.
+pub async fn wait_for(c: &reqwest::Client, url: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let all = events_json(c, url).await;
+        if all.iter().any(&pred) {
+            return all;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the event never came: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How often each delivery id appears on `message.received` and
+/// `nudge.delivered` events.
+pub fn deliveries(events: &[Value]) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for e in events {
+        let ids: Vec<&Value> = match e["type"].as_str().unwrap() {
+            "message.received" => e["data"]["deliveryIds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .collect(),
+            "nudge.delivered" => vec![&e["data"]["deliveryId"]],
+            _ => continue,
+        };
+        for id in ids {
+            *out.entry(id.as_str().unwrap().to_owned()).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// How the first server goes away.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stop {
+    /// `kill -9`.
+    Kill,
+    /// SIGTERM, which must exit 0.
+    Terminate,
+}
+
+/// Regression (issue 13): a coalesced follow-up answered 200 behind a
+/// running turn was lost on `kill -9`, and a turn waiting for a slot under
+/// `max_running_turns` was only marked failed after the restart. Both were
+/// acknowledged, so both must run once the server is back, exactly once,
+/// also across a later restart. `args` pick the store; the agent at `dir`
+/// (see [`queue_agent`]) is served at `/<slug>`.
+pub async fn acknowledged_work_survives_kill_nine(args: &[&str], dir: &Path, slug: &str) {
+    acknowledged_work_survives(args, dir, slug, Stop::Kill).await;
+}
+
+/// [`acknowledged_work_survives_kill_nine`], with the first server stopped by `stop`.
+pub async fn acknowledged_work_survives(args: &[&str], dir: &Path, slug: &str, stop: Stop) {
+    let c = client();
+    let url = |server: &Server, path: &str| format!("{}/{slug}/v1{path}", server.base);
+    let mut first = Server::start(args, &[dir]);
+    let (status, slow) = post(
+        &c,
+        &url(&first, "/session"),
+        serde_json::json!({"message": "be slow"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{slow}");
+    let one = slow["sessionId"].as_str().unwrap().to_owned();
+    let slow_turn = slow["turnId"].clone();
+    let one_events = url(&first, &format!("/session/{one}/events"));
+    wait_for(&c, &one_events, |e| e["type"] == "turn.started").await;
+
+    // A second session waits for the only turn slot.
+    let (status, waiting) = post(
+        &c,
+        &url(&first, "/session"),
+        serde_json::json!({"message": "second in line"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{waiting}");
+    let two = waiting["sessionId"].as_str().unwrap().to_owned();
+    let queued_turn = waiting["turnId"].clone();
+    wait_for(&c, &url(&first, &format!("/session/{two}/events")), |e| {
+        e["type"] == "turn.queued"
+    })
+    .await;
+
+    // Two follow-ups queued behind the slow turn, acknowledged.
+    for (text, delivery) in [
+        ("after the first one", "dlv_kill9_a"),
+        ("and this too", "dlv_kill9_b"),
+    ] {
+        let (status, sent) = post(
+            &c,
+            &url(&first, &format!("/session/{one}")),
+            serde_json::json!({"message": text, "admission": "coalesce", "deliveryId": delivery}),
+        )
+        .await;
+        assert_eq!(status, 200, "{sent}");
+        assert!(
+            sent.get("turnId").is_none(),
+            "queued behind the running turn: {sent}"
+        );
+    }
+    match stop {
+        Stop::Kill => {
+            first.child.kill().unwrap(); // SIGKILL
+            first.child.wait().unwrap();
+        }
+        Stop::Terminate => {
+            assert_eq!(first.terminate(), 0, "{}", first.stderr.lock().unwrap());
+        }
+    }
+
+    let mut second = Server::start(args, &[dir]);
+    let one_events = url(&second, &format!("/session/{one}/events"));
+    let two_events = url(&second, &format!("/session/{two}/events"));
+    // The queued follow-ups run as one turn, in the order they were sent.
+    let all = wait_for(&c, &one_events, |e| {
+        e["type"] == "turn.completed"
+            && e["data"]["reply"] == "quick: after the first one\n\nand this too"
+    })
+    .await;
+    let interrupted = all
+        .iter()
+        .find(|e| e["turnId"] == slow_turn && e["type"] == "turn.failed")
+        .expect("the running turn was recorded interrupted");
+    assert_eq!(interrupted["data"]["status"], "interrupted");
+    let drained = all
+        .iter()
+        .find(|e| e["type"] == "message.received" && e["turnId"] != slow_turn)
+        .unwrap();
+    assert_eq!(
+        drained["data"]["deliveryIds"],
+        serde_json::json!(["dlv_kill9_a", "dlv_kill9_b"])
+    );
+    // The waiting turn runs under the turn id it was acknowledged with.
+    let all_two = wait_for(&c, &two_events, |e| {
+        e["turnId"] == queued_turn && e["type"] == "turn.completed"
+    })
+    .await;
+    let done = all_two
+        .iter()
+        .find(|e| e["turnId"] == queued_turn && e["type"] == "turn.completed")
+        .unwrap();
+    assert_eq!(done["data"]["reply"], "quick: second in line");
+    assert!(
+        !all_two.iter().any(|e| e["type"] == "turn.failed"),
+        "the waiting turn is run, not failed: {all_two:#?}"
+    );
+    for events in [&all, &all_two] {
+        for (i, e) in events.iter().enumerate() {
+            assert_eq!(e["index"], i as u64, "gapless: {events:#?}");
+        }
+    }
+
+    // Exactly once, also after another restart.
+    let drained_at = drained["index"].as_u64().unwrap();
+    wait_for(&c, &one_events, |e| {
+        e["type"] == "session.waiting" && e["index"].as_u64().unwrap() > drained_at
+    })
+    .await;
+    let before_one = events_json(&c, &one_events).await.len();
+    let before_two = events_json(&c, &two_events).await.len();
+    assert_eq!(second.terminate(), 0, "{}", second.stderr.lock().unwrap());
+    let third = Server::start(args, &[dir]);
+    let one_events = url(&third, &format!("/session/{one}/events"));
+    let two_events = url(&third, &format!("/session/{two}/events"));
+    let after_one = events_json(&c, &one_events).await;
+    let after_two = events_json(&c, &two_events).await;
+    assert_eq!(
+        after_one.len(),
+        before_one,
+        "nothing new after a clean restart: {after_one:#?}"
+    );
+    assert_eq!(after_two.len(), before_two, "{after_two:#?}");
+    let counts = deliveries(&after_one);
+    assert_eq!(counts.get("dlv_kill9_a"), Some(&1), "{counts:?}");
+    assert_eq!(counts.get("dlv_kill9_b"), Some(&1), "{counts:?}");
+}
