@@ -1889,11 +1889,16 @@ impl Host {
             // they stay queued (and recorded) for the next start.
             let draining = chat && !self.inner.shutdown.is_cancelled();
             let mut next = draining.then(|| take_pending(&slot)).flatten();
-            if next.is_some()
-                && let Some(end_event) = end_event.clone()
-                && let Err(e) = self.record_batch(&record.id, vec![end_event]).await
-            {
-                tracing::error!(session_id = %record.id, error = %e, "failed to record the end of a turn");
+            // The records of follow-ups steered into this turn, to remove
+            // once its end is durable (which makes their nudges durable).
+            let mut steered = Vec::new();
+            if next.is_some() {
+                if let Some(end_event) = end_event.clone()
+                    && let Err(e) = self.record_batch(&record.id, vec![end_event]).await
+                {
+                    tracing::error!(session_id = %record.id, error = %e, "failed to record the end of a turn");
+                }
+                steered = std::mem::take(&mut slot.state().delivered);
             }
             if next.is_none() {
                 let rest: Event = match (chat, &end) {
@@ -1915,16 +1920,17 @@ impl Host {
                 }
                 // Re-check under the lock: a follow-up may have been queued
                 // while the rest state was being recorded.
+                // Taken under the same lock that ends the turn, so nudges of
+                // a turn started right after are not among them.
                 let mut state = slot.state();
                 state.ending = false;
+                steered = std::mem::take(&mut state.delivered);
                 if draining && !state.pending.is_empty() {
                     next = Some(std::mem::take(&mut state.pending));
                 } else {
                     state.running = None;
                 }
             }
-            // The turn's end is durable now, and with it the nudges it took.
-            let steered = std::mem::take(&mut slot.state().delivered);
             self.forget_queued(steered).await;
             let Some(drained) = next else {
                 self.release_lease(&record.id, &turn_id).await;

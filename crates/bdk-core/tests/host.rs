@@ -452,6 +452,22 @@ reply = "follow-up: {{ user }}"
         .collect();
     assert_eq!(ids, [Some("a".into()), Some("b".into())]);
     assert_gapless(&events);
+    // The records of the queued sends go once their deliveries are durable
+    // (right after the turn task lets go of the session).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !host
+        .store()
+        .kv_list(bdk_core::host::QUEUE_NAMESPACE, "")
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "queued records stayed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 #[tokio::test]
