@@ -590,3 +590,47 @@ async fn a_follow_up_gives_up_with_session_busy_when_the_owner_never_answers() {
     assert_eq!(r.reply, "quick: let me in");
     drop(a);
 }
+
+/// Regression: tokenless follow-ups racing on two replicas lost the token's
+/// compare-and-swap and answered `stale_continuation_token` although they
+/// held no token. The loser of a race now answers `session_busy`; a winner's
+/// turn runs.
+#[tokio::test]
+async fn tokenless_follow_ups_racing_on_two_replicas_are_never_stale() {
+    let c = Cluster::new(MemoryCluster::default());
+    let a = c.replica("a").await;
+    let b = c.replica("b").await;
+    let id = a
+        .start_session(StartSession::default())
+        .await
+        .unwrap()
+        .session_id;
+    let mut accepted = 0;
+    for round in 0..6 {
+        let send = |h: &Host, who: &str| {
+            let h = h.clone();
+            let id = id.clone();
+            let message = format!("brisk {who} {round}");
+            tokio::spawn(async move { h.send(&id, follow_up(&message)).await })
+        };
+        let (ra, rb) = tokio::join!(send(&a, "a"), send(&b, "b"));
+        for (h, result) in [(&a, ra.unwrap()), (&b, rb.unwrap())] {
+            match result {
+                Ok(sent) => {
+                    accepted += 1;
+                    ended(h, &id, sent.turn_id.as_ref().unwrap()).await;
+                }
+                Err(e) => assert_eq!(e.code(), "session_busy", "{e}"),
+            }
+        }
+    }
+    assert!(accepted >= 6, "at least one send of each round is accepted");
+    wait_lease_free(&c.cluster, &id).await;
+    let events = a.events(&id, 0, None).await.unwrap();
+    assert_one_turn_at_a_time(&events);
+    let received = events
+        .iter()
+        .filter(|e| matches!(e.event, Event::MessageReceived(_)))
+        .count();
+    assert_eq!(received, accepted, "every accepted follow-up got its turn");
+}
