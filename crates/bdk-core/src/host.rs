@@ -8,7 +8,7 @@
 //! Per session in use the host keeps a slot with the running turn (if any),
 //! the follow-ups waiting to be coalesced, and the conversation so far; a
 //! resting session's slot goes away and its conversation moves to a cache
-//! bounded in bytes (see [`slots`]), so memory follows the running work, not
+//! bounded in bytes (`host/slots.rs`), so memory follows the running work, not
 //! the history. Admission
 //! (`send`, `stop`, session-bound write calls) is serialized per session by
 //! an async lock, so two follow-ups never race into the same turn boundary.
