@@ -152,7 +152,25 @@ impl Env {
     }
 }
 
+/// Runs this program under the allocator setting of `bdk serve`
+/// (`src/malloc.rs`), so the memory figures are the server's: re-executes
+/// once with the same `GLIBC_TUNABLES` unless it is set already.
+fn run_like_serve() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("GLIBC_TUNABLES").is_none()
+        && let Ok(exe) = std::env::current_exe()
+    {
+        use std::os::unix::process::CommandExt;
+        let err = std::process::Command::new(exe)
+            .args(std::env::args_os().skip(1))
+            .env("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=131072")
+            .exec();
+        eprintln!("bench: could not re-execute with GLIBC_TUNABLES: {err}");
+    }
+}
+
 fn main() -> ExitCode {
+    run_like_serve();
     // `cargo bench` passes `--bench`; only `--quick` means anything here.
     let quick = std::env::args().any(|a| a == "--quick");
     match run(quick) {

@@ -17,6 +17,7 @@ mod evals;
 mod init;
 mod lock;
 mod logs;
+mod malloc;
 mod mcp;
 mod sandbox;
 mod serve;
@@ -247,6 +248,10 @@ fn main() -> ExitCode {
         return code;
     }
     let cli = Cli::parse();
+    // Before any thread: a long-running server gives freed memory back.
+    if matches!(cli.command, Command::Serve { .. }) {
+        malloc::pin_mmap_threshold();
+    }
     let logs = bdk_http::LogBuffer::new(2000);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -531,3 +531,36 @@ async fn acknowledged_work_survives_a_graceful_restart() {
     common::queue_agent(&dir);
     common::acknowledged_work_survives(&[], &dir, "queue", common::Stop::Terminate).await;
 }
+
+/// `bdk serve` runs with glibc's mmap threshold pinned (so memory freed by
+/// big requests goes back to the system), and leaves an operator's own
+/// `GLIBC_TUNABLES` alone.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_pins_the_malloc_threshold_unless_the_operator_chose() {
+    let (_tmp, dir) = weather();
+    let environ = |server: &Server| {
+        let raw = std::fs::read(format!("/proc/{}/environ", server.child.id())).unwrap();
+        raw.split(|b| *b == 0)
+            .map(|kv| String::from_utf8_lossy(kv).into_owned())
+            .find_map(|kv| kv.strip_prefix("GLIBC_TUNABLES=").map(str::to_owned))
+    };
+    let server = Server::start(&[], &[&dir]);
+    assert_eq!(
+        environ(&server).as_deref(),
+        Some("glibc.malloc.mmap_threshold=131072")
+    );
+    drop(server);
+    let mut cmd = Command::cargo_bin("bdk").unwrap();
+    cmd.arg("serve")
+        .arg(&dir)
+        .args(["--port", "0"])
+        .env("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+        .env_remove("BDK_STATE_ROOT")
+        .env_remove("BDK_BEARER_TOKEN");
+    let server = Server::spawn(cmd);
+    assert_eq!(
+        environ(&server).as_deref(),
+        Some("glibc.malloc.arena_max=2")
+    );
+}
