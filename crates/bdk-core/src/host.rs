@@ -2038,10 +2038,14 @@ impl Host {
                     let queued = self
                         .record(id, Some(turn_id), vec![TurnQueued { position }.into()])
                         .await;
+                    // A cancel wins over a slot freed by the same cancel (a
+                    // shutdown ends the running turns, which frees slots).
                     let permit = tokio::select! {
-                        p = Arc::clone(sem).acquire_owned() => p.ok(),
+                        biased;
                         _ = cancel.cancelled() => None,
-                    };
+                        p = Arc::clone(sem).acquire_owned() => p.ok(),
+                    }
+                    .filter(|_| !cancel.is_cancelled());
                     self.inner.queued.fetch_sub(1, Ordering::SeqCst);
                     if let Err(e) = queued {
                         return Outcome::recorded(Err(e.to_string()));
@@ -2050,7 +2054,7 @@ impl Host {
                         Some(p) => Some(p),
                         // Shut down before it started: nothing of it ran, so
                         // the next start runs it rather than fail it.
-                        None if reason.load(Ordering::SeqCst) == REASON_SHUTDOWN => {
+                        None if self.inner.shutdown.is_cancelled() => {
                             return Outcome {
                                 result: Err("deferred by a shutdown".into()),
                                 end: None,
@@ -2067,6 +2071,14 @@ impl Host {
             },
         };
 
+        if self.inner.shutdown.is_cancelled() {
+            // Shut down before it started: kept for the next start, as above.
+            return Outcome {
+                result: Err("deferred by a shutdown".into()),
+                end: None,
+                deferred: true,
+            };
+        }
         let model = self.inner.root.model.id().to_owned();
         if let Err(e) = self
             .record(
