@@ -133,16 +133,20 @@ pub struct Decision {
 }
 
 /// Parks calls of `needs_approval` tools until a decision arrives.
-#[async_trait]
+///
+/// The loop parks a call before it records `action.approval_requested`, so
+/// whoever reads that event can resolve the call right away.
 pub trait ApprovalGate: Send + Sync {
-    /// Waits for the decision on `call_id`; `None` when `cancel` fired first.
-    async fn wait(
+    /// Registers `call_id` as waiting for a decision; the receiver gets it.
+    fn park(
         &self,
         call_id: &str,
         name: &str,
         input: &Value,
-        cancel: &CancellationToken,
-    ) -> Option<Decision>;
+    ) -> tokio::sync::oneshot::Receiver<Decision>;
+    /// Forgets a parked call nobody waits for any more (the wait was
+    /// cancelled, or its request could not be recorded).
+    fn unpark(&self, call_id: &str);
 }
 
 /// A tool with its compiled input validator.
@@ -288,6 +292,13 @@ enum State {
     Done(TurnEnd),
 }
 
+/// What `step.completed` reports, filled in as the step learns it.
+#[derive(Default)]
+struct StepClose {
+    finish: Option<String>,
+    usage: Option<Usage>,
+}
+
 struct Run<'a> {
     input: TurnInput<'a>,
     messages: Vec<Message>,
@@ -338,6 +349,10 @@ impl Run<'_> {
         }
     }
 
+    /// One model step and its batch. Once `step.started` is recorded the
+    /// step is always closed with `step.completed`, whatever ends it
+    /// (cancellation, a model error, a limit), so every step in the log is
+    /// paired.
     async fn step(&mut self) -> State {
         if self.input.cancel.is_cancelled() {
             return State::Done(TurnEnd::Cancelled);
@@ -354,6 +369,26 @@ impl Run<'_> {
         if let Err(e) = self.emit(StepStarted { step }).await {
             return State::Done(TurnEnd::Failed(e.to_string()));
         }
+        let mut closing = StepClose::default();
+        let state = self.stream_step(step, &mut closing).await;
+        let completed = StepCompleted {
+            step,
+            duration_ms: elapsed_ms(started),
+            finish_reason: closing.finish,
+            usage: closing.usage,
+        };
+        match self.emit(completed).await {
+            Err(e) if !matches!(state, State::Done(TurnEnd::Failed(_))) => {
+                State::Done(TurnEnd::Failed(e.to_string()))
+            }
+            _ => state,
+        }
+    }
+
+    /// The body of [`Run::step`] after `step.started`: streams the model's
+    /// answer, then runs its batch. What `step.completed` reports goes into
+    /// `closing` as it becomes known.
+    async fn stream_step(&mut self, step: u32, closing: &mut StepClose) -> State {
         let request = ModelRequest {
             model: self.input.spec.model_name.clone(),
             system: self.input.spec.system.clone(),
@@ -464,22 +499,11 @@ impl Run<'_> {
             text: text.clone(),
             tool_calls: calls.clone(),
         });
-        let completed = StepCompleted {
-            step,
-            duration_ms: 0,
-            finish_reason: finish,
-            usage: Some(step_usage),
-        };
+        closing.finish = finish;
+        closing.usage = Some(step_usage);
         if calls.is_empty() {
             self.reply = text;
-            let completed = StepCompleted {
-                duration_ms: elapsed_ms(started),
-                ..completed
-            };
-            return match self.emit(completed).await {
-                Ok(()) => State::Done(TurnEnd::Completed),
-                Err(e) => State::Done(TurnEnd::Failed(e.to_string())),
-            };
+            return State::Done(TurnEnd::Completed);
         }
         self.calls += calls.len();
         if self.calls > MAX_TOOL_CALLS_PER_TURN {
@@ -487,15 +511,7 @@ impl Run<'_> {
                 "turn stopped after more than {MAX_TOOL_CALLS_PER_TURN} tool calls"
             )));
         }
-        let state = self.act(calls).await;
-        let completed = StepCompleted {
-            duration_ms: elapsed_ms(started),
-            ..completed
-        };
-        if let Err(e) = self.emit(completed).await {
-            return State::Done(TurnEnd::Failed(e.to_string()));
-        }
-        state
+        self.act(calls).await
     }
 
     /// Runs one batch, then steers in waiting nudges and goes back to `Step`.
@@ -527,17 +543,30 @@ impl Run<'_> {
             }
         }
         let mut results: Vec<(String, String, ToolOutput)> = Vec::with_capacity(calls.len());
+        let mut ended = None;
         for group in groups {
             let outs = join_all(group.iter().map(|c| self.execute(c))).await;
             for (call, out) in group.iter().zip(outs) {
                 match out {
                     Ok(out) => results.push((call.id.clone(), call.name.clone(), out)),
-                    Err(e) => return State::Done(TurnEnd::Failed(e.to_string())),
+                    Err(e) => {
+                        ended.get_or_insert(TurnEnd::Failed(e.to_string()));
+                    }
                 }
             }
-            if self.input.cancel.is_cancelled() {
-                return State::Done(TurnEnd::Cancelled);
+            if ended.is_none() && self.input.cancel.is_cancelled() {
+                ended = Some(TurnEnd::Cancelled);
             }
+            if ended.is_some() {
+                break;
+            }
+        }
+        if let Some(end) = ended {
+            // Whatever ended the turn mid-batch (a stop, a preemption, a
+            // shutdown, a failed append), the batch is closed: calls that
+            // never ran get an error result, then `actions.completed`.
+            self.close_batch(step, &calls, &results).await;
+            return State::Done(end);
         }
         for (call_id, name, out) in results {
             self.messages.push(Message::Tool {
@@ -569,6 +598,41 @@ impl Run<'_> {
             }
         }
         State::Step
+    }
+
+    /// Closes a batch the turn leaves early: an error `action.result` for
+    /// each call that has none, then `actions.completed`. Best effort: when
+    /// the store refuses appends, the turn is failing for that already.
+    async fn close_batch(
+        &self,
+        step: u32,
+        calls: &[ToolCall],
+        results: &[(String, String, ToolOutput)],
+    ) {
+        for call in calls {
+            if results.iter().any(|(id, _, _)| *id == call.id) {
+                continue;
+            }
+            let result = ActionResult {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                is_error: true,
+                output: Value::String("not run: the turn ended before this call".to_owned()),
+                duration_ms: 0,
+                stubbed: false,
+            };
+            if let Err(e) = self.emit(result).await {
+                tracing::warn!(error = %e, "failed to record the result of a call the turn left");
+                return;
+            }
+        }
+        let completed = ActionsCompleted {
+            step,
+            call_ids: calls.iter().map(|c| c.id.clone()).collect(),
+        };
+        if let Err(e) = self.emit(completed).await {
+            tracing::warn!(error = %e, "failed to close the batch of a turn that ended");
+        }
     }
 
     fn effect_of(&self, name: &str) -> Effect {
@@ -671,23 +735,23 @@ impl Run<'_> {
         }
         let mut approved_by = None;
         if tool_spec.needs_approval {
-            self.input
-                .recorder
-                .record(
-                    ActionApprovalRequested {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        input: call.input.clone(),
-                    }
-                    .into(),
-                )
-                .await?;
-            let decision = self
-                .input
-                .approvals
-                .wait(&call.id, &call.name, &call.input, &self.input.cancel)
-                .await;
+            let approvals = self.input.approvals;
+            let parked = approvals.park(&call.id, &call.name, &call.input);
+            let requested = ActionApprovalRequested {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                input: call.input.clone(),
+            };
+            if let Err(e) = self.input.recorder.record(requested.into()).await {
+                approvals.unpark(&call.id);
+                return Err(e);
+            }
+            let decision = tokio::select! {
+                d = parked => d.ok(),
+                _ = self.input.cancel.cancelled() => None,
+            };
             let Some(decision) = decision else {
+                approvals.unpark(&call.id);
                 return Ok((ToolOutput::error("approval wait cancelled"), false));
             };
             self.input

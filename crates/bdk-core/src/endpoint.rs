@@ -38,7 +38,7 @@ use tokio::net::unix::OwnedReadHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::tool::{ToolContext, ToolServices};
+use crate::tool::{NewArtifact, ToolContext, ToolServices};
 
 /// The variable naming the endpoint's socket in a tool's environment.
 pub const SOCKET_ENV: &str = "BDK_HOST_SOCKET";
@@ -748,6 +748,7 @@ struct Prefix {
 struct Tag {
     kind: String,
     name: Option<String>,
+    path: Option<String>,
     content: Option<String>,
     content_base64: Option<String>,
     content_type: Option<String>,
@@ -996,21 +997,39 @@ async fn tag_artifact(binding: &Binding, args: Value) -> Result<Value, OpError> 
             ));
         }
     };
-    let (bytes, text) = content_bytes(a.content, a.content_base64)?;
-    let name = a.name.unwrap_or_else(|| a.kind.clone());
-    let content_type = a.content_type.unwrap_or_else(|| {
-        if text {
-            "text/plain; charset=utf-8"
-        } else {
-            "application/octet-stream"
+    // A workspace file (recorded with its path, as the built-in does), or
+    // inline content (recorded without one).
+    let (bytes, default_name, default_type, path) = match a.path {
+        Some(rel) => {
+            if a.content.is_some() || a.content_base64.is_some() {
+                return Err(OpError::InvalidArgs(
+                    "give exactly one of path, content (text) or contentBase64".to_owned(),
+                ));
+            }
+            let file = crate::tool::builtin::read_artifact_file(&binding.ctx, &rel)
+                .await
+                .map_err(|out| OpError::InvalidArgs(out.to_text()))?;
+            (file.bytes, file.name, file.content_type, Some(file.path))
         }
-        .to_owned()
-    });
-    match binding
-        .services
-        .tag_artifact(&binding.ctx, &a.kind, &name, bytes, &content_type, metadata)
-        .await
-    {
+        None => {
+            let (bytes, text) = content_bytes(a.content, a.content_base64)?;
+            let default_type = if text {
+                "text/plain; charset=utf-8"
+            } else {
+                "application/octet-stream"
+            };
+            (bytes, a.kind.clone(), default_type, None)
+        }
+    };
+    let artifact = NewArtifact {
+        name: a.name.unwrap_or(default_name),
+        content_type: a.content_type.unwrap_or_else(|| default_type.to_owned()),
+        kind: a.kind,
+        path,
+        content: bytes,
+        metadata,
+    };
+    match binding.services.tag_artifact(&binding.ctx, artifact).await {
         Ok(id) => Ok(json!({"artifactId": id})),
         Err(message) => {
             tracing::warn!(call_id = %binding.ctx.call_id, error = %message, "host endpoint failed to tag an artifact");

@@ -31,7 +31,7 @@ use bdk_events::{
     ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult, ActionsCompleted,
     ActionsRequested, ArtifactTagged, DeliveryId, Envelope, Event, FailStatus, MessageReceived,
     SessionCompleted, SessionFailed, SessionId, SessionMode, SessionStarted, SessionWaiting,
-    TurnCompleted, TurnFailed, TurnId, TurnQueued, TurnStarted, Usage,
+    StepCompleted, TurnCompleted, TurnFailed, TurnId, TurnQueued, TurnStarted, Usage,
 };
 use bdk_store::coord::{Control, ControlKind, Coordination};
 use bdk_store::{
@@ -62,7 +62,8 @@ use crate::model::{Message, Model, ModelError, ModelRequest, ModelStream};
 use crate::project::Project;
 use crate::reminders::{self, SessionReminders};
 use crate::tool::{
-    Effect, Execution, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec,
+    Effect, Execution, NewArtifact, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices,
+    ToolSpec,
 };
 use crate::tool::{builtin, subprocess};
 use crate::workspace;
@@ -2745,9 +2746,12 @@ impl Host {
                 usage: None,
             }
             .into();
+            // What the stopped host left open (a batch, a step) is closed
+            // before the turn's end, as a turn ending in a live host does.
+            let mut end = closing_events(events, &open.id);
+            end.push(failed);
             let result = async {
-                self.record(&record.id, Some(&open.id), vec![failed])
-                    .await?;
+                self.record(&record.id, Some(&open.id), end).await?;
                 self.record(&record.id, None, vec![rest]).await
             }
             .await;
@@ -2794,6 +2798,66 @@ pub(crate) fn open_turn_state(events: &[Envelope]) -> Option<OpenTurn> {
         started,
         prompt,
     })
+}
+
+/// The events that close what turn `turn` of `events` left open: an error
+/// `action.result` for each requested call without one and the batch's
+/// `actions.completed`, then `step.completed` for each open step.
+fn closing_events(events: &[Envelope], turn: &TurnId) -> Vec<Event> {
+    let mut steps: Vec<u32> = Vec::new();
+    let mut batches: Vec<(u32, Vec<ActionRequest>)> = Vec::new();
+    let mut results: HashSet<&str> = HashSet::new();
+    for env in events.iter().filter(|e| e.turn_id.as_ref() == Some(turn)) {
+        match &env.event {
+            Event::StepStarted(s) => steps.push(s.step),
+            Event::StepCompleted(s) => steps.retain(|x| *x != s.step),
+            Event::ActionsRequested(a) => batches.push((a.step, a.actions.clone())),
+            Event::ActionsCompleted(a) => batches.retain(|(step, _)| *step != a.step),
+            Event::ActionResult(r) => {
+                results.insert(r.call_id.as_str());
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (step, actions) in batches {
+        for action in &actions {
+            if !results.contains(action.call_id.as_str()) {
+                out.push(
+                    ActionResult {
+                        call_id: action.call_id.clone(),
+                        name: action.name.clone(),
+                        is_error: true,
+                        output: Value::String(
+                            "not run: the host stopped before this call finished".to_owned(),
+                        ),
+                        duration_ms: 0,
+                        stubbed: false,
+                    }
+                    .into(),
+                );
+            }
+        }
+        out.push(
+            ActionsCompleted {
+                step,
+                call_ids: actions.into_iter().map(|a| a.call_id).collect(),
+            }
+            .into(),
+        );
+    }
+    for step in steps {
+        out.push(
+            StepCompleted {
+                step,
+                duration_ms: 0,
+                finish_reason: None,
+                usage: None,
+            }
+            .into(),
+        );
+    }
+    out
 }
 
 async fn wait_done(mut done: watch::Receiver<bool>) {
@@ -3007,48 +3071,36 @@ struct Gate {
     session_id: SessionId,
 }
 
-#[async_trait]
 impl ApprovalGate for Gate {
-    async fn wait(
-        &self,
-        call_id: &str,
-        name: &str,
-        input: &Value,
-        cancel: &CancellationToken,
-    ) -> Option<Decision> {
+    fn park(&self, call_id: &str, name: &str, input: &Value) -> oneshot::Receiver<Decision> {
         let (tx, rx) = oneshot::channel();
-        {
-            let mut approvals = self
-                .host
-                .inner
-                .approvals
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            approvals.insert(
-                call_id.to_owned(),
-                PendingApproval {
-                    session_id: self.session_id.clone(),
-                    name: name.to_owned(),
-                    input: input.clone(),
-                    requested_at: Utc::now(),
-                    tx,
-                },
-            );
-        }
-        let decision = tokio::select! {
-            d = rx => d.ok(),
-            _ = cancel.cancelled() => None,
-        };
-        if decision.is_none() {
-            let mut approvals = self
-                .host
-                .inner
-                .approvals
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            approvals.remove(call_id);
-        }
-        decision
+        let mut approvals = self
+            .host
+            .inner
+            .approvals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        approvals.insert(
+            call_id.to_owned(),
+            PendingApproval {
+                session_id: self.session_id.clone(),
+                name: name.to_owned(),
+                input: input.clone(),
+                requested_at: Utc::now(),
+                tx,
+            },
+        );
+        rx
+    }
+
+    fn unpark(&self, call_id: &str) {
+        let mut approvals = self
+            .host
+            .inner
+            .approvals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        approvals.remove(call_id);
     }
 }
 
@@ -3081,23 +3133,27 @@ impl ToolServices for Services {
     async fn tag_artifact(
         &self,
         _ctx: &ToolContext,
-        kind: &str,
-        name: &str,
-        content: Vec<u8>,
-        content_type: &str,
-        metadata: Value,
+        artifact: NewArtifact,
     ) -> Result<String, String> {
         let Some(session_id) = &self.session_id else {
             return Err("artifacts need a call bound to a session".to_owned());
         };
+        let NewArtifact {
+            kind,
+            name,
+            path,
+            content,
+            content_type,
+            metadata,
+        } = artifact;
         let id = new_id("art");
         let record = ArtifactRecord {
             id: id.clone(),
             session_id: Some(session_id.clone()),
             principal: self.principal.clone(),
-            kind: kind.to_owned(),
-            name: name.to_owned(),
-            content_type: content_type.to_owned(),
+            kind: kind.clone(),
+            name,
+            content_type,
             size: content.len() as u64,
             metadata: metadata.clone(),
             created_at: Utc::now(),
@@ -3123,8 +3179,8 @@ impl ToolServices for Services {
                 vec![
                     ArtifactTagged {
                         artifact_id: id.clone(),
-                        kind: kind.to_owned(),
-                        path: Some(name.to_owned()),
+                        kind,
+                        path,
                         metadata,
                     }
                     .into(),

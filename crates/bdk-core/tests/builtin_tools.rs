@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bdk_core::tool::builtin;
-use bdk_core::tool::{Effect, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices};
+use bdk_core::tool::{
+    Effect, NewArtifact, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices,
+};
 use bdk_events::{SessionId, SessionMode};
 use chrono::Utc;
 use serde_json::{Value, json};
@@ -20,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 struct Tagged {
     kind: String,
     name: String,
+    path: Option<String>,
     content: Vec<u8>,
     content_type: String,
     metadata: Value,
@@ -41,22 +44,19 @@ impl ToolServices for TestServices {
     async fn tag_artifact(
         &self,
         ctx: &ToolContext,
-        kind: &str,
-        name: &str,
-        content: Vec<u8>,
-        content_type: &str,
-        metadata: Value,
+        artifact: NewArtifact,
     ) -> Result<String, String> {
-        if kind == "refused" {
+        if artifact.kind == "refused" {
             return Err("store is read-only".to_owned());
         }
         let mut tagged = self.tagged.lock().unwrap();
         tagged.push(Tagged {
-            kind: kind.to_owned(),
-            name: name.to_owned(),
-            content,
-            content_type: content_type.to_owned(),
-            metadata,
+            kind: artifact.kind,
+            name: artifact.name,
+            path: artifact.path,
+            content: artifact.content,
+            content_type: artifact.content_type,
+            metadata: artifact.metadata,
             call_id: ctx.call_id.clone(),
         });
         Ok(format!("art_{}", tagged.len()))
@@ -580,7 +580,7 @@ async fn tag_artifact_from_content_or_file() {
     std::fs::write(f.ws.join("out/report.md"), "# Report").unwrap();
     let output = with(json!({"kind": "report", "path": "out/report.md"})).await;
     assert_eq!(output, ToolOutput::ok(json!({"artifactId": "art_2"})));
-    let output = with(json!({"kind": "report", "path": "out/report.md", "name": "Final", "contentType": "text/x-custom"})).await;
+    let output = with(json!({"kind": "report", "path": "./out//report.md", "name": "Final", "contentType": "text/x-custom"})).await;
     assert_eq!(output, ToolOutput::ok(json!({"artifactId": "art_3"})));
 
     let tagged = services.tagged.lock().unwrap().clone();
@@ -590,6 +590,7 @@ async fn tag_artifact_from_content_or_file() {
             Tagged {
                 kind: "summary".to_owned(),
                 name: "summary".to_owned(),
+                path: None,
                 content: b"all good".to_vec(),
                 content_type: "text/plain; charset=utf-8".to_owned(),
                 metadata: json!({"pr": 42}),
@@ -598,6 +599,7 @@ async fn tag_artifact_from_content_or_file() {
             Tagged {
                 kind: "report".to_owned(),
                 name: "report.md".to_owned(),
+                path: Some("out/report.md".to_owned()),
                 content: b"# Report".to_vec(),
                 content_type: "text/markdown; charset=utf-8".to_owned(),
                 metadata: json!({}),
@@ -606,6 +608,7 @@ async fn tag_artifact_from_content_or_file() {
             Tagged {
                 kind: "report".to_owned(),
                 name: "Final".to_owned(),
+                path: Some("out/report.md".to_owned()),
                 content: b"# Report".to_vec(),
                 content_type: "text/x-custom".to_owned(),
                 metadata: json!({}),

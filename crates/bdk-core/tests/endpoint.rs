@@ -207,6 +207,10 @@ async fn bound_direct_call_reaches_every_service() {
         .await
         .unwrap()
         .session_id;
+    // A file in the session workspace for `artifacts.tag` with a path.
+    let workspace = host.store().workspace_dir(&session);
+    std::fs::create_dir_all(workspace.join("out")).unwrap();
+    std::fs::write(workspace.join("out/report.md"), "# Report").unwrap();
 
     let out = run_client(
         &host,
@@ -240,6 +244,9 @@ async fn bound_direct_call_reaches_every_service() {
             {"op": "files.put", "args": {"path": "x", "content": "a", "contentBase64": "YQ=="}},
             {"op": "kv.get", "args": "not an object"},
             {"raw": "[1, 2]"},
+            {"op": "artifacts.tag", "args": {"kind": "report", "path": "out/./report.md"}},
+            {"op": "artifacts.tag", "args": {"kind": "report", "path": "out/report.md", "content": "x"}},
+            {"op": "artifacts.tag", "args": {"kind": "report", "path": "../escape.md"}},
         ]),
     )
     .await;
@@ -360,6 +367,10 @@ async fn bound_direct_call_reaches_every_service() {
         Some(b"all good".to_vec())
     );
     let events = host.events(&session, 0, None).await.unwrap();
+    assert_eq!(
+        bdk_events::sequence::violations(&events),
+        Vec::<String>::new()
+    );
     let tagged: Vec<_> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -367,10 +378,24 @@ async fn bound_direct_call_reaches_every_service() {
             _ => None,
         })
         .collect();
-    assert_eq!(tagged.len(), 1);
+    // Issue 15, item 8: inline content has no path (its name used to be
+    // recorded as one); a workspace file records its real, normalized path.
+    assert_eq!(tagged.len(), 2);
     assert_eq!(tagged[0].artifact_id, artifact_id);
     assert_eq!(tagged[0].kind, "report");
-    assert_eq!(tagged[0].path.as_deref(), Some("r.txt"));
+    assert_eq!(tagged[0].path, None);
+    let from_file = assert_ok(&a[27])["artifactId"].as_str().unwrap().to_owned();
+    assert_eq!(tagged[1].artifact_id, from_file);
+    assert_eq!(tagged[1].path.as_deref(), Some("out/report.md"));
+    let record = store.artifact_get(&from_file).await.unwrap().unwrap();
+    assert_eq!(record.name, "report.md");
+    assert_eq!(record.content_type, "text/markdown; charset=utf-8");
+    assert_eq!(
+        store.artifact_content(&from_file).await.unwrap(),
+        Some(b"# Report".to_vec())
+    );
+    assert_error(&a[28], "invalid_args");
+    assert_error(&a[29], "invalid_args");
 
     // The socket sits in the state root; the token died with its call.
     let socket = socket_of(&out);
@@ -441,6 +466,10 @@ async fn model_turn_tool_call_uses_the_endpoint() {
     let result = host.wait_turn(&started.session_id, &turn).await.unwrap();
     assert!(result.ok, "{result:?}");
     let events = host.events(&started.session_id, 0, None).await.unwrap();
+    assert_eq!(
+        bdk_events::sequence::violations(&events),
+        Vec::<String>::new()
+    );
     let tagged = events
         .iter()
         .find_map(|e| match &e.event {

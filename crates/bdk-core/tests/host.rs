@@ -62,10 +62,14 @@ fn kinds(events: &[Envelope]) -> Vec<&str> {
     events.iter().map(|e| e.kind()).collect()
 }
 
+/// The log is gapless and keeps the sequence rules: every step and every
+/// batch a turn opened is closed before the turn's end event.
 fn assert_gapless(events: &[Envelope]) {
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e.index, i as u64, "index gap at {i}: {:?}", kinds(events));
     }
+    let broken = bdk_events::sequence::violations(events);
+    assert!(broken.is_empty(), "{broken:#?}\n{:?}", kinds(events));
 }
 
 /// Events of one turn, in order.
@@ -249,6 +253,7 @@ reply = "saw: {{ result_text }}"
         assert!(r.ok);
         assert!(r.reply.contains(needle), "{}", r.reply);
         let events = host.events(&s.session_id, 0, None).await.unwrap();
+        assert_gapless(&events);
         let result = events
             .iter()
             .find_map(|e| match &e.event {
@@ -401,6 +406,7 @@ reply = "follow-up: {{ user }}"
     assert!(r.ok);
     host.wait_idle(&s.session_id).await;
     let events = host.events(&s.session_id, 0, None).await.unwrap();
+    assert_gapless(&events);
     let nudge = events
         .iter()
         .find_map(|e| match &e.event {
@@ -443,6 +449,7 @@ reply = "follow-up: {{ user }}"
         .unwrap();
     host.wait_idle(&s2.session_id).await;
     let events = host.events(&s2.session_id, 0, None).await.unwrap();
+    assert_gapless(&events);
     let ids: Vec<Option<String>> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -509,6 +516,7 @@ reply = "drained: {{ user }}"
         .unwrap();
     host.wait_idle(&s.session_id).await;
     let events = host.events(&s.session_id, 0, None).await.unwrap();
+    assert_gapless(&events);
     let received: Vec<(String, Vec<String>)> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -601,6 +609,7 @@ async fn task_sessions_complete_and_refuse_follow_ups() {
         .unwrap();
     host.wait_idle(&s.session_id).await;
     let events = host.events(&s.session_id, 0, None).await.unwrap();
+    assert_gapless(&events);
     assert_eq!(kinds(&events).last(), Some(&"session.completed"));
     let r = host
         .send(
@@ -754,7 +763,102 @@ reply = "result: {{ result_text }}"
             );
         }
         let events = host.events(&s.session_id, 0, None).await.unwrap();
+        assert_gapless(&events);
         assert!(kinds(&events).contains(&"action.approval_resolved"));
+    }
+}
+
+/// Issue 15, item 6: a turn ended while a call waits for approval (a stop, a
+/// preempting follow-up, a host shutdown) used to leave its batch without
+/// `actions.completed`. Every way closes it, with a result for each call.
+#[tokio::test]
+async fn a_turn_ended_while_a_call_waits_for_approval_closes_its_batch() {
+    let rules = r#"
+[[rules]]
+user_contains = "deploy"
+tool_calls = [{ name = "deploy", input = { label = "prod" } }, { name = "deploy", input = { label = "dr" } }]
+[[rules]]
+reply = "ok: {{ user }}"
+"#;
+    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let tool = native_tool(
+        "deploy",
+        "deploys",
+        |w: Wait, _ctx: ToolContext| async move { Ok(json!({"deployed": w.label})) },
+    )
+    .needs_approval(true);
+    let tool: Arc<dyn bdk_core::tool::Tool> = Arc::new(tool);
+    for how in ["stop", "preempt", "shutdown"] {
+        let host = host_over(p.clone(), &dir.path().join(format!("state-{how}")), |b| {
+            b.tool(Arc::clone(&tool))
+        })
+        .await;
+        let s = host
+            .start_session(StartSession {
+                message: Some("deploy now".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut stream = host.subscribe(&s.session_id, 0, None).await.unwrap();
+        use futures::StreamExt;
+        loop {
+            let e = stream.next().await.unwrap().unwrap();
+            if matches!(e.event, Event::ActionApprovalRequested(_)) {
+                break;
+            }
+        }
+        let first = s.turn_id.clone().unwrap();
+        let expected = match how {
+            "stop" => {
+                assert!(host.stop(&s.session_id, None).await.unwrap());
+                FailStatus::Cancelled
+            }
+            "preempt" => {
+                host.send(
+                    &s.session_id,
+                    FollowUp {
+                        message: "hello".into(),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+                FailStatus::Interrupted
+            }
+            _ => {
+                host.shutdown(Duration::from_secs(30)).await;
+                FailStatus::Interrupted
+            }
+        };
+        let r = host.wait_turn(&s.session_id, &first).await.unwrap();
+        assert_eq!(r.status, Some(expected), "{how}");
+        host.wait_idle(&s.session_id).await;
+        let events = host.events(&s.session_id, 0, None).await.unwrap();
+        assert_gapless(&events);
+        let of_turn = turn(&events, &first);
+        let results: Vec<&bdk_events::ActionResult> = of_turn
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::ActionResult(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results.len(), 2, "{how}: {:?}", kinds(&events));
+        assert!(results.iter().all(|r| r.is_error), "{how}");
+        let k: Vec<&str> = of_turn.iter().map(|e| e.kind()).collect();
+        let tail = &k[k.len() - 3..];
+        assert_eq!(
+            tail,
+            ["actions.completed", "step.completed", "turn.failed"],
+            "{how}: {k:?}"
+        );
+        assert!(
+            host.approvals(&s.session_id, None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
     }
 }
 
@@ -788,6 +892,7 @@ reply = "{{ result_text }}"
         .await
         .unwrap();
     let events = host.events(&s.session_id, 0, None).await.unwrap();
+    assert_gapless(&events);
     let results: Vec<(String, bool)> = events
         .iter()
         .filter_map(|e| match &e.event {
@@ -857,6 +962,7 @@ tool_calls = [{ name = "lookup", input = { city = "Loop" } }]
     assert_eq!(r.status, Some(FailStatus::Failed));
     assert!(r.reply.contains("max_steps"), "{}", r.reply);
     let events = host.events(&s.session_id, 0, None).await.unwrap();
+    assert_gapless(&events);
     assert_eq!(
         kinds(&events)
             .iter()
@@ -1072,6 +1178,7 @@ reply = "ok"
     );
     // Recorded in the session under their own turn ids.
     let events = host.events(&s.session_id, 0, None).await.unwrap();
+    assert_gapless(&events);
     let direct: Vec<&Envelope> = events
         .iter()
         .filter(|e| matches!(&e.event, Event::ActionResult(r) if r.call_id == write.call_id || r.call_id == read.call_id))
@@ -1215,6 +1322,17 @@ reply = "ok"
                     ),
                     NewEvent::turn(&t, bdk_events::TurnStarted { model: None }),
                     NewEvent::turn(&t, bdk_events::StepStarted { step: 1 }),
+                    NewEvent::turn(
+                        &t,
+                        bdk_events::ActionsRequested {
+                            step: 1,
+                            actions: vec![bdk_events::ActionRequest {
+                                call_id: "call_lost".into(),
+                                name: "lookup".into(),
+                                input: json!({}),
+                            }],
+                        },
+                    ),
                 ],
             )
             .await
@@ -1297,6 +1415,7 @@ reply = "parent got: {{ result_text }}"
         .unwrap();
     assert_eq!(r.reply, "parent got: subagent says hi");
     let events = host.events(&s.session_id, 0, None).await.unwrap();
+    assert_gapless(&events);
     let k = kinds(&events);
     let called = k.iter().position(|x| *x == "subagent.called").unwrap();
     let completed = k.iter().position(|x| *x == "subagent.completed").unwrap();

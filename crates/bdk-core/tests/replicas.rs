@@ -227,6 +227,10 @@ async fn a_follow_up_on_b_preempts_the_turn_running_on_a() {
     assert_eq!(r2.reply, "quick: hello again");
     wait_lease_free(&c.cluster, &s.session_id).await;
     let events = b.events(&s.session_id, 0, None).await.unwrap();
+    assert_eq!(
+        bdk_events::sequence::violations(&events),
+        Vec::<String>::new()
+    );
     assert_one_turn_at_a_time(&events);
     assert!(matches!(
         events.last().unwrap().event,
@@ -271,6 +275,10 @@ async fn stop_on_b_stops_the_turn_on_a_and_the_session_continues() {
         .await
         .unwrap();
     let events = a.events(&s.session_id, 0, None).await.unwrap();
+    assert_eq!(
+        bdk_events::sequence::violations(&events),
+        Vec::<String>::new()
+    );
     assert_one_turn_at_a_time(&events);
 }
 
@@ -355,6 +363,10 @@ async fn a_turn_waits_for_a_write_call_running_on_another_replica() {
     let r = ended(&b, &id, sent.turn_id.as_ref().unwrap()).await;
     assert_eq!(r.reply, "quick: after the note");
     let events = b.events(&id, 0, None).await.unwrap();
+    assert_eq!(
+        bdk_events::sequence::violations(&events),
+        Vec::<String>::new()
+    );
     let result_at = events
         .iter()
         .position(|e| matches!(e.event, Event::ActionsCompleted(_)))
@@ -431,6 +443,10 @@ async fn a_dead_replicas_turn_is_recorded_interrupted_by_a_live_one() {
         .await
         .unwrap();
     let events = b.events(&s.session_id, 0, None).await.unwrap();
+    assert_eq!(
+        bdk_events::sequence::violations(&events),
+        Vec::<String>::new()
+    );
     assert_one_turn_at_a_time(&events);
     let interrupted = events
         .iter()
@@ -477,6 +493,10 @@ async fn a_starting_replica_leaves_a_live_replicas_turn_alone() {
     // A new replica's startup recovery sees the open turn but A runs it.
     let late = c.replica("late").await;
     let events = late.events(&s.session_id, 0, None).await.unwrap();
+    assert_eq!(
+        bdk_events::sequence::violations(&events),
+        Vec::<String>::new()
+    );
     assert!(
         !events
             .iter()
@@ -518,6 +538,10 @@ async fn racing_follow_ups_on_two_replicas_never_run_two_turns_at_once() {
     }
     wait_lease_free(&c.cluster, &id).await;
     let events = a.events(&id, 0, None).await.unwrap();
+    assert_eq!(
+        bdk_events::sequence::violations(&events),
+        Vec::<String>::new()
+    );
     assert_one_turn_at_a_time(&events);
     let received = events
         .iter()
@@ -627,6 +651,10 @@ async fn tokenless_follow_ups_racing_on_two_replicas_are_never_stale() {
     assert!(accepted >= 6, "at least one send of each round is accepted");
     wait_lease_free(&c.cluster, &id).await;
     let events = a.events(&id, 0, None).await.unwrap();
+    assert_eq!(
+        bdk_events::sequence::violations(&events),
+        Vec::<String>::new()
+    );
     assert_one_turn_at_a_time(&events);
     let received = events
         .iter()

@@ -9,6 +9,7 @@
 pub mod event;
 pub mod ids;
 pub mod ndjson;
+pub mod sequence;
 
 pub use event::{
     AbAssigned, ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult,

@@ -21,7 +21,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::containment::{Containment, Grants, ScratchDir};
 use crate::tool::subprocess::{self, ProcessEnd, ProcessSpec};
-use crate::tool::{Effect, Execution, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::tool::{Effect, Execution, NewArtifact, Tool, ToolContext, ToolOutput, ToolSpec};
 use crate::workspace::{self, WorkspaceError};
 
 /// `read_file` returns at most this many bytes of text per call.
@@ -933,47 +933,89 @@ async fn tag_artifact(input: Value, ctx: &ToolContext) -> Result<ToolOutput, Too
             "artifacts are not available in this context",
         ));
     };
-    let (bytes, default_name, default_type) = match (input.path, input.content) {
+    let (bytes, default_name, default_type, path) = match (input.path, input.content) {
         (Some(rel), None) => {
-            let path = confine(ctx, &rel)?;
-            let meta = require_file(&path, &rel).await?;
-            if meta.len() > ARTIFACT_MAX_BYTES {
-                return Err(ToolOutput::error(format!(
-                    "{rel} is larger than {ARTIFACT_MAX_BYTES} bytes"
-                )));
-            }
-            let bytes = tokio::fs::read(&path)
-                .await
-                .map_err(|e| fs_error("read", &rel, &e))?;
-            let name = path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| input.kind.clone());
-            let content_type = guess_content_type(&name);
-            (bytes, name, content_type)
+            let file = read_artifact_file(ctx, &rel).await?;
+            (file.bytes, file.name, file.content_type, Some(file.path))
         }
         (None, Some(content)) => (
             content.into_bytes(),
             input.kind.clone(),
             "text/plain; charset=utf-8",
+            None,
         ),
         (Some(_), Some(_)) | (None, None) => {
             return Err(ToolOutput::error("give exactly one of path or content"));
         }
     };
-    let name = input.name.unwrap_or(default_name);
-    let content_type = input
-        .content_type
-        .unwrap_or_else(|| default_type.to_owned());
-    match services
-        .tag_artifact(ctx, &input.kind, &name, bytes, &content_type, metadata)
-        .await
-    {
+    let artifact = NewArtifact {
+        name: input.name.unwrap_or(default_name),
+        content_type: input
+            .content_type
+            .unwrap_or_else(|| default_type.to_owned()),
+        kind: input.kind,
+        path,
+        content: bytes,
+        metadata,
+    };
+    match services.tag_artifact(ctx, artifact).await {
         Ok(id) => Ok(ToolOutput::ok(json!({"artifactId": id}))),
         Err(message) => Err(ToolOutput::error(format!(
             "failed to tag the artifact: {message}"
         ))),
     }
+}
+
+/// A workspace file read for tagging.
+pub(crate) struct ArtifactFile {
+    pub(crate) bytes: Vec<u8>,
+    /// Its file name (the default display name).
+    pub(crate) name: String,
+    /// Guessed from the name.
+    pub(crate) content_type: &'static str,
+    /// The workspace-relative path, normalized to `/` separators without
+    /// `.` parts: what `artifact.tagged` records.
+    pub(crate) path: String,
+}
+
+/// Reads the workspace file `rel` of the call (confined to the workspace, at
+/// most [`ARTIFACT_MAX_BYTES`]) for `tag_artifact` and `artifacts.tag`.
+pub(crate) async fn read_artifact_file(
+    ctx: &ToolContext,
+    rel: &str,
+) -> Result<ArtifactFile, ToolOutput> {
+    let path = confine(ctx, rel)?;
+    let meta = require_file(&path, rel).await?;
+    if meta.len() > ARTIFACT_MAX_BYTES {
+        return Err(ToolOutput::error(format!(
+            "{rel} is larger than {ARTIFACT_MAX_BYTES} bytes"
+        )));
+    }
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| fs_error("read", rel, &e))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| rel.to_owned());
+    let content_type = guess_content_type(&name);
+    let relative = path
+        .strip_prefix(&ctx.workspace_dir)
+        .ok()
+        .map(|p| {
+            p.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| rel.to_owned());
+    Ok(ArtifactFile {
+        bytes,
+        name,
+        content_type,
+        path: relative,
+    })
 }
 
 /// A media type from a file name's extension; unknown types are opaque bytes.

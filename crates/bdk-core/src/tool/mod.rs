@@ -122,6 +122,25 @@ pub struct ToolContext {
     pub services: Option<Arc<dyn ToolServices>>,
 }
 
+/// An artifact to tag: what [`ToolServices::tag_artifact`] stores and
+/// records in `artifact.tagged`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewArtifact {
+    /// What it is (`report`, `patch`, ...).
+    pub kind: String,
+    /// Its display name.
+    pub name: String,
+    /// The workspace-relative path of the file it was read from; `None` for
+    /// content given inline.
+    pub path: Option<String>,
+    /// The bytes.
+    pub content: Vec<u8>,
+    /// The media type.
+    pub content_type: String,
+    /// Extra facts (a JSON object).
+    pub metadata: Value,
+}
+
 /// Host services a built-in or native tool may need.
 #[async_trait]
 pub trait ToolServices: Send + Sync {
@@ -131,11 +150,7 @@ pub trait ToolServices: Send + Sync {
     async fn tag_artifact(
         &self,
         ctx: &ToolContext,
-        kind: &str,
-        name: &str,
-        content: Vec<u8>,
-        content_type: &str,
-        metadata: Value,
+        artifact: NewArtifact,
     ) -> Result<String, String>;
 
     /// A capability on the host's local endpoint for the call of `ctx`, so a
