@@ -491,6 +491,7 @@ async fn run(dir: &Path, state_root: &Path, opts: RunOptions) -> Result<u8> {
         }
     }
     host.wait_idle(&session_id).await;
+    crate::hooks::drain(&host).await;
     let events = host.store().read(&session_id, 0).await?;
     let trace = write_trace(host.store().as_ref(), &session_id, &events).await?;
     let summary = summarize(&events);
@@ -585,6 +586,7 @@ async fn call(
             ..DirectCall::default()
         })
         .await;
+    crate::hooks::drain(&host).await;
     match outcome {
         Ok(o) => {
             let is_error = o.is_error;

@@ -232,6 +232,7 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
 
     if let Some((host, _lock)) = host_guard {
         host.shutdown(Duration::from_secs(5)).await;
+        crate::hooks::drain(&host).await;
     }
 
     let table = bdk_evals::report::summary_table(&result);

@@ -14,6 +14,7 @@ use clap::{Parser, Subcommand};
 mod commands;
 mod cost;
 mod evals;
+mod hooks;
 mod init;
 mod lock;
 mod logs;

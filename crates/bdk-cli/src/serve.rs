@@ -481,6 +481,16 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         signal.cancel();
         futures::future::join_all(stopping.iter().map(|h| h.shutdown(settle))).await;
         shutdown.cancel();
+        // What the shutdown recorded (interrupted turns) reaches the hooks
+        // too, within what is left of the grace.
+        let drains = stopping.iter().map(|h| h.drain_hooks(grace));
+        for late in futures::future::join_all(drains)
+            .await
+            .into_iter()
+            .flat_map(Result::err)
+        {
+            tracing::warn!(%late, "hooks did not finish before the server stopped");
+        }
     });
     bdk_http::serve_with(listener, app, &connections, stop)
         .await

@@ -53,7 +53,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::containment::{Containment, Sandbox};
 use crate::context::{BudgetedModel, context_window};
 use crate::endpoint::{Endpoint, EndpointGrant};
-use crate::hooks::{Hook, HookBus, ManifestHook};
+use crate::hooks::{Hook, HookBus, ManifestHook, Undelivered};
 use crate::mcp::{ConnectionError, McpHub};
 use crate::model::prices::PriceTable;
 use crate::model::replay::{Recording, RecordingModel, ReplayModel};
@@ -619,6 +619,7 @@ impl HostBuilder {
         let endpoint = Endpoint::new(Arc::clone(&self.store));
         let reminders = Arc::new(reminders::Engine::new(Arc::clone(&self.store), self.clock));
         let prices = PriceTable::with_overrides(&config.prices);
+        let hooks = HookBus::start(hooks, Some(Arc::clone(&self.store)));
         let inner = Arc::new(Inner {
             project,
             store: self.store,
@@ -627,7 +628,7 @@ impl HostBuilder {
             tools: RwLock::new((generation, tools)),
             mcp: self.mcp,
             agent_tools,
-            hooks: HookBus::start(hooks),
+            hooks,
             slots: SlotTable::new(self.session_cache),
             turn_slots,
             queued: AtomicU64::new(0),
@@ -1242,6 +1243,14 @@ impl Host {
     /// Failed hook deliveries since start.
     pub fn hook_failures(&self) -> u64 {
         self.inner.hooks.failures()
+    }
+
+    /// Waits until the hooks have handled every event recorded so far, at
+    /// most `timeout`. A process that is about to exit calls it last (after
+    /// [`Host::shutdown`] when it shuts down), so its final events reach
+    /// the hooks instead of dying with the runtime.
+    pub async fn drain_hooks(&self, timeout: Duration) -> Result<(), Undelivered> {
+        self.inner.hooks.drain(timeout).await
     }
 
     /// A hold on the slot of `id`, created on first use.
