@@ -54,6 +54,10 @@ pub struct Turn {
     pub events: Vec<Envelope>,
     /// Its tool calls, in request order.
     pub tool_calls: Vec<ToolCallView>,
+    /// Calls the turn waits on for a decision (`needs_approval`): when not
+    /// empty the turn is parked, not ended, and [`Case::approve`] or
+    /// [`Case::deny`] lets it go on.
+    pub pending_approvals: Vec<PendingApproval>,
     sink: Sink,
     cancel: CancellationToken,
 }
@@ -123,6 +127,36 @@ impl Turn {
         )
         .await
     }
+}
+
+/// A call parked for approval, as its `action.approval_requested` recorded it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingApproval {
+    /// The call.
+    pub call_id: String,
+    /// The tool.
+    pub name: String,
+    /// Its input.
+    pub input: Value,
+}
+
+/// The calls of `events` requested for approval and not resolved yet, in
+/// request order.
+fn pending_approvals(events: &[Envelope]) -> Vec<PendingApproval> {
+    let mut pending: Vec<PendingApproval> = Vec::new();
+    for e in events {
+        match &e.event {
+            Event::ActionApprovalRequested(a) => pending.push(PendingApproval {
+                call_id: a.call_id.clone(),
+                name: a.name.clone(),
+                input: a.input.clone(),
+            }),
+            Event::ActionApprovalResolved(r) => pending.retain(|p| p.call_id != r.call_id),
+            _ => {}
+        }
+    }
+    pending
 }
 
 /// A summary of one turn for reports.
@@ -317,6 +351,7 @@ impl Case {
         opts: &SendOptions,
         index: u32,
     ) -> Result<Turn, crate::target::TargetError> {
+        let from = self.events.len() as u64;
         let opened = match &self.session {
             None => {
                 self.target
@@ -330,36 +365,64 @@ impl Case {
             }
         };
         self.session = Some(opened.clone());
+        self.settle(&opened, from).await?;
+        let turn = self.read_turn(&opened, index, message);
+        self.turns.push(turn.clone());
+        Ok(turn)
+    }
+
+    /// Waits until the turn of `opened` ends or parks a call for approval
+    /// (looking at events from `from` on), then reads the session's events.
+    async fn settle(
+        &mut self,
+        opened: &Opened,
+        from: u64,
+    ) -> Result<(), crate::target::TargetError> {
         self.target
-            .wait_turn(&opened.session_id, &opened.turn_id)
+            .wait_settled(&opened.session_id, &opened.turn_id, from)
             .await?;
         self.events = self.target.events(&opened.session_id).await?;
+        Ok(())
+    }
+
+    /// The turn of `opened` as the events read last show it.
+    fn read_turn(&self, opened: &Opened, index: u32, message: &str) -> Turn {
         let events: Vec<Envelope> = self
             .events
             .iter()
             .filter(|e| e.turn_id.as_ref() == Some(&opened.turn_id))
             .cloned()
             .collect();
-        let (ok, text, status) = events
-            .iter()
-            .rev()
-            .find_map(|e| match &e.event {
-                Event::TurnCompleted(c) => Some((true, c.reply.clone(), None)),
-                Event::TurnFailed(f) => Some((
+        let pending = pending_approvals(&events);
+        let ended = events.iter().rev().find_map(|e| match &e.event {
+            Event::TurnCompleted(c) => Some((true, c.reply.clone(), None)),
+            Event::TurnFailed(f) => Some((
+                false,
+                f.message.clone(),
+                serde_json::to_value(f.status)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned)),
+            )),
+            _ => None,
+        });
+        let (ok, text, status) = match ended {
+            Some(end) => end,
+            None if !pending.is_empty() => {
+                let names: Vec<&str> = pending.iter().map(|p| p.name.as_str()).collect();
+                (
                     false,
-                    f.message.clone(),
-                    serde_json::to_value(f.status)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned)),
-                )),
-                _ => None,
-            })
-            .unwrap_or((
+                    format!("waiting for approval of {}", names.join(", ")),
+                    Some("waiting".into()),
+                )
+            }
+            None => (
                 false,
                 "the turn recorded no end".into(),
                 Some("failed".into()),
-            ));
-        let turn = Turn {
+            ),
+        };
+        let waiting = status.as_deref() == Some("waiting");
+        Turn {
             index,
             session_id: opened.session_id.clone(),
             prompt: message.to_owned(),
@@ -367,11 +430,97 @@ impl Case {
             ok,
             status,
             tool_calls: tool_calls(&events),
+            pending_approvals: if waiting { pending } else { Vec::new() },
             events,
             sink: self.sink.clone(),
             cancel: self.cancel.clone(),
+        }
+    }
+
+    /// True when the last turn waits for an approval decision.
+    pub fn parked(&self) -> bool {
+        self.turns
+            .last()
+            .is_some_and(|t| !t.pending_approvals.is_empty())
+    }
+
+    /// Approves the parked call `call` (a call id, or the name of the tool
+    /// whose oldest parked call is meant) and waits for the turn to end or
+    /// park again; returns the turn as it stands then. Stops the case when
+    /// nothing matching is parked.
+    pub async fn approve(&mut self, call: &str) -> Result<Turn, Stop> {
+        self.resolve(call, true, None).await
+    }
+
+    /// Denies the parked call `call` (as in [`Case::approve`]) with an
+    /// optional reason the model sees, and waits like [`Case::approve`].
+    pub async fn deny(&mut self, call: &str, reason: Option<&str>) -> Result<Turn, Stop> {
+        self.resolve(call, false, reason).await
+    }
+
+    async fn resolve(
+        &mut self,
+        call: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<Turn, Stop> {
+        let label = format!("{}({call:?})", if approved { "approve" } else { "deny" });
+        let result = self.try_resolve(call, approved, reason).await;
+        match result {
+            Ok(turn) => Ok(turn),
+            Err(reason) => {
+                self.record(label, Err((reason.clone(), self.last_event())));
+                self.stopped = Some(reason.clone());
+                Err(Stop { reason })
+            }
+        }
+    }
+
+    async fn try_resolve(
+        &mut self,
+        call: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<Turn, String> {
+        let (Some(opened), Some(last)) = (self.session.clone(), self.turns.last()) else {
+            return Err(format!("nothing to resolve for {call}: no turn was sent"));
         };
-        self.turns.push(turn.clone());
+        let pending = &last.pending_approvals;
+        let Some(target) = pending
+            .iter()
+            .find(|p| p.call_id == call)
+            .or_else(|| pending.iter().find(|p| p.name == call))
+            .cloned()
+        else {
+            let parked: Vec<String> = pending
+                .iter()
+                .map(|p| format!("{} ({})", p.name, p.call_id))
+                .collect();
+            return Err(if parked.is_empty() {
+                format!(
+                    "no call of {call} waits for approval: turn {} is not parked",
+                    last.index
+                )
+            } else {
+                format!(
+                    "no call of {call} waits for approval; parked: {}",
+                    parked.join(", ")
+                )
+            });
+        };
+        let (index, prompt) = (last.index, last.prompt.clone());
+        let from = self.events.len() as u64;
+        self.target
+            .resolve_approval(&opened.session_id, &target.call_id, approved, reason)
+            .await
+            .map_err(|e| format!("cannot resolve {}: {e}", target.call_id))?;
+        self.settle(&opened, from)
+            .await
+            .map_err(|e| format!("after resolving {}: {e}", target.call_id))?;
+        let turn = self.read_turn(&opened, index, &prompt);
+        if let Some(slot) = self.turns.last_mut() {
+            *slot = turn.clone();
+        }
         Ok(turn)
     }
 

@@ -25,7 +25,7 @@ pub mod target;
 pub use assert::{
     Assertions, CallStatus, EventMatch, EventRef, Failure, Score, Stop, ToolCallView, ToolMatch,
 };
-pub use case::{Case, CaseOutcome, SendOptions, Turn};
+pub use case::{Case, CaseOutcome, PendingApproval, SendOptions, Turn};
 pub use judge::Judge;
 pub use matcher::Matcher;
 pub use runner::{RunOptions, RunResult, Runner};

@@ -503,6 +503,11 @@ impl Runner {
                 () = cancel.cancelled() => Some((IterationStatus::Cancelled, "the run was cancelled".into())),
             }
         };
+        // A case that ends with a call still waiting for approval leaves no
+        // turn running behind it.
+        if case.parked() {
+            case.stop_turn().await;
+        }
         let mut status = IterationStatus::Passed;
         if let Some((s, reason)) = ended {
             if s != IterationStatus::Failed {

@@ -139,7 +139,10 @@ struct CaseDef {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StepDef {
-    send: String,
+    send: Option<String>,
+    approve: Option<String>,
+    deny: Option<String>,
+    reason: Option<String>,
     #[serde(default)]
     workspace_files: BTreeMap<String, String>,
     #[serde(default)]
@@ -577,10 +580,25 @@ async fn apply_case(a: &Compiled, c: &Case) -> Result<(), Stop> {
 }
 
 struct StepPlan {
-    send: String,
-    files: BTreeMap<String, String>,
+    action: StepAction,
     expect_ok: bool,
     expect: Vec<Compiled>,
+}
+
+/// What a step does before its assertions.
+enum StepAction {
+    /// Sends a message (the first opens the session).
+    Send {
+        message: String,
+        files: BTreeMap<String, String>,
+    },
+    /// Approves or denies a parked call of the last turn, by tool name or
+    /// call id.
+    Resolve {
+        call: String,
+        approved: bool,
+        reason: Option<String>,
+    },
 }
 
 fn body_of(steps: Vec<StepPlan>, expect: Vec<Compiled>) -> CaseBody {
@@ -590,14 +608,27 @@ fn body_of(steps: Vec<StepPlan>, expect: Vec<Compiled>) -> CaseBody {
         Box::pin(async move {
             let (steps, expect) = &*plan;
             for step in steps {
-                let turn = case
-                    .send_with(
-                        &step.send,
-                        SendOptions {
-                            workspace_files: step.files.clone(),
-                        },
-                    )
-                    .await?;
+                let turn = match &step.action {
+                    StepAction::Send { message, files } => {
+                        case.send_with(
+                            message,
+                            SendOptions {
+                                workspace_files: files.clone(),
+                            },
+                        )
+                        .await?
+                    }
+                    StepAction::Resolve {
+                        call,
+                        approved: true,
+                        ..
+                    } => case.approve(call).await?,
+                    StepAction::Resolve {
+                        call,
+                        approved: false,
+                        reason,
+                    } => case.deny(call, reason.as_deref()).await?,
+                };
                 for a in &step.expect {
                     apply_turn(a, &turn).await?;
                 }
@@ -1118,19 +1149,68 @@ fn read_file(
         let mut messages = Vec::new();
         let mut empty_send = false;
         for (i, s) in c.steps.iter().enumerate() {
-            if s.send.trim().is_empty() {
-                d.error(
-                    path,
-                    at(format!("steps[{i}].send is empty")),
-                    "give the step a message",
-                );
-                empty_send = true;
-            }
-            messages.push(s.send.clone());
+            let action = match (&s.send, &s.approve, &s.deny) {
+                (Some(send), None, None) => {
+                    if send.trim().is_empty() {
+                        d.error(
+                            path,
+                            at(format!("steps[{i}].send is empty")),
+                            "give the step a message",
+                        );
+                        empty_send = true;
+                    }
+                    if s.reason.is_some() {
+                        d.error(
+                            path,
+                            at(format!(
+                                "steps[{i}].reason goes with approve or deny, not send"
+                            )),
+                            "remove reason, or make the step an approve or deny step",
+                        );
+                        empty_send = true;
+                    }
+                    messages.push(send.clone());
+                    StepAction::Send {
+                        message: send.clone(),
+                        files: s.workspace_files.clone(),
+                    }
+                }
+                (None, Some(call), None) | (None, None, Some(call)) => {
+                    if i == 0 {
+                        d.error(
+                            path,
+                            at(format!("steps[{i}] resolves an approval before any send")),
+                            "start the case with a `send` step that makes the agent call the tool",
+                        );
+                        empty_send = true;
+                    }
+                    if call.trim().is_empty() || !s.workspace_files.is_empty() {
+                        d.error(
+                            path,
+                            at(format!("steps[{i}]: approve or deny names a tool (or call id) and takes no workspace_files")),
+                            "write `approve = \"<tool>\"` or `deny = \"<tool>\"`",
+                        );
+                        empty_send = true;
+                    }
+                    StepAction::Resolve {
+                        call: call.clone(),
+                        approved: s.approve.is_some(),
+                        reason: s.reason.clone(),
+                    }
+                }
+                _ => {
+                    d.error(
+                        path,
+                        at(format!("steps[{i}] needs exactly one of send, approve or deny")),
+                        "give the step `send = \"...\"`, or `approve`/`deny` with the tool whose call waits",
+                    );
+                    empty_send = true;
+                    continue;
+                }
+            };
             let expect = compile_all(&s.expect, &format!("steps[{i}]."), d);
             steps.push(StepPlan {
-                send: s.send.clone(),
-                files: s.workspace_files.clone(),
+                action,
                 expect_ok: s.expect_ok,
                 expect,
             });

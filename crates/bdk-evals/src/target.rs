@@ -29,6 +29,28 @@ pub struct Opened {
     pub turn_id: TurnId,
 }
 
+/// Where a turn stands when a wait for it returns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settled {
+    /// The turn ended (completed or failed).
+    Ended,
+    /// The turn waits for a decision on a `needs_approval` call (its
+    /// `action.approval_requested` is recorded).
+    Parked,
+}
+
+/// True when `env` ends `turn` or parks it on an approval.
+fn settles(env_turn: Option<&str>, kind: &str, turn: &TurnId) -> Option<Settled> {
+    if env_turn != Some(turn.as_str()) {
+        return None;
+    }
+    match kind {
+        "turn.completed" | "turn.failed" => Some(Settled::Ended),
+        "action.approval_requested" => Some(Settled::Parked),
+        _ => None,
+    }
+}
+
 /// Where eval turns run.
 #[async_trait]
 pub trait Target: Send + Sync + 'static {
@@ -52,6 +74,31 @@ pub trait Target: Send + Sync + 'static {
     async fn events(&self, session: &SessionId) -> Result<Vec<Envelope>, TargetError>;
     /// Stops the running turn (on timeout or cancellation); best effort.
     async fn stop(&self, session: &SessionId);
+    /// Waits until `turn` ends or, looking at events from index `from` on,
+    /// parks a call for approval. The default knows no approvals and waits
+    /// for the end.
+    async fn wait_settled(
+        &self,
+        session: &SessionId,
+        turn: &TurnId,
+        from: u64,
+    ) -> Result<Settled, TargetError> {
+        let _ = from;
+        self.wait_turn(session, turn).await.map(|()| Settled::Ended)
+    }
+    /// Approves or denies the parked call `call_id`.
+    async fn resolve_approval(
+        &self,
+        session: &SessionId,
+        call_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<(), TargetError> {
+        let _ = (session, call_id, approved, reason);
+        Err(TargetError(
+            "this eval target cannot resolve approvals".to_owned(),
+        ))
+    }
 }
 
 /// The agent in this process.
@@ -164,6 +211,55 @@ impl Target for HostTarget {
             tracing::debug!(session_id = %session, error = %e, "failed to stop an eval turn");
         }
     }
+
+    async fn wait_settled(
+        &self,
+        session: &SessionId,
+        turn: &TurnId,
+        from: u64,
+    ) -> Result<Settled, TargetError> {
+        let mut events = self
+            .host
+            .subscribe(session, from, self.principal.as_deref())
+            .await
+            .map_err(host_err)?;
+        while let Some(env) = events.next().await {
+            let env = env.map_err(host_err)?;
+            match settles(env.turn_id.as_ref().map(TurnId::as_str), env.kind(), turn) {
+                Some(Settled::Ended) => {
+                    drop(events);
+                    self.wait_turn(session, turn).await?;
+                    return Ok(Settled::Ended);
+                }
+                // The host parks a call before it records the request, so
+                // the call can be resolved from here on.
+                Some(Settled::Parked) => return Ok(Settled::Parked),
+                None => {}
+            }
+        }
+        Err(TargetError(
+            "the session's events ended before the turn finished".into(),
+        ))
+    }
+
+    async fn resolve_approval(
+        &self,
+        session: &SessionId,
+        call_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<(), TargetError> {
+        self.host
+            .resolve_approval(
+                session,
+                call_id,
+                approved,
+                reason.map(str::to_owned),
+                self.principal.as_deref(),
+            )
+            .await
+            .map_err(host_err)
+    }
 }
 
 /// A running `bdk serve`, reached over its public session API.
@@ -225,6 +321,51 @@ impl HttpTarget {
         Ok(value)
     }
 
+    /// Follows the session's stream from `from` until `turn` ends or (with
+    /// `parks`) parks a call for approval.
+    async fn follow(
+        &self,
+        session: &SessionId,
+        turn: &TurnId,
+        from: u64,
+        parks: bool,
+    ) -> Result<Settled, TargetError> {
+        let path = format!("/v1/session/{session}/stream?startIndex={from}");
+        let resp = self
+            .req(reqwest::Method::GET, &path)
+            .send()
+            .await
+            .map_err(|e| TargetError(format!("GET {}{path} failed: {e}", self.base)))?;
+        if !resp.status().is_success() {
+            return Err(TargetError(format!(
+                "GET {}{path} answered {}",
+                self.base,
+                resp.status()
+            )));
+        }
+        let mut body = resp.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| TargetError(format!("the event stream broke: {e}")))?;
+            buf.extend_from_slice(&chunk);
+            while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=nl).collect();
+                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
+                    continue; // heartbeats and blank lines
+                };
+                let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
+                match settles(v.get("turnId").and_then(Value::as_str), ty, turn) {
+                    Some(Settled::Ended) => return Ok(Settled::Ended),
+                    Some(Settled::Parked) if parks => return Ok(Settled::Parked),
+                    _ => {}
+                }
+            }
+        }
+        Err(TargetError(
+            "the event stream ended before the turn finished".into(),
+        ))
+    }
+
     fn opened(value: &Value) -> Result<Opened, TargetError> {
         let field = |k: &str| {
             value
@@ -274,40 +415,32 @@ impl Target for HttpTarget {
     }
 
     async fn wait_turn(&self, session: &SessionId, turn: &TurnId) -> Result<(), TargetError> {
-        let path = format!("/v1/session/{session}/stream?startIndex=0");
-        let resp = self
-            .req(reqwest::Method::GET, &path)
-            .send()
-            .await
-            .map_err(|e| TargetError(format!("GET {}{path} failed: {e}", self.base)))?;
-        if !resp.status().is_success() {
-            return Err(TargetError(format!(
-                "GET {}{path} answered {}",
-                self.base,
-                resp.status()
-            )));
-        }
-        let mut body = resp.bytes_stream();
-        let mut buf: Vec<u8> = Vec::new();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| TargetError(format!("the event stream broke: {e}")))?;
-            buf.extend_from_slice(&chunk);
-            while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=nl).collect();
-                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
-                    continue; // heartbeats and blank lines
-                };
-                let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
-                if v.get("turnId").and_then(Value::as_str) == Some(turn.as_str())
-                    && (ty == "turn.completed" || ty == "turn.failed")
-                {
-                    return Ok(());
-                }
-            }
-        }
-        Err(TargetError(
-            "the event stream ended before the turn finished".into(),
-        ))
+        self.follow(session, turn, 0, false).await.map(|_| ())
+    }
+
+    async fn wait_settled(
+        &self,
+        session: &SessionId,
+        turn: &TurnId,
+        from: u64,
+    ) -> Result<Settled, TargetError> {
+        self.follow(session, turn, from, true).await
+    }
+
+    async fn resolve_approval(
+        &self,
+        session: &SessionId,
+        call_id: &str,
+        approved: bool,
+        reason: Option<&str>,
+    ) -> Result<(), TargetError> {
+        let decision = if approved { "approve" } else { "deny" };
+        self.post_json(
+            &format!("/v1/session/{session}/approvals/{call_id}"),
+            json!({"decision": decision, "reason": reason}),
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn events(&self, session: &SessionId) -> Result<Vec<Envelope>, TargetError> {
