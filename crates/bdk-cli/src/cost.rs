@@ -67,6 +67,7 @@ pub async fn run(dir: &Path, state_root: &Path, session: Option<&str>, json: boo
     }
 
     let mut totals = CostTotals {
+        usage: Some(Usage::default()),
         estimated_cost_usd: Some(0.0),
         ..CostTotals::default()
     };
@@ -125,13 +126,13 @@ pub async fn run(dir: &Path, state_root: &Path, session: Option<&str>, json: boo
                 "  {turn}  {:<11} {:<28} {}  {}",
                 t.status,
                 t.model.as_deref().unwrap_or("-"),
-                usage_text(&t.usage),
+                usage_text(t.usage.as_ref()),
                 cost_text(t.estimated_cost_usd)
             );
         }
         println!(
             "  session total  {}  {}",
-            usage_text(&c.totals.usage),
+            usage_text(c.totals.usage.as_ref()),
             cost_text(c.totals.estimated_cost_usd)
         );
     }
@@ -139,7 +140,7 @@ pub async fn run(dir: &Path, state_root: &Path, session: Option<&str>, json: boo
         "total: {} session(s), {} turn(s), {}, {}",
         reports.len(),
         totals.turns,
-        usage_text(&totals.usage),
+        usage_text(totals.usage.as_ref()),
         cost_text(totals.estimated_cost_usd)
     );
     if !unpriced.is_empty() {
@@ -155,7 +156,12 @@ pub async fn run(dir: &Path, state_root: &Path, session: Option<&str>, json: boo
     Ok(OK)
 }
 
-fn usage_text(u: &Usage) -> String {
+/// A usage record for a person; unknown usage (a server that reports
+/// none) says so rather than print zeros, which would read as free.
+fn usage_text(u: Option<&Usage>) -> String {
+    let Some(u) = u else {
+        return "usage unknown (the server reported none)".to_owned();
+    };
     format!(
         "in {} out {} cache read {} write {}",
         u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_write_tokens

@@ -255,8 +255,9 @@ pub struct TurnOutcome {
     pub end: TurnEnd,
     /// The final reply (the last step's text).
     pub reply: String,
-    /// Usage summed over steps.
-    pub usage: Usage,
+    /// Usage summed over steps; `None` when some step's usage is unknown
+    /// (the provider reported none).
+    pub usage: Option<Usage>,
     /// Steps run.
     pub steps: u32,
     /// Messages this turn added to the conversation (assistant steps, tool
@@ -303,7 +304,7 @@ struct Run<'a> {
     input: TurnInput<'a>,
     messages: Vec<Message>,
     added_from: usize,
-    usage: Usage,
+    usage: Option<Usage>,
     step: u32,
     reply: String,
     calls: usize,
@@ -318,7 +319,7 @@ pub async fn run_turn(mut input: TurnInput<'_>) -> TurnOutcome {
         input,
         messages,
         added_from,
-        usage: Usage::default(),
+        usage: Some(Usage::default()),
         step: 0,
         reply: String::new(),
         calls: 0,
@@ -434,7 +435,8 @@ impl Run<'_> {
         let mut text = String::new();
         let mut reasoning = String::new();
         let mut calls = Vec::new();
-        let mut step_usage = Usage::default();
+        // Unknown until the provider reports it; many local servers never do.
+        let mut step_usage: Option<Usage> = None;
         let mut finish = None;
         loop {
             let item = tokio::select! {
@@ -457,7 +459,7 @@ impl Run<'_> {
                     Ok(())
                 }
                 Ok(ModelEvent::Usage(u)) => {
-                    step_usage = u;
+                    step_usage = Some(u);
                     Ok(())
                 }
                 Ok(ModelEvent::Stop(reason)) => {
@@ -475,16 +477,15 @@ impl Run<'_> {
         }
         drop(stream);
         step_span.record("gen_ai.response.model", spec.model_name.as_str());
-        step_span.record("gen_ai.usage.input_tokens", as_i64(step_usage.input_tokens));
-        step_span.record(
-            "gen_ai.usage.output_tokens",
-            as_i64(step_usage.output_tokens),
-        );
+        if let Some(u) = &step_usage {
+            step_span.record("gen_ai.usage.input_tokens", as_i64(u.input_tokens));
+            step_span.record("gen_ai.usage.output_tokens", as_i64(u.output_tokens));
+        }
         if let Some(reason) = &finish {
             step_span.record("gen_ai.response.finish_reasons", reason.as_str());
         }
         drop(step_span);
-        self.usage.add(&step_usage);
+        self.usage = Usage::sum_known(self.usage, step_usage);
         if !reasoning.is_empty()
             && let Err(e) = self.emit(ReasoningCompleted { text: reasoning }).await
         {
@@ -500,7 +501,7 @@ impl Run<'_> {
             tool_calls: calls.clone(),
         });
         closing.finish = finish;
-        closing.usage = Some(step_usage);
+        closing.usage = step_usage;
         if calls.is_empty() {
             self.reply = text;
             return State::Done(TurnEnd::Completed);

@@ -1027,8 +1027,8 @@ pub struct TurnResult {
     pub reply: String,
     /// Failure status, when it failed.
     pub status: Option<FailStatus>,
-    /// Usage.
-    pub usage: Usage,
+    /// Usage; `None` when not known.
+    pub usage: Option<Usage>,
 }
 
 impl Host {
@@ -1723,7 +1723,7 @@ impl Host {
                         ok: false,
                         reply: f.message,
                         status: Some(f.status),
-                        usage: f.usage.unwrap_or_default(),
+                        usage: f.usage,
                     });
                 }
                 _ => {}
@@ -2072,7 +2072,7 @@ impl Host {
                             };
                         }
                         None => {
-                            let (event, message) = cancelled_event(None);
+                            let (event, message) = cancelled_event(Some(Usage::default()));
                             let _ = self.record(id, Some(turn_id), vec![event]).await;
                             return Outcome::recorded(Err(message));
                         }
@@ -2209,11 +2209,11 @@ impl Host {
                 Ok(outcome.reply),
             ),
             TurnEnd::Failed(message) => (
-                fail(message.clone(), FailStatus::Failed, Some(usage)),
+                fail(message.clone(), FailStatus::Failed, usage),
                 Err(message),
             ),
             TurnEnd::Cancelled => {
-                let (event, message) = cancelled_event(Some(usage));
+                let (event, message) = cancelled_event(usage);
                 (event, Err(message))
             }
         };
@@ -2227,14 +2227,16 @@ impl Host {
         };
         turn_span.record("bdk.turn.status", status);
         turn_span.record("bdk.turn.steps", i64::from(outcome.steps));
-        turn_span.record(
-            "gen_ai.usage.input_tokens",
-            agent::as_i64(usage.input_tokens),
-        );
-        turn_span.record(
-            "gen_ai.usage.output_tokens",
-            agent::as_i64(usage.output_tokens),
-        );
+        if let Some(usage) = &usage {
+            turn_span.record(
+                "gen_ai.usage.input_tokens",
+                agent::as_i64(usage.input_tokens),
+            );
+            turn_span.record(
+                "gen_ai.usage.output_tokens",
+                agent::as_i64(usage.output_tokens),
+            );
+        }
         if matches!(status, "failed" | "interrupted") {
             turn_span.record("error.type", status);
             turn_span.record("otel.status_code", "ERROR");

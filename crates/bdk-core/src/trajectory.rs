@@ -64,8 +64,8 @@ pub struct Trajectory {
     pub subagents: Vec<SubagentSummary>,
     /// Skills the model loaded, in order.
     pub loaded_skills: Vec<String>,
-    /// Usage summed over every ended turn.
-    pub usage: Usage,
+    /// Usage summed over every ended turn; `null` when any turn's is unknown.
+    pub usage: Option<Usage>,
     /// The model of the last completed turn.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -85,7 +85,7 @@ pub fn summarize(events: &[Envelope]) -> Trajectory {
         tool_calls: Vec::new(),
         subagents: Vec::new(),
         loaded_skills: Vec::new(),
-        usage: Usage::default(),
+        usage: Some(Usage::default()),
         model: None,
         turns: 0,
     };
@@ -146,7 +146,7 @@ pub fn summarize(events: &[Envelope]) -> Trajectory {
                 t.ok = true;
                 t.status = "completed".into();
                 t.reply = c.reply.clone();
-                t.usage.add(&c.usage);
+                t.usage = Usage::sum_known(t.usage, c.usage);
                 t.model = Some(c.model.clone());
             }
             Event::TurnFailed(f) => {
@@ -156,9 +156,7 @@ pub fn summarize(events: &[Envelope]) -> Trajectory {
                     .and_then(|v| v.as_str().map(str::to_owned))
                     .unwrap_or_else(|| "failed".into());
                 t.error = Some(f.message.clone());
-                if let Some(u) = &f.usage {
-                    t.usage.add(u);
-                }
+                t.usage = Usage::sum_known(t.usage, f.usage);
             }
             _ => {}
         }

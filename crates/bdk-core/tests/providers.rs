@@ -817,6 +817,31 @@ async fn a_retry_after_past_the_step_timeout_fails_now() {
 }
 
 #[tokio::test]
+async fn a_schema_rejection_is_not_retried_even_as_a_500() {
+    // llama-cpp-python's server answers a request its schema rejects with
+    // HTTP 500 and pydantic's message: repeating it cannot help.
+    let mut fake = Fake::start(vec![json_error(
+        500,
+        Vec::new(),
+        json!({"error": {"message": "1 validation error for ChatCompletionRequestAssistantMessage\ncontent\n  Input should be a valid string [type=string_type, input_value=None, input_type=NoneType]", "type": "internal_server_error", "param": null, "code": null}}),
+    )])
+    .await;
+    let model = openai(&fake, quick_retries());
+    let message = provider_error(run(&model, ask("hi")).await.1);
+    assert!(
+        message.starts_with("the server rejected the request as invalid (HTTP 500)")
+            && message.contains("Input should be a valid string")
+            && !message.contains("gave up"),
+        "{message}"
+    );
+    fake.request().await;
+    assert!(
+        fake.drain().is_empty(),
+        "a schema rejection must not be retried"
+    );
+}
+
+#[tokio::test]
 async fn a_quota_error_is_not_retried() {
     let mut fake = Fake::start(vec![json_error(
         429,
@@ -1265,17 +1290,83 @@ async fn the_weather_example_runs_a_tool_round_trip_over_the_openai_provider() {
                 assert_eq!(c.steps, 2);
                 assert_eq!(
                     c.usage,
-                    Usage {
+                    Some(Usage {
                         input_tokens: 400 + 600,
                         output_tokens: 28,
                         cache_read_tokens: 100,
                         cache_write_tokens: 0,
-                    }
+                    })
                 );
             }
             _ => {}
         }
     }
+}
+
+#[tokio::test]
+async fn a_server_that_reports_no_usage_leaves_it_unknown_and_gets_empty_content() {
+    // As llama-cpp-python's server does: no usage chunk in the stream.
+    let tool_step = sse(&[
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [
+            {"index": 0, "id": "call_w1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+    ]);
+    let answer_step = sse(&[
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Sunny."}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+    ]);
+    let mut fake = Fake::start(vec![
+        Reply::Stream(pieces(&tool_step, 64)),
+        Reply::Stream(pieces(&answer_step, 64)),
+    ])
+    .await;
+    let (dir, project) =
+        weather_project(&format!("\n[provider]\nbase_url = \"{}/v1\"\n", fake.base));
+    let host = weather_host(project, &dir.path().join("state")).await;
+    let started = host
+        .start_session(StartSession {
+            message: Some("Weather in Paris?".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let turn_id = started.turn_id.clone().unwrap();
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        host.wait_turn(&started.session_id, &turn_id),
+    )
+    .await
+    .expect("the turn did not finish within 30 s")
+    .unwrap();
+    assert!(result.ok, "{result:?}");
+    assert_eq!(result.usage, None, "unknown usage is not zero");
+
+    fake.request().await;
+    let second = fake.request().await;
+    let messages = second.body["messages"].as_array().unwrap();
+    let assistant = &messages[messages.len() - 2];
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(
+        assistant["content"], "",
+        "a tool-calls-only step is sent with empty content, never null"
+    );
+
+    host.wait_idle(&started.session_id).await;
+    let events = host.events(&started.session_id, 0, None).await.unwrap();
+    let mut steps = 0;
+    for e in &events {
+        let v: Value = serde_json::from_str(&e.to_line().unwrap()).unwrap();
+        match e.kind() {
+            "step.completed" => {
+                steps += 1;
+                assert_eq!(v["data"]["usage"], Value::Null, "{v}");
+                assert!(v["data"].as_object().unwrap().contains_key("usage"));
+            }
+            "turn.completed" => assert_eq!(v["data"]["usage"], Value::Null, "{v}"),
+            _ => {}
+        }
+    }
+    assert_eq!(steps, 2);
 }
 
 #[tokio::test]

@@ -49,6 +49,15 @@ impl Usage {
             .cache_write_tokens
             .saturating_add(other.cache_write_tokens);
     }
+
+    /// Sums two counts either of which may be unknown (`None`: the provider
+    /// reported nothing). The sum is known only when both parts are: a
+    /// total that silently left a part out would understate what was used.
+    pub fn sum_known(total: Option<Usage>, part: Option<Usage>) -> Option<Usage> {
+        let (mut total, part) = (total?, part?);
+        total.add(&part);
+        Some(total)
+    }
 }
 
 /// How a session behaves after a turn.
@@ -205,8 +214,10 @@ pub struct TurnStarted {
 pub struct TurnCompleted {
     /// The final assistant reply of the turn.
     pub reply: String,
-    /// Token usage summed over the turn's steps.
-    pub usage: Usage,
+    /// Token usage summed over the turn's steps; `null` when the provider
+    /// reported none for some step (unknown, which is not zero).
+    #[serde(default)]
+    pub usage: Option<Usage>,
     /// The model the turn ran on.
     pub model: String,
     /// Wall time of the turn.
@@ -224,8 +235,9 @@ pub struct TurnFailed {
     pub message: String,
     /// `failed`, `cancelled` or `interrupted`.
     pub status: FailStatus,
-    /// Token usage of the steps that did run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Token usage of the steps that did run; `null` (or absent, in files
+    /// written before this was spelled out) when it is not known.
+    #[serde(default)]
     pub usage: Option<Usage>,
 }
 
@@ -248,8 +260,8 @@ pub struct StepCompleted {
     /// Why the model stopped (`stop`, `tool_calls`, `length`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
-    /// Token usage of this step.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Token usage of this step; `null` when the provider reported none.
+    #[serde(default)]
     pub usage: Option<Usage>,
 }
 
@@ -404,9 +416,9 @@ pub struct SubagentCompleted {
     pub reply: String,
     /// True when the subagent's run failed.
     pub is_error: bool,
-    /// Its token usage.
+    /// Its token usage; `null` when not known (see `TurnCompleted::usage`).
     #[serde(default)]
-    pub usage: Usage,
+    pub usage: Option<Usage>,
 }
 
 /// Data of `artifact.tagged`.
@@ -664,12 +676,12 @@ mod tests {
     fn envelope_wire_shape_is_stable() {
         let e = env(Event::TurnCompleted(TurnCompleted {
             reply: "hi".into(),
-            usage: Usage {
+            usage: Some(Usage {
                 input_tokens: 10,
                 output_tokens: 2,
                 cache_read_tokens: 1,
                 cache_write_tokens: 0,
-            },
+            }),
             model: "scripted/default".into(),
             duration_ms: 5,
             steps: 1,
@@ -681,6 +693,39 @@ mod tests {
         );
         let back: Envelope = serde_json::from_str(&line).unwrap();
         assert_eq!(back, e);
+    }
+
+    #[test]
+    fn unknown_usage_is_null_never_zero() {
+        let step = env(Event::StepCompleted(StepCompleted {
+            step: 1,
+            duration_ms: 3,
+            finish_reason: Some("stop".into()),
+            usage: None,
+        }));
+        let v: Value = serde_json::from_str(&step.to_line().unwrap()).unwrap();
+        assert_eq!(v["data"]["usage"], Value::Null);
+        assert!(v["data"].as_object().unwrap().contains_key("usage"));
+        let turn = env(Event::TurnCompleted(TurnCompleted {
+            reply: "hi".into(),
+            usage: None,
+            model: "openai-compatible/m".into(),
+            duration_ms: 5,
+            steps: 1,
+        }));
+        let line = turn.to_line().unwrap();
+        assert!(line.contains(r#""usage":null"#), "{line}");
+        let back: Envelope = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, turn);
+        // Files written before usage could be unknown always carried it.
+        let old: Envelope = serde_json::from_str(
+            r#"{"type":"turn.completed","index":1,"sessionId":"s","at":"2026-11-30T18:00:00.000Z","data":{"reply":"","usage":{"inputTokens":4},"model":"m","durationMs":0}}"#,
+        )
+        .unwrap();
+        let Event::TurnCompleted(c) = old.event else {
+            panic!("not a turn.completed");
+        };
+        assert_eq!(c.usage.map(|u| u.input_tokens), Some(4));
     }
 
     #[test]

@@ -303,8 +303,10 @@ export class Chat {
         break;
       case "turn.completed": {
         const t = this.turn(ev);
-        const u = d.usage || {};
-        t.meta.textContent = [fmtMs(d.durationMs), d.model, `${u.inputTokens ?? 0} in / ${u.outputTokens ?? 0} out tokens`, `${d.steps} step${d.steps === 1 ? "" : "s"}`]
+        const u = d.usage;
+        // A null usage is unknown (the server reported none), not zero.
+        const tokens = u ? `${u.inputTokens ?? 0} in / ${u.outputTokens ?? 0} out tokens` : "tokens unknown";
+        t.meta.textContent = [fmtMs(d.durationMs), d.model, tokens, `${d.steps} step${d.steps === 1 ? "" : "s"}`]
           .filter(Boolean)
           .join(" · ");
         this.setBusy(false);

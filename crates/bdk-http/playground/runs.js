@@ -270,7 +270,7 @@ export function renderTrace(root, { title, sessionId, events, local }) {
       h("div", { class: "turn-head" },
         h("strong", {}, "Turn"), h("span", { class: "mono muted small" }, t.id),
         h("span", { class: `pill ${t.status}` }, t.status),
-        h("span", { class: "muted" }, [fmtMs(t.duration), t.model, t.usage ? `${u.inputTokens} in / ${u.outputTokens} out` : ""].filter(Boolean).join(" · ")),
+        h("span", { class: "muted" }, [fmtMs(t.duration), t.model, t.usage ? `${u.inputTokens} in / ${u.outputTokens} out` : t.usage === null ? "tokens unknown" : ""].filter(Boolean).join(" · ")),
         bar(t.start, t.end, `turn ${t.status}`)),
       t.failure && t.status !== "completed" ? h("p", { class: "failure-text" }, t.failure) : null,
       h("div", { class: "trace-rows" }, t.items.map(row)));

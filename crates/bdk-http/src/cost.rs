@@ -80,7 +80,7 @@ mod tests {
                 &a,
                 TurnCompleted {
                     reply: "x".into(),
-                    usage,
+                    usage: Some(usage),
                     model: "acme/big".into(),
                     duration_ms: 12,
                     steps: 1,
@@ -137,12 +137,35 @@ mod tests {
             TurnFailed {
                 message: "queued and cancelled".into(),
                 status: FailStatus::Cancelled,
-                usage: None,
+                usage: Some(Usage::default()),
             }
             .into(),
             0,
         )];
         let report = session_cost(&events, &PriceTable::empty());
         assert_eq!(report.turns[0].estimated_cost_usd, Some(0.0));
+
+        // A turn whose server reported no usage is unknown, not free, even
+        // on a free model; so are the totals it is part of.
+        let mut events = events;
+        events.push(env(
+            1,
+            &a,
+            TurnCompleted {
+                reply: "x".into(),
+                usage: None,
+                model: "scripted/default".into(),
+                duration_ms: 3,
+                steps: 1,
+            }
+            .into(),
+            3,
+        ));
+        let v = serde_json::to_value(session_cost(&events, &PriceTable::builtin())).unwrap();
+        assert!(v["turns"][1]["usage"].is_null(), "{v}");
+        assert!(v["turns"][1]["estimatedCostUsd"].is_null(), "{v}");
+        assert!(v["totals"]["usage"].is_null(), "{v}");
+        assert!(v["totals"]["estimatedCostUsd"].is_null(), "{v}");
+        assert_eq!(v["totals"]["turns"], 2);
     }
 }

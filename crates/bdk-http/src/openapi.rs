@@ -2222,9 +2222,9 @@ fn schemas() -> Value {
                 "turnId": {"oneOf": [schema("TurnId"), {"type": "null"}]},
                 "status": {"type": "string", "enum": ["completed", "failed", "cancelled", "interrupted"]},
                 "model": nullable("string", "`provider/model`; null when the turn never reached a model."),
-                "usage": schema("Usage"),
+                "usage": {"oneOf": [schema("Usage"), {"type": "null"}], "description": "Null when the server reported no token usage for some step of the turn (unknown, not zero)."},
                 "durationMs": nullable("integer", "Null when the turn's start was not recorded."),
-                "estimatedCostUsd": nullable("number", "Null when the model has no known price."),
+                "estimatedCostUsd": nullable("number", "Null when the model has no known price or the usage is unknown."),
             },
         }),
     );
@@ -2242,7 +2242,7 @@ fn schemas() -> Value {
                     "required": ["turns", "usage", "durationMs", "estimatedCostUsd"],
                     "properties": {
                         "turns": {"type": "integer", "minimum": 0},
-                        "usage": schema("Usage"),
+                        "usage": {"oneOf": [schema("Usage"), {"type": "null"}], "description": "Null when any turn's usage is unknown."},
                         "durationMs": {"type": "integer", "minimum": 0},
                         "estimatedCostUsd": nullable("number", "Null when any turn's cost is unknown."),
                     },

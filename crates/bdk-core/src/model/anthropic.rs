@@ -316,6 +316,9 @@ enum Block {
 struct MessagesDecoder {
     blocks: BTreeMap<u64, Block>,
     usage: Usage,
+    /// Whether the stream reported any count: without one the step's usage
+    /// is unknown, which is not zero.
+    usage_seen: bool,
     stop: Option<StopReason>,
     /// Finished thinking blocks, as they must be sent back.
     thinking: Vec<Value>,
@@ -330,15 +333,19 @@ impl MessagesDecoder {
         let n = |key: &str| usage[key].as_u64();
         if let Some(v) = n("input_tokens") {
             self.usage.input_tokens = v;
+            self.usage_seen = true;
         }
         if let Some(v) = n("output_tokens") {
             self.usage.output_tokens = v;
+            self.usage_seen = true;
         }
         if let Some(v) = n("cache_read_input_tokens") {
             self.usage.cache_read_tokens = v;
+            self.usage_seen = true;
         }
         if let Some(v) = n("cache_creation_input_tokens") {
             self.usage.cache_write_tokens = v;
+            self.usage_seen = true;
         }
     }
 
@@ -462,7 +469,9 @@ impl MessagesDecoder {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             memory.put(call, std::mem::take(&mut self.thinking));
         }
-        out.push_back(ModelEvent::Usage(self.usage));
+        if self.usage_seen {
+            out.push_back(ModelEvent::Usage(self.usage));
+        }
         out.push_back(ModelEvent::Stop(
             self.stop.take().unwrap_or(StopReason::Stop),
         ));

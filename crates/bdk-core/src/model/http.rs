@@ -642,6 +642,7 @@ pub(crate) fn error_details(body: &[u8]) -> (String, String) {
         .or_else(|| s(err))
         .or_else(|| s(&v["message"]))
         .or_else(|| s(&v["detail"]))
+        .or_else(|| validation_details(&v["detail"]))
         .unwrap_or_else(|| v.to_string());
     let mut kinds = Vec::new();
     for field in [&err["type"], &err["code"], &v["type"], &v["code"]] {
@@ -652,6 +653,33 @@ pub(crate) fn error_details(body: &[u8]) -> (String, String) {
         }
     }
     (quote(&message), kinds.join(" "))
+}
+
+/// A FastAPI/pydantic validation body's `detail` list (`[{"loc": ["body",
+/// "messages", 1, "content"], "msg": "Input should be a valid string"}]`) as
+/// `body.messages.1.content: Input should be a valid string; ...`.
+fn validation_details(detail: &Value) -> Option<String> {
+    let items = detail.as_array()?;
+    let parts: Vec<String> = items
+        .iter()
+        .filter_map(|item| {
+            let msg = item["msg"].as_str()?;
+            let loc: Vec<String> = item["loc"]
+                .as_array()
+                .map(|l| {
+                    l.iter()
+                        .map(|p| p.as_str().map_or_else(|| p.to_string(), str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some(if loc.is_empty() {
+                msg.to_owned()
+            } else {
+                format!("{}: {msg}", loc.join("."))
+            })
+        })
+        .collect();
+    (!parts.is_empty()).then(|| format!("validation error: {}", parts.join("; ")))
 }
 
 fn quote(text: &str) -> String {
@@ -669,6 +697,22 @@ fn is_context_length(message: &str, kinds: &str) -> bool {
         || m.contains("context window")
         || m.contains("maximum context")
         || m.contains("context_length_exceeded")
+}
+
+/// True when an error body says the request itself is malformed (a schema
+/// or validation failure) rather than that the server is in trouble.
+fn is_invalid_request(message: &str, kinds: &str) -> bool {
+    let m = message.to_lowercase();
+    kinds.contains("invalid_request")
+        || kinds.contains("validation")
+        || kinds.contains("bad_request")
+        || kinds.contains("badrequest")
+        || m.contains("validation error")
+        || m.contains("input should be")
+        || m.contains("field required")
+        || m.contains("invalid request")
+        || m.contains("invalid_request")
+        || m.contains("unprocessable")
 }
 
 /// True for a 429 that means "out of money or quota" rather than "too fast".
@@ -732,6 +776,14 @@ pub(crate) fn classify(
             format!(
                 "not found (HTTP 404) at {url}: {message}; check the model name and the base URL"
             ),
+            false,
+        ),
+        // Some servers answer a request their schema rejects with a 5xx
+        // (llama-cpp-python wraps pydantic's validation error in a 500):
+        // the same request fails the same way every time, so it is not
+        // retried, and the server's words reach the turn's error.
+        500..=599 if is_invalid_request(&message, &kinds) => fail(
+            format!("the server rejected the request as invalid (HTTP {status}): {message}"),
             false,
         ),
         408 | 500..=599 => fail(format!("server error (HTTP {status}): {message}"), true),
@@ -1180,6 +1232,35 @@ mod tests {
             server.message,
             "server error (HTTP 503): upstream connect error"
         );
+        // A schema rejection is final whatever the status, and its body is
+        // quoted.
+        let schema = c(
+            500,
+            r#"{"error":{"message":"1 validation error for Request\nbody.messages.1.content\n  Input should be a valid string","type":"internal_server_error"}}"#,
+        );
+        assert!(!schema.retryable, "{}", schema.message);
+        assert!(
+            schema
+                .message
+                .starts_with("the server rejected the request as invalid (HTTP 500)")
+                && schema.message.contains("Input should be a valid string"),
+            "{}",
+            schema.message
+        );
+        let unprocessable = c(
+            422,
+            r#"{"detail":[{"type":"string_type","loc":["body","messages",1,"content"],"msg":"Input should be a valid string","input":null}]}"#,
+        );
+        assert!(!unprocessable.retryable);
+        assert_eq!(
+            unprocessable.message,
+            "bad request (HTTP 422): validation error: body.messages.1.content: Input should be a valid string"
+        );
+        let crash = c(
+            500,
+            r#"{"error":{"message":"CUDA out of memory","type":"server_error"}}"#,
+        );
+        assert!(crash.retryable, "{}", crash.message);
         let missing = c(404, "");
         assert!(!missing.retryable && missing.message.contains("no error message"));
     }

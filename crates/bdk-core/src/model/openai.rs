@@ -110,14 +110,15 @@ fn request_body(request: &ModelRequest) -> Value {
                         })
                     })
                     .collect();
-                // An assistant turn made only of tool calls has null content,
-                // which every compatible server accepts; some reject "".
-                let content = if text.is_empty() {
-                    Value::Null
-                } else {
-                    Value::String(text.clone())
-                };
-                json!({"role": "assistant", "content": content, "tool_calls": calls})
+                // A step made only of tool calls is sent with `content: ""`.
+                // The OpenAI spec allows null or an absent field here, but
+                // servers disagree on both: llama-cpp-python's schema, LM
+                // Studio and older llama.cpp `llama-server` builds reject
+                // null, and older llama-server and llama-cpp-python builds
+                // fail on a missing field. An empty string is accepted by
+                // all of them, by vLLM and Ollama (whose message content is
+                // a plain string) and by OpenAI itself.
+                json!({"role": "assistant", "content": text, "tool_calls": calls})
             }
             Message::Tool {
                 call_id,
@@ -196,7 +197,13 @@ struct ChatDecoder {
 
 impl ChatDecoder {
     fn chunk(&mut self, chunk: &Value, out: &mut VecDeque<ModelEvent>) {
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
+        // A usage object without token counts (some servers send
+        // `"usage": {}` or nulls) reports nothing: the step's usage stays
+        // unknown rather than becoming zero.
+        if let Some(usage) = chunk
+            .get("usage")
+            .filter(|u| u["prompt_tokens"].is_u64() || u["completion_tokens"].is_u64())
+        {
             let n = |v: &Value| v.as_u64().unwrap_or(0);
             let prompt = n(&usage["prompt_tokens"]);
             let cached = n(&usage["prompt_tokens_details"]["cached_tokens"]);
@@ -445,6 +452,34 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_without_usage_reports_none() {
+        let (events, _) = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}],"usage":null}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":null}}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::TextDelta("hi".into()),
+                ModelEvent::Stop(StopReason::Stop)
+            ]
+        );
+        let (events, _) = decode(&[
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":0}}"#,
+            "[DONE]",
+        ]);
+        assert!(
+            events.contains(&ModelEvent::Usage(Usage {
+                input_tokens: 7,
+                ..Usage::default()
+            })),
+            "{events:?}"
+        );
+    }
+
+    #[test]
     fn an_error_chunk_fails_the_step() {
         let (_, last) = decode(&[r#"{"error":{"message":"boom","type":"server_error"}}"#]);
         assert_eq!(
@@ -492,7 +527,7 @@ mod tests {
             json!([
                 {"role": "system", "content": "sys"},
                 {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": null, "tool_calls": [
+                {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{\"a\":1}"}}
                 ]},
                 {"role": "tool", "tool_call_id": "c1", "content": "Tool error: bad"},

@@ -305,11 +305,11 @@ pub struct TurnCost {
     /// The model that ran it (`turn.completed.data.model`, or the model
     /// `turn.started` named for a failed turn).
     pub model: Option<String>,
-    /// Tokens used.
-    pub usage: Usage,
+    /// Tokens used; `None` when the provider did not report them.
+    pub usage: Option<Usage>,
     /// How long it took (measured from `turn.started` for failed turns).
     pub duration_ms: Option<u64>,
-    /// The estimate; `None` when the model's price is unknown.
+    /// The estimate; `None` when the model's price or the usage is unknown.
     pub estimated_cost_usd: Option<f64>,
 }
 
@@ -319,8 +319,8 @@ pub struct TurnCost {
 pub struct CostTotals {
     /// Turns counted.
     pub turns: usize,
-    /// Tokens used, summed.
-    pub usage: Usage,
+    /// Tokens used, summed; `None` when any turn's usage is unknown.
+    pub usage: Option<Usage>,
     /// Turn durations, summed.
     pub duration_ms: u64,
     /// The summed estimate; `None` when any turn's price is unknown.
@@ -342,7 +342,11 @@ impl CostTotals {
     pub fn add(&mut self, other: &CostTotals) {
         let empty = self.turns == 0;
         self.turns += other.turns;
-        self.usage.add(&other.usage);
+        self.usage = if empty {
+            other.usage
+        } else {
+            Usage::sum_known(self.usage, other.usage)
+        };
         self.duration_ms = self.duration_ms.saturating_add(other.duration_ms);
         self.estimated_cost_usd = match (empty, self.estimated_cost_usd, other.estimated_cost_usd) {
             (true, _, b) => b,
@@ -376,7 +380,7 @@ pub fn session_cost(events: &[Envelope], prices: &PriceTable) -> SessionCost {
                 model: Some(c.model.clone()),
                 usage: c.usage,
                 duration_ms: Some(c.duration_ms),
-                estimated_cost_usd: cost_of(prices, Some(&c.model), &c.usage),
+                estimated_cost_usd: cost_of(prices, Some(&c.model), c.usage.as_ref()),
             }),
             Event::TurnFailed(f) => {
                 let start = started.get(&env.turn_id);
@@ -386,7 +390,7 @@ pub fn session_cost(events: &[Envelope], prices: &PriceTable) -> SessionCost {
                     u64::try_from((env.at - *at).num_milliseconds().max(0)).unwrap_or(0)
                 });
                 let model = start.and_then(|(m, _)| m.clone());
-                let usage = f.usage.unwrap_or_default();
+                let usage = f.usage;
                 turns.push(TurnCost {
                     turn_id: env.turn_id.clone(),
                     status: match f.status {
@@ -394,7 +398,7 @@ pub fn session_cost(events: &[Envelope], prices: &PriceTable) -> SessionCost {
                         FailStatus::Cancelled => "cancelled",
                         FailStatus::Interrupted => "interrupted",
                     },
-                    estimated_cost_usd: cost_of(prices, model.as_deref(), &usage),
+                    estimated_cost_usd: cost_of(prices, model.as_deref(), usage.as_ref()),
                     model,
                     usage,
                     duration_ms,
@@ -404,6 +408,7 @@ pub fn session_cost(events: &[Envelope], prices: &PriceTable) -> SessionCost {
         }
     }
     let mut totals = CostTotals {
+        usage: Some(Usage::default()),
         estimated_cost_usd: Some(0.0),
         ..CostTotals::default()
     };
@@ -413,7 +418,10 @@ pub fn session_cost(events: &[Envelope], prices: &PriceTable) -> SessionCost {
     SessionCost { turns, totals }
 }
 
-fn cost_of(prices: &PriceTable, model: Option<&str>, usage: &Usage) -> Option<f64> {
+fn cost_of(prices: &PriceTable, model: Option<&str>, usage: Option<&Usage>) -> Option<f64> {
+    // Unknown usage has an unknown cost, even on a free model's price: "we
+    // do not know" must never read as "nothing".
+    let usage = usage?;
     // No tokens cost nothing whatever the price (a turn that failed before
     // its model answered, or never reached one).
     if *usage == Usage::default() {
@@ -514,7 +522,7 @@ mod tests {
             turn_id: None,
             status: "completed",
             model: None,
-            usage: usage(10, 5, 0, 0),
+            usage: Some(usage(10, 5, 0, 0)),
             duration_ms: Some(7),
             estimated_cost_usd: cost,
         };
@@ -523,11 +531,17 @@ mod tests {
         t.add_turn(&row(Some(0.5)));
         assert_eq!(t.estimated_cost_usd, Some(1.5));
         assert_eq!(t.turns, 2);
-        assert_eq!(t.usage.input_tokens, 20);
+        assert_eq!(t.usage.map(|u| u.input_tokens), Some(20));
         assert_eq!(t.duration_ms, 14);
         t.add_turn(&row(None));
         assert_eq!(t.estimated_cost_usd, None);
         t.add_turn(&row(Some(2.0)));
         assert_eq!(t.estimated_cost_usd, None, "stays unknown");
+        assert!(t.usage.is_some(), "every row's usage was known");
+        t.add_turn(&TurnCost {
+            usage: None,
+            ..row(Some(1.0))
+        });
+        assert_eq!(t.usage, None, "unknown usage makes the sum unknown");
     }
 }
