@@ -133,14 +133,14 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::from(FAILED)
         }
     }
 }
 
 pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
@@ -152,9 +152,9 @@ pub(crate) fn print_diagnostics(diagnostics: &[Diagnostic], to_stderr: bool) {
         };
         let text = format!("{level}: {}: {}\n  fix: {}", d.file, d.message, d.fix);
         if to_stderr {
-            eprintln!("{text}");
+            errln!("{text}");
         } else {
-            println!("{text}");
+            outln!("{text}");
         }
     }
 }
@@ -179,7 +179,7 @@ fn load(dir: &Path) -> std::result::Result<Project, u8> {
     match project {
         Some(p) if errors == 0 => Ok(p),
         _ => {
-            eprintln!(
+            errln!(
                 "error: {} has {errors} validation error(s); run `bdk validate {}` for details",
                 dir.display(),
                 dir.display()
@@ -205,7 +205,7 @@ fn validate(dir: &Path, json: bool) -> Result<u8> {
         }))?;
     } else {
         print_diagnostics(&discovery.diagnostics, false);
-        println!(
+        outln!(
             "{}: {errors} error(s), {warnings} warning(s)",
             dir.display()
         );
@@ -227,18 +227,18 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
         return Ok(OK);
     }
     let c = &project.config;
-    println!("agent: {}", project.name);
+    outln!("agent: {}", project.name);
     if let Some(d) = &c.description {
-        println!("description: {d}");
+        outln!("description: {d}");
     }
-    println!(
+    outln!(
         "model: {}",
         c.model.as_deref().unwrap_or(bdk_core::host::DEFAULT_MODEL)
     );
     let section = |title: &str, items: Vec<String>| {
-        println!("{title} ({}):", items.len());
+        outln!("{title} ({}):", items.len());
         for i in items {
-            println!("  {i}");
+            outln!("  {i}");
         }
     };
     section(
@@ -326,7 +326,7 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
 
 pub(crate) fn parse_session_id(id: &str) -> std::result::Result<SessionId, u8> {
     SessionId::parse(id).ok_or_else(|| {
-        eprintln!("error: `{id}` is not a session id (expected ses_...)");
+        errln!("error: `{id}` is not a session id (expected ses_...)");
         UNUSABLE
     })
 }
@@ -398,7 +398,7 @@ pub(crate) async fn open_host(
         // A recording file that cannot be opened or is not a recording is
         // a bad argument, not a runtime failure.
         Err(e @ HostError::InvalidRequest(_)) if record.is_some() => {
-            eprintln!("error: --record: {e}");
+            errln!("error: --record: {e}");
             return Ok(Err(UNUSABLE));
         }
         Err(e) => return Err(anyhow::Error::new(e).context("failed to start the agent runtime")),
@@ -426,7 +426,7 @@ async fn run(dir: &Path, state_root: &Path, opts: RunOptions) -> Result<u8> {
     let as_of = match as_of.as_deref().map(parse_as_of).transpose() {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("error: --as-of {e}");
+            errln!("error: --as-of {e}");
             return Ok(UNUSABLE);
         }
     };
@@ -445,7 +445,7 @@ async fn run(dir: &Path, state_root: &Path, opts: RunOptions) -> Result<u8> {
     let (session_id, turn_id) = match session {
         Some(id) => {
             if dry_run || as_of.is_some() {
-                eprintln!(
+                errln!(
                     "warning: --dry-run and --as-of apply to new sessions; the session keeps its own settings"
                 );
             }
@@ -485,7 +485,7 @@ async fn run(dir: &Path, state_root: &Path, opts: RunOptions) -> Result<u8> {
         tokio::select! {
             r = host.wait_turn(&session_id, turn_id) => { r?; }
             _ = tokio::signal::ctrl_c() => {
-                eprintln!("interrupted: recording the turn as interrupted");
+                errln!("interrupted: recording the turn as interrupted");
                 host.shutdown(Duration::from_secs(5)).await;
             }
         }
@@ -563,7 +563,7 @@ async fn call(
     let input: Value = match serde_json::from_str(input) {
         Ok(v) => v,
         Err(e) => {
-            eprintln!("error: --input is not valid JSON: {e}");
+            errln!("error: --input is not valid JSON: {e}");
             return Ok(UNUSABLE);
         }
     };
@@ -605,19 +605,19 @@ fn trajectory(path: &Path) -> Result<u8> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("error: cannot read {}: {e}", path.display());
+            errln!("error: cannot read {}: {e}", path.display());
             return Ok(UNUSABLE);
         }
     };
     let scan = match bdk_events::ndjson::scan(&bytes) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("error: {}: {e}", path.display());
+            errln!("error: {}: {e}", path.display());
             return Ok(UNUSABLE);
         }
     };
     if scan.is_torn() {
-        eprintln!(
+        errln!(
             "warning: {} ends in {} bytes of an unfinished line; ignored",
             path.display(),
             scan.torn_bytes
@@ -652,7 +652,7 @@ async fn sessions(state_root: &Path, json: bool) -> Result<u8> {
         if json {
             print_json(&json!([]))?;
         } else {
-            println!("no sessions under {}", state_root.display());
+            outln!("no sessions under {}", state_root.display());
         }
         return Ok(OK);
     }
@@ -694,7 +694,7 @@ async fn sessions(state_root: &Path, json: bool) -> Result<u8> {
                 .as_str()
                 .map(|p| format!("  ({p})"))
                 .unwrap_or_default();
-            println!(
+            outln!(
                 "{}  {:<9} {:<5} {:>5} events  {}{problem}",
                 row["sessionId"].as_str().unwrap_or_default(),
                 row["status"].as_str().unwrap_or_default(),
@@ -704,7 +704,7 @@ async fn sessions(state_root: &Path, json: bool) -> Result<u8> {
             );
         }
         if rows.is_empty() {
-            println!("no sessions under {}", state_root.display());
+            outln!("no sessions under {}", state_root.display());
         }
     }
     Ok(OK)
@@ -736,7 +736,7 @@ async fn session(state_root: &Path, id: &str, raw: bool) -> Result<u8> {
     };
     if raw {
         for e in &events {
-            println!("{}", e.to_line()?);
+            outln!("{}", e.to_line()?);
         }
         return Ok(OK);
     }

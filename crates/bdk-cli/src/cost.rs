@@ -28,7 +28,7 @@ pub async fn run(dir: &Path, state_root: &Path, session: Option<&str>, json: boo
     let prices = match discover(dir).project {
         Some(project) => PriceTable::with_overrides(&project.config.prices),
         None => {
-            eprintln!(
+            errln!(
                 "warning: no agent project in {}; using the built-in prices only",
                 dir.display()
             );
@@ -112,17 +112,17 @@ pub async fn run(dir: &Path, state_root: &Path, session: Option<&str>, json: boo
     }
 
     if reports.is_empty() {
-        println!("no sessions under {}", state_root.display());
+        outln!("no sessions under {}", state_root.display());
         return Ok(OK);
     }
     for (r, c) in &reports {
-        println!("{} ({} turn(s))", r.id, c.turns.len());
+        outln!("{} ({} turn(s))", r.id, c.turns.len());
         for t in &c.turns {
             let turn = t
                 .turn_id
                 .as_ref()
                 .map_or_else(|| "-".to_owned(), ToString::to_string);
-            println!(
+            outln!(
                 "  {turn}  {:<11} {:<28} {}  {}",
                 t.status,
                 t.model.as_deref().unwrap_or("-"),
@@ -130,13 +130,13 @@ pub async fn run(dir: &Path, state_root: &Path, session: Option<&str>, json: boo
                 cost_text(t.estimated_cost_usd)
             );
         }
-        println!(
+        outln!(
             "  session total  {}  {}",
             usage_text(c.totals.usage.as_ref()),
             cost_text(c.totals.estimated_cost_usd)
         );
     }
-    println!(
+    outln!(
         "total: {} session(s), {} turn(s), {}, {}",
         reports.len(),
         totals.turns,
@@ -145,14 +145,12 @@ pub async fn run(dir: &Path, state_root: &Path, session: Option<&str>, json: boo
     );
     if !unpriced.is_empty() {
         let list: Vec<&str> = unpriced.iter().map(String::as_str).collect();
-        println!(
+        outln!(
             "no price for: {}; add `[prices.\"provider/model\"]` with `input` and `output` (USD per million tokens) to agent.toml",
             list.join(", ")
         );
     }
-    println!(
-        "built-in list prices as of {PRICES_AS_OF}; verify them before relying on the estimate"
-    );
+    outln!("built-in list prices as of {PRICES_AS_OF}; verify them before relying on the estimate");
     Ok(OK)
 }
 

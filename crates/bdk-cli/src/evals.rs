@@ -129,7 +129,7 @@ impl Progress for Live {
                 }
             }
         }
-        eprintln!("{}", lines.join("\n"));
+        errln!("{}", lines.join("\n"));
         self.status();
     }
 }
@@ -140,12 +140,12 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
     print_diagnostics(&loaded.diagnostics, true);
     let Some(suite) = loaded.suite else {
         if loaded.diagnostics.is_empty() {
-            eprintln!(
+            errln!(
                 "error: {} has no evals/ folder; create evals/evals.toml and a <name>.eval.toml case file",
                 dir.display()
             );
         } else {
-            eprintln!(
+            errln!(
                 "error: the eval files of {} have errors; fix them and run again",
                 dir.display()
             );
@@ -159,12 +159,12 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
         verbose: args.verbose,
     };
     if args.timeout == Some(0) {
-        eprintln!("error: --timeout must be above 0");
+        errln!("error: --timeout must be above 0");
         return Ok(UNUSABLE);
     }
     let cases = bdk_evals::runner::select(&suite.cases, &opts);
     if cases.is_empty() {
-        eprintln!(
+        errln!(
             "error: no eval case matches the selection (--filter {:?}, --tags {:?}); {} case(s) exist",
             args.filter,
             args.tags,
@@ -181,7 +181,7 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
         Some(url) => match HttpTarget::new(url, args.token.clone()) {
             Ok(t) => Arc::new(t),
             Err(e) => {
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return Ok(UNUSABLE);
             }
         },
@@ -213,7 +213,7 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
         let cancel = cancel.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\ninterrupted: cancelling the eval run");
+                errln!("\ninterrupted: cancelling the eval run");
                 cancel.cancel();
             }
         })
@@ -237,15 +237,15 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
 
     let table = bdk_evals::report::summary_table(&result);
     if args.json {
-        eprint!("{table}");
-        println!("{}", bdk_evals::report::json(&result));
+        err!("{table}");
+        outln!("{}", bdk_evals::report::json(&result));
     } else {
-        print!("{table}");
+        out!("{table}");
     }
     let written = bdk_evals::report::write_reports(&dir, &suite.config.reporters, &cases, &result)
         .context("failed to write an eval report")?;
     for path in written {
-        eprintln!("report: {}", path.display());
+        errln!("report: {}", path.display());
     }
     if let Some(path) = &args.junit {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -254,7 +254,7 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
         }
         std::fs::write(path, bdk_evals::report::junit(&result))
             .with_context(|| format!("failed to write {}", path.display()))?;
-        eprintln!("junit: {}", path.display());
+        errln!("junit: {}", path.display());
     }
     Ok(if result.passed() { OK } else { FAILED })
 }

@@ -6,16 +6,19 @@ use anyhow::{Context, Result, bail};
 
 include!(concat!(env!("OUT_DIR"), "/example_files.rs"));
 
-/// Writes the example into `dir`, which must be absent or empty.
+/// Writes the example into `dir`, which must be absent or empty (exit 2
+/// otherwise: the argument is unusable, nothing is written).
 pub fn run(dir: &Path) -> Result<u8> {
     if dir.exists() {
         let mut entries =
             std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
         if entries.next().is_some() {
-            bail!(
-                "{} is not empty; pass a new directory, e.g. `bdk init my-agent`",
+            // A usage error (exit 2), like any other unusable argument.
+            errln!(
+                "error: {} is not empty; pass a new directory, e.g. `bdk init my-agent`",
                 dir.display()
             );
+            return Ok(crate::commands::UNUSABLE);
         }
     }
     if EXAMPLE_FILES.is_empty() {
@@ -34,12 +37,12 @@ pub fn run(dir: &Path) -> Result<u8> {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
         }
     }
-    println!(
+    outln!(
         "created an agent project in {} ({} files)",
         dir.display(),
         EXAMPLE_FILES.len()
     );
-    println!(
+    outln!(
         "next: bdk validate {0} && bdk run --dir {0} --message \"What's the weather in Paris?\"",
         dir.display()
     );

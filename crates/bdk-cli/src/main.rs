@@ -11,6 +11,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+#[macro_use]
+mod output;
+
 mod commands;
 mod cost;
 mod evals;
@@ -260,7 +263,7 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
+            errln!("error: failed to start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -279,7 +282,7 @@ fn main() -> ExitCode {
             match telemetry::Telemetry::start(flag) {
                 Ok(t) => t,
                 Err(e) => {
-                    eprintln!("error: {e:#}");
+                    errln!("error: {e:#}");
                     return ExitCode::from(2);
                 }
             }

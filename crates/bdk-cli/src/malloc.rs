@@ -35,7 +35,7 @@ pub fn pin_mmap_threshold() {
         command.arg0(arg0);
     }
     let err = command.args(args).env("GLIBC_TUNABLES", TUNABLES).exec();
-    eprintln!(
+    errln!(
         "note: could not restart with GLIBC_TUNABLES={TUNABLES} ({err}); memory freed by large requests may not be returned to the system"
     );
 }

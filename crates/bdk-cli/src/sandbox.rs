@@ -68,7 +68,7 @@ fn check(sandbox: &Sandbox, project: &Project, require: bool) -> Result<()> {
     }
     static WARNED: OnceLock<()> = OnceLock::new();
     WARNED.get_or_init(|| {
-        eprintln!(
+        errln!(
             "warning: the tool sandbox is incomplete on this system, so tools, shell commands and command hooks can reach more than they are granted: missing {}. Pass --require-sandbox to refuse to start instead (see docs/security.md).",
             missing.join("; ")
         );

@@ -198,7 +198,7 @@ fn bind(host: &str, port: u16) -> Result<TcpListener> {
         match listen(SocketAddr::new(ip, candidate)) {
             Ok(l) => {
                 if candidate != port {
-                    eprintln!("port {port} is busy; using {candidate} instead");
+                    errln!("port {port} is busy; using {candidate} instead");
                 }
                 return Ok(l);
             }
@@ -237,7 +237,7 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// Runs the server until SIGINT or SIGTERM. Returns the exit code.
 pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     for note in secrets_on_command_line(std::env::args().skip(1)) {
-        eprintln!("note: {note}");
+        errln!("note: {note}");
     }
     let dirs = if opts.dirs.is_empty() {
         vec![PathBuf::from(".")]
@@ -245,20 +245,20 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         opts.dirs.clone()
     };
     if opts.single && dirs.len() != 1 {
-        eprintln!(
+        errln!(
             "error: --mode single serves exactly one agent; got {}",
             dirs.len()
         );
         return Ok(2);
     }
     if opts.allow_anonymous && !opts.bearer_tokens.is_empty() {
-        eprintln!("error: --allow-anonymous and --bearer-token exclude each other");
+        errln!("error: --allow-anonymous and --bearer-token exclude each other");
         return Ok(2);
     }
     let tokens = match parse_tokens(&opts.bearer_tokens) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(2);
         }
     };
@@ -272,7 +272,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         crate::commands::print_diagnostics(&discovery.diagnostics, true);
         let (errors, _) = crate::commands::counts(&discovery.diagnostics);
         let Some(project) = discovery.project.filter(|_| errors == 0) else {
-            eprintln!(
+            errln!(
                 "error: {} has validation errors; not serving",
                 dir.display()
             );
@@ -282,7 +282,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         let slug = slug_of(&project.root);
         if !opts.single {
             if !valid_slug(&slug) {
-                eprintln!(
+                errln!(
                     "error: `{slug}` ({}) is not a usable URL slug: use letters, digits, `_` and `-`, starting with a letter or digit, and not v1, playground or docs; rename the directory",
                     dir.display()
                 );
@@ -290,7 +290,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
                 continue;
             }
             if !slugs.insert(slug.clone()) {
-                eprintln!("error: two agents would be served at /{slug}; rename one directory");
+                errln!("error: two agents would be served at /{slug}; rename one directory");
                 failed = true;
                 continue;
             }
@@ -298,7 +298,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         // A cron expression that names no real date (`0 0 31 2 *`) passes
         // the syntax check of discovery; refuse it here, before serving.
         if let Err(e) = bdk_scheduler::check_schedules(&project.schedules) {
-            eprintln!("error: {}: {e}", dir.display());
+            errln!("error: {}: {e}", dir.display());
             failed = true;
             continue;
         }
@@ -311,7 +311,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     let store_spec = match crate::store::StoreSpec::parse(opts.store.as_deref()) {
         Ok(spec) => spec,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return Ok(2);
         }
     };
@@ -345,7 +345,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         {
             Ok(sandbox) => sandbox,
             Err(e) => {
-                eprintln!("error: {e:#}");
+                errln!("error: {e:#}");
                 return Ok(2);
             }
         };
@@ -422,34 +422,30 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     let listener = bind(&opts.host, opts.port)?;
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
-    println!("listening on {base}");
+    outln!("listening on {base}");
     for (slug, name) in &names {
         match slug {
-            Some(s) => println!("  {name}: {base}/{s}/v1"),
-            None => println!("  {name}: {base}/v1"),
+            Some(s) => outln!("  {name}: {base}/{s}/v1"),
+            None => outln!("  {name}: {base}/v1"),
         }
         if opts.playground {
             let prefix = slug.as_ref().map_or_else(String::new, |s| format!("/{s}"));
-            println!("  {name} playground: {base}{prefix}/playground");
+            outln!("  {name} playground: {base}{prefix}/playground");
         }
     }
     if opts.docs {
-        println!("  docs: {base}/docs");
+        outln!("  docs: {base}/docs");
     }
     let count: usize = hosts.iter().map(|h| h.project().schedules.len()).sum();
     if count > 0 {
         if opts.dev {
-            eprintln!(
+            errln!(
                 "note: {count} schedule(s) discovered; under --dev they fire only through POST /v1/dev/schedules/:id"
             );
         } else if !opts.schedules {
-            eprintln!(
-                "note: {count} schedule(s) discovered; --no-schedules keeps them from firing"
-            );
+            errln!("note: {count} schedule(s) discovered; --no-schedules keeps them from firing");
         } else {
-            println!(
-                "  schedules: {count} firing on their cadence (UTC); missed fires are skipped"
-            );
+            outln!("  schedules: {count} firing on their cadence (UTC); missed fires are skipped");
         }
     }
     if !opts.dev
@@ -457,7 +453,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         && opts.bearer_tokens.is_empty()
         && !addr.ip().is_loopback()
     {
-        eprintln!(
+        errln!(
             "note: only loopback callers are admitted; pass --bearer-token to serve remote callers"
         );
     }
@@ -477,7 +473,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     let stopping = tokio::spawn(async move {
         wait_for_signal().await;
         let _ = signalled.send(tokio::time::Instant::now());
-        eprintln!("shutting down: recording running turns as interrupted and ending streams");
+        errln!("shutting down: recording running turns as interrupted and ending streams");
         signal.cancel();
         futures::future::join_all(stopping.iter().map(|h| h.shutdown(settle))).await;
         shutdown.cancel();

@@ -75,7 +75,7 @@ impl Endpoints {
         let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
         if get(SDK_DISABLED).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
             if flag.is_some() {
-                eprintln!("note: {SDK_DISABLED}=true; --otlp-endpoint is ignored");
+                errln!("note: {SDK_DISABLED}=true; --otlp-endpoint is ignored");
             }
             return None;
         }
@@ -217,7 +217,7 @@ impl Telemetry {
         if let Some(provider) = self.tracer
             && let Err(e) = provider.shutdown()
         {
-            eprintln!(
+            errln!(
                 "warning: the last traces may not have reached {} ({e}); is the collector up?",
                 to(&self.endpoints.traces)
             );
@@ -225,7 +225,7 @@ impl Telemetry {
         if let Some(provider) = self.meter
             && let Err(e) = provider.shutdown()
         {
-            eprintln!(
+            errln!(
                 "warning: the last metrics did not reach {} ({e}); is the collector up?",
                 to(&self.endpoints.metrics)
             );

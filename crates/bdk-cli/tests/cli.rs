@@ -394,10 +394,67 @@ fn init_scaffolds_a_project_that_validates_and_runs() {
             .args(["--message", "What's the weather in Lima?"]),
     );
     assert_eq!(code, 0, "{run}");
-    // A second init into the now non-empty directory is refused.
+    // A second init into the now non-empty directory is a usage error
+    // (exit 2) that writes nothing.
+    let before = std::fs::read_dir(&dir).unwrap().count();
     let out = bdk().arg("init").arg(&dir).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), before);
+}
+
+/// A reader that closes the pipe early (`bdk sessions | head -2`) ends the
+/// command quietly with the exit code it would have had: no panic, no
+/// "Broken pipe" on stderr.
+#[test]
+fn a_closed_stdout_ends_every_printing_command_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("agent-project");
+    assert_eq!(
+        bdk().arg("init").arg(&dir).status().unwrap().code(),
+        Some(0)
+    );
+    let d = dir.to_str().unwrap();
+    let (_, run) = run_json(bdk().args(["run", "--dir", d, "--message", "Weather in Paris?"]));
+    let session = run["sessionId"].as_str().unwrap().to_string();
+    let cases: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["validate", d], 0),
+        (vec!["validate", "--json", d], 0),
+        (vec!["info", d], 0),
+        (vec!["info", "--json", d], 0),
+        (vec!["sessions", "--dir", d], 0),
+        (vec!["session", "--dir", d, &session], 0),
+        (vec!["run", "--dir", d, "--message", "Weather in Oslo?"], 0),
+        (
+            vec![
+                "call",
+                "--dir",
+                d,
+                "get_weather",
+                "--input",
+                r#"{"city":"Rome"}"#,
+            ],
+            0,
+        ),
+        (vec!["cost", "--dir", d], 0),
+        (vec!["validate", "/nonexistent/bdk-project"], 2),
+    ];
+    for (args, expected) in cases {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = bdk()
+            .args(&args)
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(expected), "bdk {args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "bdk {args:?}: {stderr}"
+        );
+    }
 }
 
 /// A tool gets the environment allowlist and what its manifest names, never
