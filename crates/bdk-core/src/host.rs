@@ -898,6 +898,10 @@ pub struct FollowUp {
     pub delivery_id: Option<String>,
     /// The caller.
     pub principal: Option<String>,
+    /// The caller may read every session (dev mode on loopback): it is told
+    /// that a task session takes no follow-ups (409) before being told it
+    /// does not own the session (403), since it can see the session anyway.
+    pub sees_all: bool,
     /// Files written into the workspace before the turn.
     pub workspace_files: BTreeMap<String, String>,
 }
@@ -1481,10 +1485,20 @@ impl Host {
             ));
         }
         validate_workspace_files(&opts.workspace_files)?;
-        let record = self.session(id, opts.principal.as_deref()).await?;
+        // The order of the refusals: a session the caller cannot see is 404
+        // or 403 before anything else; one it can see but that takes no
+        // follow-ups is 409 (the real reason) before 403 for a session it
+        // may read but not drive.
+        let read_scope = if opts.sees_all {
+            None
+        } else {
+            opts.principal.as_deref()
+        };
+        let record = self.session(id, read_scope).await?;
         if record.mode == SessionMode::Task {
             return Err(HostError::TaskSession(id.to_string()));
         }
+        check_owner(&record, opts.principal.as_deref())?;
         if opts
             .continuation_token
             .as_deref()

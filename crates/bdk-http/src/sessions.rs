@@ -198,6 +198,7 @@ pub(crate) async fn follow_up(
                 admission: body.admission,
                 delivery_id: body.delivery_id,
                 principal: caller.owner().map(str::to_owned),
+                sees_all: caller.sees_all,
                 workspace_files: body.workspace_files,
             },
         )

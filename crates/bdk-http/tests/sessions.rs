@@ -833,7 +833,33 @@ async fn dev_mode_lists_every_principal_and_hides_foreign_tokens() {
                 events(http, base, foreign.session_id.as_str()).await[0]["type"],
                 "session.started"
             );
+        }
+        // A schedule's task session, owned by someone else: a caller who
+        // can see it learns the real reason (409, it takes no follow-ups);
+        // one who cannot see it learns only that (403).
+        let task = s
+            .agent
+            .host
+            .start_session(StartSession {
+                mode: SessionMode::Task,
+                principal: Some("schedule:nightly".into()),
+                channel: "schedule".into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let refused = http
+            .post(format!("{base}/v1/session/{}", task.session_id))
+            .json(&json!({"message": "more"}))
+            .send()
+            .await
+            .unwrap();
+        if dev {
+            expect_error(refused, 409, "task_session").await;
         } else {
+            expect_error(refused, 403, "forbidden").await;
+        }
+        if !dev {
             assert!(theirs.is_none(), "without --dev callers see their own");
             expect_error(
                 http.get(format!("{base}/v1/session/{}/events", foreign.session_id))
