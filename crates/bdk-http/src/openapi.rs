@@ -56,7 +56,15 @@ pub(crate) async fn agent_document(State(agent): State<Arc<Agent>>) -> Json<Valu
     if let Some(slug) = &agent.slug {
         server["description"] = json!(format!("the agent `{slug}`"));
     }
-    Json(with_servers(json!([server])))
+    let mut doc = with_servers(json!([server]));
+    if agent.slug.is_none() {
+        // Single mode serves no host routes (the agent sits at the root):
+        // describe exactly the routes this layout answers.
+        if let Some(paths) = doc["paths"].as_object_mut() {
+            paths.retain(|_, item| item["x-bdk-mount"] != json!(HOST));
+        }
+    }
+    Json(doc)
 }
 
 /// The host route of a multi-agent app: `GET /v1/openapi.json` at the root,
