@@ -1,5 +1,6 @@
-//! Embeds the user documentation (`docs/**/*.md` at the workspace root) into
-//! the crate, so `GET /docs/*` works from an installed binary with no files
+//! Embeds the user documentation (`docs/**/*.md` at the workspace root, and
+//! the root `README.md` and `ARCHITECTURE.md` as `project/...`) into the
+//! crate, so `GET /docs/*` works from an installed binary with no files
 //! beside it.
 //!
 //! The script writes `docs_pages.rs` into `OUT_DIR`: a sorted table of
@@ -19,6 +20,15 @@ fn main() -> io::Result<()> {
     let mut pages = Vec::new();
     if docs.is_dir() {
         collect(&docs, &docs, &mut pages)?;
+    }
+    // The project's own README and ARCHITECTURE, which the docs link to
+    // (`../README.md`), served under `project/`.
+    for name in ["README.md", "ARCHITECTURE.md"] {
+        let path = manifest.join("..").join("..").join(name);
+        if path.is_file() {
+            println!("cargo:rerun-if-changed={}", path.display());
+            pages.push((format!("project/{name}"), path.canonicalize()?));
+        }
     }
     pages.sort();
 

@@ -3,14 +3,18 @@
 //! about the running agents.
 //!
 //! `/docs` redirects to `/docs/`, which serves `README.md`; `/docs/<page>`
-//! serves `<page>` or `<page>.md`. Relative links between pages work as
-//! written in the Markdown, because every page is served at its own path.
+//! serves `<page>` or `<page>.md`; the project's `README.md` and
+//! `ARCHITECTURE.md` are served as `/docs/project/...`. Links are written
+//! for reading the files in the repository (`../README.md` from a page in
+//! `docs/`), so rendering resolves each relative link against the page's
+//! place in the repository and points it at the served copy. Headings get
+//! the ids GitHub gives them, so `page.md#section` links land too.
 
 use axum::Router;
 use axum::extract::Path;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
-use pulldown_cmark::{Options, Parser, html};
+use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd, html};
 
 use crate::discovery::escape;
 use crate::error::ApiError;
@@ -69,7 +73,10 @@ fn render(path: &str, markdown: &str) -> String {
     let mut body = String::new();
     let options =
         Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_HEADING_ATTRIBUTES;
-    html::push_html(&mut body, Parser::new_ext(markdown, options));
+    html::push_html(
+        &mut body,
+        served_events(path, markdown, options).into_iter(),
+    );
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
@@ -82,6 +89,110 @@ fn render(path: &str, markdown: &str) -> String {
     )
 }
 
+/// The page's events with links pointed at the served pages and ids on
+/// headings.
+fn served_events<'a>(path: &str, markdown: &'a str, options: Options) -> Vec<Event<'a>> {
+    let mut events: Vec<Event<'a>> = Parser::new_ext(markdown, options)
+        .map(|event| match event {
+            Event::Start(Tag::Link {
+                link_type,
+                dest_url,
+                title,
+                id,
+            }) => Event::Start(Tag::Link {
+                link_type,
+                dest_url: served_link(path, &dest_url).map_or(dest_url, CowStr::from),
+                title,
+                id,
+            }),
+            other => other,
+        })
+        .collect();
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut i = 0;
+    while i < events.len() {
+        if let Event::Start(Tag::Heading { id: None, .. }) = &events[i] {
+            let mut text = String::new();
+            let mut j = i + 1;
+            while j < events.len() && !matches!(events[j], Event::End(TagEnd::Heading(_))) {
+                if let Event::Text(t) | Event::Code(t) = &events[j] {
+                    text.push_str(t);
+                }
+                j += 1;
+            }
+            let base = heading_slug(&text);
+            let n = seen.entry(base.clone()).or_insert(0);
+            let slug = if *n == 0 { base } else { format!("{base}-{n}") };
+            *n += 1;
+            if let Event::Start(Tag::Heading { id, .. }) = &mut events[i] {
+                *id = Some(CowStr::from(slug));
+            }
+        }
+        i += 1;
+    }
+    events
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation dropped, spaces
+/// as hyphens.
+fn heading_slug(text: &str) -> String {
+    text.trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Where a relative link of the page at `path` points once served: `None`
+/// for absolute URLs, fragments and links to files that are not served.
+fn served_link(path: &str, dest: &str) -> Option<String> {
+    if dest.is_empty()
+        || dest.starts_with('#')
+        || dest.starts_with('/')
+        || dest.contains("://")
+        || dest.starts_with("mailto:")
+    {
+        return None;
+    }
+    let (target, fragment) = match dest.split_once('#') {
+        Some((t, f)) => (t, Some(f)),
+        None => (dest, None),
+    };
+    // The page's place in the repository.
+    let repo_path = match path.strip_prefix("project/") {
+        Some(root_file) => root_file.to_owned(),
+        None => format!("docs/{path}"),
+    };
+    let mut parts: Vec<&str> = repo_path.split('/').collect();
+    parts.pop();
+    for segment in target.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            s => parts.push(s),
+        }
+    }
+    let resolved = parts.join("/");
+    let served = if let Some(page) = resolved.strip_prefix("docs/") {
+        lookup(page).map(|_| format!("/docs/{page}"))
+    } else if resolved == "docs" {
+        Some("/docs/".to_owned())
+    } else {
+        let page = format!("project/{resolved}");
+        lookup(&page).map(|_| format!("/docs/{page}"))
+    }?;
+    Some(match fragment {
+        Some(f) => format!("{served}#{f}"),
+        None => served,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,6 +200,37 @@ mod tests {
     #[test]
     fn pages_are_sorted_for_lookup() {
         assert!(PAGES.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn links_point_at_the_served_pages() {
+        assert_eq!(
+            served_link("README.md", "../README.md").as_deref(),
+            Some("/docs/project/README.md")
+        );
+        assert_eq!(
+            served_link("project/README.md", "docs/cli.md#exit-codes").as_deref(),
+            Some("/docs/cli.md#exit-codes")
+        );
+        assert_eq!(
+            served_link("design/turn-loop.md", "../http-api.md").as_deref(),
+            Some("/docs/http-api.md")
+        );
+        assert_eq!(served_link("cli.md", "#exit-codes"), None);
+        assert_eq!(served_link("cli.md", "https://example.com/x.md"), None);
+        assert_eq!(served_link("cli.md", "../../../etc/passwd"), None);
+        assert_eq!(served_link("cli.md", "../crates/bdk-cli/src/main.rs"), None);
+    }
+
+    #[test]
+    fn headings_get_github_ids() {
+        let html = render(
+            "x.md",
+            "# Exit codes\n\n## `bdk run`: one turn\n\n## Exit codes\n",
+        );
+        assert!(html.contains("<h1 id=\"exit-codes\">"), "{html}");
+        assert!(html.contains("<h2 id=\"bdk-run-one-turn\">"), "{html}");
+        assert!(html.contains("<h2 id=\"exit-codes-1\">"), "{html}");
     }
 
     #[test]

@@ -237,7 +237,12 @@ async fn docs_are_served_as_html_and_can_be_turned_off() {
     let index = http.get(format!("{}/docs", s.base)).send().await.unwrap();
     assert_eq!(index.status().as_u16(), 200);
     assert_eq!(index.url().path(), "/docs/");
-    assert!(index.text().await.unwrap().contains("<h1>"));
+    let index = index.text().await.unwrap();
+    assert!(index.contains("<h1 id="), "{index}");
+    assert!(
+        index.contains("href=\"/docs/project/README.md\""),
+        "{index}"
+    );
     for path in ["/docs/http-api.md", "/docs/http-api"] {
         let page = http.get(format!("{}{path}", s.base)).send().await.unwrap();
         assert_eq!(page.status().as_u16(), 200, "{path}");
