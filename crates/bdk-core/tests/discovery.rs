@@ -91,7 +91,6 @@ fn full_fixture_discovers_every_form_without_diagnostics() {
     assert_eq!(c.max_steps, Some(12));
     assert_eq!(c.max_running_turns, Some(2));
     assert_eq!(c.tool_timeout_ms, Some(5000));
-    assert_eq!(c.local.cwd, Some(root.join("work")));
     assert!(c.builtin_tools.workspace && c.builtin_tools.shell && c.builtin_tools.reminders);
     assert!(!c.builtin_tools.artifacts);
 
@@ -1111,5 +1110,139 @@ fn sandbox_settings_and_exposed_built_ins_are_checked() {
     has(
         Severity::Error,
         "`1BAD` is not an environment variable name",
+    );
+}
+
+#[test]
+fn unknown_providers_and_the_local_table_are_errors_with_a_fix() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/agent.toml",
+            b"model = \"bogus/none\"\n[local]\ncwd = \"work\"\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    let messages: Vec<(&str, &str)> = found
+        .diagnostics
+        .iter()
+        .map(|d| (d.message.as_str(), d.fix.as_str()))
+        .collect();
+    assert_eq!(messages.len(), 2, "{}", show(&found.diagnostics));
+    assert!(
+        found
+            .diagnostics
+            .iter()
+            .all(|d| d.severity == Severity::Error)
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|(m, f)| m.contains("unknown provider `bogus`") && f.contains("openai")),
+        "{messages:?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|(m, f)| m.contains("`[local]` is not supported") && f.contains("--state-root")),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn scripted_templates_may_only_read_what_a_conversation_provides() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "[[rules]]\nuser_regex = \"in (?P<city>\\\\w+)\"\nreply = \"{{ captures.town }}\"\n",
+            "uses `captures.town`, but its user_regex names city",
+        ),
+        (
+            "[[rules]]\nuser_contains = \"hi\"\nreply = \"{{ captures.city }}\"\n",
+            "the rule has no user_regex with named groups",
+        ),
+        (
+            "[[rules]]\nreply = \"{{ weather.temp }}\"\n",
+            "reply uses `weather`, which no conversation provides",
+        ),
+        (
+            "[[rules]]\ntool_calls = [{ name = \"t\", input = { q = \"{{ usr }}\" } }]\n",
+            "tool_calls[0].input.q uses `usr`",
+        ),
+    ];
+    for (rules, expected) in cases {
+        let dir = project(&[
+            ("agent/instructions.md", b"Hi."),
+            ("agent/agent.toml", b"model = \"scripted\"\n"),
+            ("agent/scripted.toml", rules.as_bytes()),
+        ]);
+        let d = only(&discover(dir.path())).clone();
+        assert_eq!(d.file, "agent/scripted.toml");
+        assert_eq!(d.severity, Severity::Error);
+        assert!(d.message.contains(expected), "{rules}: {}", d.message);
+    }
+    // What the documentation shows stays valid: every variable, a real
+    // capture group, a loop variable and an engine function.
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        ("agent/agent.toml", b"model = \"scripted\"\n"),
+        (
+            "agent/scripted.toml",
+            b"[[rules]]\nuser_regex = \"in (?P<city>\\\\w+)\"\nreply = \"{{ captures.city }} {{ user }} {{ step }}\"\n[[rules]]\ntool_result = \"t\"\nreply = \"{{ tool }} {{ result.a }} {{ result_text }} {% for i in range(2) %}{{ i }}{% endfor %}\"\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+}
+
+#[test]
+fn tools_named_like_built_ins_are_errors_with_the_fix() {
+    let tool = b"description = \"Mine.\"\ncommand = [\"true\"]\n";
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        ("agent/agent.toml", b"[builtin_tools]\nshell = true\n"),
+        ("agent/tools/read_file.toml", tool),
+        ("agent/tools/shell.toml", tool),
+        ("agent/tools/task.toml", tool),
+        ("agent/tools/mine.toml", tool),
+        ("agent/subagents/helper/instructions.md", b"Help."),
+        (
+            "agent/subagents/helper/agent.toml",
+            b"description = \"Helps.\"\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    let mut got: Vec<(String, String, String)> = found
+        .diagnostics
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| (d.file.clone(), d.message.clone(), d.fix.clone()))
+        .collect();
+    got.sort();
+    assert_eq!(got.len(), 3, "{}", show(&found.diagnostics));
+    assert_eq!(got[0].0, "agent/tools/read_file.toml");
+    assert!(got[0].1.contains("collides with the built-in"), "{got:?}");
+    assert!(got[0].2.contains("workspace = false"), "{got:?}");
+    assert_eq!(got[1].0, "agent/tools/shell.toml");
+    assert!(got[1].2.contains("shell = false"), "{got:?}");
+    assert_eq!(got[2].0, "agent/tools/task.toml");
+    assert!(got[2].1.contains("never get it"), "{got:?}");
+
+    // With the built-ins off, the same names are the agent's own.
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        ("agent/agent.toml", b"[builtin_tools]\nworkspace = false\n"),
+        ("agent/tools/read_file.toml", tool),
+        ("agent/tools/shell.toml", tool),
+    ]);
+    let found = discover(dir.path());
+    assert!(
+        found
+            .diagnostics
+            .iter()
+            .all(|d| d.severity != Severity::Error),
+        "{}",
+        show(&found.diagnostics)
     );
 }

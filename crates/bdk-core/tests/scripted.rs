@@ -228,7 +228,7 @@ async fn regex_captures_fill_tool_inputs() {
 user_regex = "(?i)weather in (?P<city>[A-Za-z .'-]+?)[?.!]*$"
 reasoning = "The user wants the weather in {{ captures.city }}."
 tool_calls = [
-  { name = "get_weather", input = { city = "{{ captures.city }}", days = 2, detail = { units = "metric", tags = ["{{ captures.city | lower }}", true] }, missing = "{{ captures.nope }}" } },
+  { name = "get_weather", input = { city = "{{ captures.city }}", days = 2, detail = { units = "metric", tags = ["{{ captures.city | lower }}", true] } } },
   { name = "log", input = { note = "step {{ step }}" } },
 ]
 "#,
@@ -239,7 +239,7 @@ tool_calls = [
     assert_eq!(calls[0].name, "get_weather");
     assert_eq!(
         calls[0].input,
-        json!({"city": "New York", "days": 2, "detail": {"units": "metric", "tags": ["new york", true]}, "missing": ""})
+        json!({"city": "New York", "days": 2, "detail": {"units": "metric", "tags": ["new york", true]}})
     );
     assert_eq!(calls[1].input, json!({"note": "step 1"}));
     assert!(

@@ -250,6 +250,17 @@ fn preset(provider: &str) -> Option<Preset> {
     })
 }
 
+/// Whether `provider` (the part of `provider/model` before the slash) is one
+/// bdk can reach; discovery reports any other as an error.
+pub fn is_known_provider(provider: &str) -> bool {
+    preset(provider).is_some()
+}
+
+/// The providers [`is_known_provider`] accepts, for diagnostics.
+pub fn known_providers() -> &'static str {
+    KNOWN_PROVIDERS
+}
+
 /// Resolves `model` with explicit settings: the `[provider]` override, the
 /// transport options, and an environment lookup. Never fails: a model that
 /// cannot run is a [`Misconfigured`] one whose steps say what to set.

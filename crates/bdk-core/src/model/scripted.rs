@@ -397,6 +397,13 @@ fn compile_rule(
         return Err(at.invalid("chunk_chars must be at least 1"));
     }
 
+    // What `captures.<name>` may name: the regex's named groups (a rule
+    // with another matcher captures nothing).
+    let groups: Vec<String> = match &matcher {
+        Matcher::UserRegex(regex) => regex.capture_names().flatten().map(str::to_owned).collect(),
+        _ => Vec::new(),
+    };
+    let mut added: Vec<(String, String)> = Vec::new();
     let mut add = |field: String, source: String| -> Result<String, ScriptedError> {
         let name = format!("rule{}.{field}", at.rule);
         env.add_template_owned(name.clone(), source)
@@ -404,9 +411,10 @@ fn compile_rule(
                 origin: at.origin.to_owned(),
                 rule: at.rule,
                 line: at.line,
-                field,
+                field: field.clone(),
                 message: template_message(&e),
             })?;
+        added.push((field, name.clone()));
         Ok(name)
     };
 
@@ -438,6 +446,10 @@ fn compile_rule(
         });
     }
 
+    for (field, name) in &added {
+        check_variables(env, name, field, &groups, at)?;
+    }
+
     Ok(Rule {
         number: at.rule,
         line: at.line,
@@ -449,6 +461,57 @@ fn compile_rule(
         chunk_chars: def.chunk_chars,
         delay: Duration::from_millis(def.delay_ms),
     })
+}
+
+/// The names a rule's templates can see (see [`Vars`]).
+const TEMPLATE_VARS: &[&str] = &["user", "captures", "result", "result_text", "tool", "step"];
+
+/// Refuses a template that reads a variable no conversation provides, or a
+/// capture group its regex does not have: such a template would render
+/// empty at every turn, which is never what its author meant.
+fn check_variables(
+    env: &Environment<'static>,
+    name: &str,
+    field: &str,
+    groups: &[String],
+    at: &RuleAt<'_>,
+) -> Result<(), ScriptedError> {
+    let Ok(template) = env.get_template(name) else {
+        return Ok(());
+    };
+    let mut used: Vec<String> = template.undeclared_variables(true).into_iter().collect();
+    used.sort();
+    for var in used {
+        let (top, rest) = match var.split_once('.') {
+            Some((top, rest)) => (top, Some(rest)),
+            None => (var.as_str(), None),
+        };
+        // Functions the engine provides (`range`, `namespace`, ...) are
+        // looked up like variables.
+        if env.globals().any(|(global, _)| global == top) {
+            continue;
+        }
+        if !TEMPLATE_VARS.contains(&top) {
+            return Err(at.invalid(format!(
+                "{field} uses `{top}`, which no conversation provides; templates can use {}",
+                TEMPLATE_VARS.join(", ")
+            )));
+        }
+        if top == "captures"
+            && let Some(group) = rest.and_then(|r| r.split('.').next())
+            && !groups.iter().any(|g| g == group)
+        {
+            let have = if groups.is_empty() {
+                "the rule has no user_regex with named groups".to_owned()
+            } else {
+                format!("its user_regex names {}", groups.join(", "))
+            };
+            return Err(at.invalid(format!(
+                "{field} uses `captures.{group}`, but {have}; name a group with `(?P<{group}>...)` or use another capture"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn compile_input(

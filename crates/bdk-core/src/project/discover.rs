@@ -25,7 +25,7 @@ mod util;
 use agent::{
     TemplateAgent, check_scripted_rules, is_instructions_entry, load_instructions, parse_config,
 };
-use util::{Diags, Kind, is_slug, list_dir, path_kind, read_toml, report_other};
+use util::{Diags, Kind, is_slug, list_dir, path_kind, read_text, read_toml, report_other};
 
 /// The folders `discover` walks (besides instructions, which the
 /// instructions loader owns).
@@ -214,6 +214,13 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         .map(|p| manifest_stems(p))
         .unwrap_or_default();
     check_direct_builtins(d, &config_path, &config, !skills.is_empty());
+    check_tool_collisions(
+        d,
+        &config,
+        &tools,
+        !skills.is_empty(),
+        !subagents.is_empty(),
+    );
     let schedule_targets = schedules::Targets {
         channels: channel_names,
         tools: schedules::known_tools(&config, &tools, !skills.is_empty()),
@@ -267,8 +274,9 @@ fn manifest_stems(dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-/// `scripted.toml` (rules `default`) and `scripted/<name>.toml`. Discovery
-/// only checks that they parse as TOML; the scripted provider owns their shape.
+/// `scripted.toml` (rules `default`) and `scripted/<name>.toml`, each checked
+/// by the scripted provider's own parser so `bdk validate` reports what a
+/// turn would trip over.
 fn scripted_rules(
     d: &mut Diags,
     agent_dir: &Path,
@@ -277,7 +285,7 @@ fn scripted_rules(
     let mut rules = BTreeMap::new();
     let default = agent_dir.join("scripted.toml");
     if path_kind(&default).is_some() {
-        read_toml(d, &default);
+        check_rules(d, &default);
         rules.insert("default".to_owned(), default);
     }
     let Some(folder) = folder else {
@@ -295,7 +303,7 @@ fn scripted_rules(
                     );
                     continue;
                 }
-                read_toml(d, &entry.path);
+                check_rules(d, &entry.path);
                 if rules.contains_key(stem) {
                     d.error(
                         &entry.path,
@@ -315,6 +323,27 @@ fn scripted_rules(
         }
     }
     rules
+}
+
+/// Reports a rules file's TOML errors (with line and column), then what the
+/// scripted provider's parser finds wrong in its rules.
+fn check_rules(d: &mut Diags, path: &Path) {
+    if read_toml(d, path).is_none() {
+        return;
+    }
+    let Some(text) = read_text(d, path) else {
+        return;
+    };
+    if let Err(e) = crate::model::scripted::RulesFile::parse(&text, path) {
+        let full = e.to_string();
+        let origin = format!("{}: ", path.display());
+        let message = full.strip_prefix(&origin).unwrap_or(&full).to_owned();
+        d.error(
+            path,
+            message,
+            "correct the rule; docs/project-layout.md describes the rules file",
+        );
+    }
 }
 
 /// Entries a subagent folder may hold besides its instructions.
@@ -505,6 +534,50 @@ fn walk_workspace(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<Sandbox
 }
 
 /// `[builtin_tools] direct` may only name built-ins the agent has.
+/// A tool manifest named like an enabled built-in would replace it, and one
+/// named `task` would never reach the model (the name is the subagent
+/// delegation tool's). Both are errors, never a silent choice.
+fn check_tool_collisions(
+    d: &mut Diags,
+    config: &crate::project::AgentConfig,
+    tools: &[crate::project::ToolManifest],
+    has_skills: bool,
+    has_subagents: bool,
+) {
+    let enabled = schedules::known_tools(config, &[], has_skills);
+    for tool in tools {
+        let name = tool.spec.name.as_str();
+        if name == crate::agent::TASK_TOOL {
+            let why = if has_subagents {
+                "the model delegates to agent/subagents/ through it"
+            } else {
+                "it delegates to subagents"
+            };
+            d.error(
+                &tool.path,
+                format!("tool `task` collides with the built-in `task` tool ({why}), so the model would never get it"),
+                "rename the tool (its file and `name`); `task` is reserved",
+            );
+            continue;
+        }
+        if !enabled.contains_key(name) {
+            continue;
+        }
+        let fix = match name {
+            "shell" => "rename the tool, or turn the built-in off with `shell = false` under [builtin_tools] in agent/agent.toml".to_owned(),
+            "tag_artifact" => "rename the tool, or turn the built-in off with `artifacts = false` under [builtin_tools] in agent/agent.toml".to_owned(),
+            "load_skill" => "rename the tool: `load_skill` is how the model reads the agent's skills".to_owned(),
+            n if n.starts_with("reminders_") => "rename the tool, or turn the built-ins off with `reminders = false` under [builtin_tools] in agent/agent.toml".to_owned(),
+            _ => "rename the tool, or turn the workspace built-ins off with `workspace = false` under [builtin_tools] in agent/agent.toml".to_owned(),
+        };
+        d.error(
+            &tool.path,
+            format!("tool `{name}` collides with the built-in tool of the same name"),
+            fix,
+        );
+    }
+}
+
 fn check_direct_builtins(
     d: &mut Diags,
     path: &Path,

@@ -65,13 +65,6 @@ impl Discovery {
     }
 }
 
-/// `[local]` of `agent.toml`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct LocalConfig {
-    /// A directory to use as the parent of session workspaces.
-    pub cwd: Option<PathBuf>,
-}
-
 /// `[builtin_tools]` of `agent.toml`: which built-in tools the model gets.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BuiltinTools {
@@ -147,8 +140,6 @@ pub struct AgentConfig {
     pub max_running_turns: Option<u32>,
     /// Default tool timeout in milliseconds (default 30000).
     pub tool_timeout_ms: Option<u64>,
-    /// `[local]`.
-    pub local: LocalConfig,
     /// `[builtin_tools]`.
     pub builtin_tools: BuiltinTools,
     /// `[provider]`: where the agent's remote model is reached.

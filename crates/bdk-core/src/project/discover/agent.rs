@@ -9,9 +9,7 @@ use serde_json::json;
 use toml::Table;
 
 use super::util::{Diags, Fields, Kind, list_dir, path_kind, read_text, report_other};
-use crate::project::{
-    AgentConfig, BuiltinTools, LocalConfig, ProviderConfig, SandboxConfig, SandboxMode,
-};
+use crate::project::{AgentConfig, BuiltinTools, ProviderConfig, SandboxConfig, SandboxMode};
 
 /// The keys `agent.toml` understands.
 const AGENT_KEYS: &[&str] = &[
@@ -31,12 +29,11 @@ const AGENT_KEYS: &[&str] = &[
     "sandbox",
 ];
 const SANDBOX_KEYS: &[&str] = &["mode", "read", "write", "deny", "env"];
-const LOCAL_KEYS: &[&str] = &["cwd"];
 const PROVIDER_KEYS: &[&str] = &["base_url", "api_key_env"];
 const BUILTIN_KEYS: &[&str] = &["workspace", "shell", "reminders", "artifacts", "direct"];
 
-/// Parses an `agent.toml` table. A relative `local.cwd` is resolved against
-/// `root` so consumers never depend on the process's working directory.
+/// Parses an `agent.toml` table; relative paths are resolved against `root`
+/// so consumers never depend on the process's working directory.
 pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Path) -> AgentConfig {
     let f = Fields::new(table, path);
     f.unknown_keys(d, AGENT_KEYS);
@@ -51,18 +48,16 @@ pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Pat
     let max_running_turns = f.positive_u32(d, "max_running_turns");
     let tool_timeout_ms = f.positive(d, "tool_timeout_ms");
 
-    let mut local = LocalConfig::default();
-    if let Some(t) = f.table(d, "local") {
-        let lf = Fields::nested(t, path, "local.");
-        lf.unknown_keys(d, LOCAL_KEYS);
-        local.cwd = lf.nonempty_string(d, "cwd").map(|cwd| {
-            let cwd = PathBuf::from(cwd);
-            if cwd.is_absolute() {
-                cwd
-            } else {
-                root.join(cwd)
-            }
-        });
+    if f.table.contains_key("local") {
+        // The seeds' `local.cwd` picks the parent directory of a local
+        // harness's working directory. bdk has no such harness: every
+        // session works in its own workspace under the state root, so the
+        // key would do nothing. Refuse it rather than accept it silently.
+        d.error(
+            path,
+            "`[local]` is not supported: every session works in its own workspace under the state root",
+            "remove the `[local]` table; to keep state elsewhere, pass `--state-root DIR` (or set BDK_STATE_ROOT)",
+        );
     }
 
     let mut builtin_tools = BuiltinTools::default();
@@ -98,7 +93,6 @@ pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Pat
         max_steps,
         max_running_turns,
         tool_timeout_ms,
-        local,
         builtin_tools,
         provider,
         step_timeout_ms,
@@ -347,6 +341,20 @@ fn check_model_shape(d: &mut Diags, path: &Path, model: &str) {
         }
         None => false,
     };
+    if ok
+        && let Some((provider, _)) = model.split_once('/')
+        && !matches!(provider, "scripted" | "replay")
+        && !crate::model::http::is_known_provider(provider)
+    {
+        d.error(
+            path,
+            format!("`model` names an unknown provider `{provider}` in `{model}`"),
+            format!(
+                "use one of {} as the part before the slash, or `replay/<recording>`",
+                crate::model::http::known_providers()
+            ),
+        );
+    }
     if !ok {
         d.error(
             path,
