@@ -368,6 +368,40 @@ pub(crate) async fn mcp_hub(
     Some(hub)
 }
 
+/// Where a command's work runs: in this process, or through the server that
+/// holds the state root.
+pub(crate) enum Opened {
+    Local(Host, lock::StateLock),
+    Remote(crate::remote::Remote),
+}
+
+/// Opens the project's host here, or, when `bdk serve` holds the state root,
+/// its API. `Err(code)` is an exit code (the project does not validate).
+pub(crate) async fn open_host_or_remote(
+    dir: &Path,
+    state_root: &Path,
+    record: Option<&Path>,
+) -> Result<std::result::Result<Opened, u8>> {
+    let project = match load(dir) {
+        Ok(p) => p,
+        Err(code) => return Ok(Err(code)),
+    };
+    match crate::remote::access(state_root)? {
+        crate::remote::Access::Local(guard) => Ok(build_host(project, state_root, record, guard)
+            .await?
+            .map(|(host, guard)| Opened::Local(host, guard))),
+        crate::remote::Access::Remote(remote) => {
+            if record.is_some() {
+                errln!(
+                    "error: --record writes the model steps of this process, but the running server takes the turns; stop the server to record"
+                );
+                return Ok(Err(UNUSABLE));
+            }
+            Ok(Ok(Opened::Remote(remote)))
+        }
+    }
+}
+
 pub(crate) async fn open_host(
     dir: &Path,
     state_root: &Path,
@@ -378,6 +412,15 @@ pub(crate) async fn open_host(
         Err(code) => return Ok(Err(code)),
     };
     let guard = lock::acquire(state_root)?;
+    build_host(project, state_root, record, guard).await
+}
+
+async fn build_host(
+    project: Project,
+    state_root: &Path,
+    record: Option<&Path>,
+    guard: lock::StateLock,
+) -> Result<std::result::Result<(Host, lock::StateLock), u8>> {
     let store = FsStore::open(state_root)
         .with_context(|| format!("failed to open the state root {}", state_root.display()))?;
     let protected = crate::sandbox::Protected(vec![project.root.clone(), state_root.to_path_buf()]);
@@ -434,8 +477,11 @@ async fn run(dir: &Path, state_root: &Path, opts: RunOptions) -> Result<u8> {
         Ok(s) => s,
         Err(code) => return Ok(code),
     };
-    let (host, _lock) = match open_host(dir, state_root, record.as_deref()).await? {
-        Ok(h) => h,
+    let (host, _lock) = match open_host_or_remote(dir, state_root, record.as_deref()).await? {
+        Ok(Opened::Local(host, lock)) => (host, lock),
+        Ok(Opened::Remote(remote)) => {
+            return remote_run(&remote, state_root, message, session, dry_run, as_of).await;
+        }
         Err(code) => return Ok(code),
     };
     let recorded_before = match host.recording() {
@@ -515,6 +561,75 @@ async fn run(dir: &Path, state_root: &Path, opts: RunOptions) -> Result<u8> {
     Ok(if ok { OK } else { FAILED })
 }
 
+/// `bdk run` through a running server: the same turn, the same summary.
+async fn remote_run(
+    remote: &crate::remote::Remote,
+    state_root: &Path,
+    message: String,
+    session: Option<SessionId>,
+    dry_run: bool,
+    as_of: Option<DateTime<Utc>>,
+) -> Result<u8> {
+    let answer = match &session {
+        Some(id) => {
+            if dry_run || as_of.is_some() {
+                errln!(
+                    "warning: --dry-run and --as-of apply to new sessions; the session keeps its own settings"
+                );
+            }
+            remote
+                .post(&format!("/v1/session/{id}"), &json!({"message": message}))
+                .await?
+        }
+        None => {
+            let mut body = json!({"message": message, "dryRun": dry_run});
+            if let Some(t) = as_of {
+                body["asOf"] = json!(t.to_rfc3339());
+            }
+            remote.post("/v1/session", &body).await?
+        }
+    };
+    if !(200..300).contains(&answer.status) {
+        return remote_error(&answer.body);
+    }
+    let Some(session_id) = answer.body["sessionId"].as_str().map(str::to_owned) else {
+        anyhow::bail!("the server's answer names no session: {}", answer.body);
+    };
+    if let Some(turn_id) = answer.body["turnId"].as_str() {
+        tokio::select! {
+            r = remote.wait_turn(&session_id, turn_id) => { r?; }
+            _ = tokio::signal::ctrl_c() => {
+                errln!("interrupted: stopping the turn on the server");
+                remote.stop(&session_id).await;
+            }
+        }
+    }
+    let events = remote.events(&session_id).await?;
+    let trace = write_trace_to(&state_root.join("traces"), &session_id, &events).await?;
+    let summary = summarize(&events);
+    let ok = summary.ok;
+    let mut value = serde_json::to_value(&summary)?;
+    if let Value::Object(map) = &mut value {
+        map.insert("trace".into(), Value::String(trace.display().to_string()));
+    }
+    print_json(&value)?;
+    Ok(if ok { OK } else { FAILED })
+}
+
+/// Prints a server's error answer as the local command would print a host
+/// error, with the same exit codes.
+fn remote_error(body: &Value) -> Result<u8> {
+    print_json(body)?;
+    let code = body["error"].as_str().unwrap_or_default();
+    Ok(
+        if code.starts_with("invalid_") || code == "payload_too_large" {
+            UNUSABLE
+        } else {
+            FAILED
+        },
+    )
+}
+
 fn parse_as_of(s: &str) -> std::result::Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(s)
         .map(|d| d.with_timezone(&Utc))
@@ -524,7 +639,11 @@ fn parse_as_of(s: &str) -> std::result::Result<DateTime<Utc>, String> {
 }
 
 async fn write_trace(store: &dyn Store, id: &SessionId, events: &[Envelope]) -> Result<PathBuf> {
-    let dir = store.traces_dir();
+    write_trace_to(&store.traces_dir(), id.as_str(), events).await
+}
+
+async fn write_trace_to(dir: &Path, id: &str, events: &[Envelope]) -> Result<PathBuf> {
+    let dir = dir.to_path_buf();
     tokio::fs::create_dir_all(&dir).await?;
     let path = dir.join(format!("{id}.ndjson"));
     let mut buf = Vec::new();
@@ -571,8 +690,26 @@ async fn call(
         Ok(s) => s,
         Err(code) => return Ok(code),
     };
-    let (host, _lock) = match open_host(dir, state_root, None).await? {
-        Ok(h) => h,
+    let (host, _lock) = match open_host_or_remote(dir, state_root, None).await? {
+        Ok(Opened::Local(host, lock)) => (host, lock),
+        Ok(Opened::Remote(remote)) => {
+            // Through the server the call is a remote caller's: built-ins
+            // need `[builtin_tools] direct`, approvals need --approve.
+            let mut body = json!({"input": input, "approve": approve});
+            if let Some(id) = &session {
+                body["sessionId"] = json!(id);
+            }
+            let answer = remote.post(&format!("/v1/tools/{tool}"), &body).await?;
+            if !(200..300).contains(&answer.status) {
+                return remote_error(&answer.body);
+            }
+            print_json(&answer.body)?;
+            return Ok(if answer.body["isError"].as_bool() == Some(true) {
+                FAILED
+            } else {
+                OK
+            });
+        }
         Err(code) => return Ok(code),
     };
     let outcome = host

@@ -187,12 +187,24 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
         },
         None => {
             let root = args.project.state_root(&dir);
-            let (host, lock) = match crate::commands::open_host(&dir, &root, None).await? {
-                Ok(h) => h,
+            match crate::commands::open_host_or_remote(&dir, &root, None).await? {
+                Ok(crate::commands::Opened::Local(host, lock)) => {
+                    host_guard = Some((host.clone(), lock));
+                    Arc::new(HostTarget::new(host))
+                }
+                // A running server holds the state root: run the cases
+                // through it, as `--url` would.
+                Ok(crate::commands::Opened::Remote(remote)) => {
+                    match HttpTarget::new(remote.base(), args.token.clone()) {
+                        Ok(t) => Arc::new(t),
+                        Err(e) => {
+                            errln!("error: {e}");
+                            return Ok(UNUSABLE);
+                        }
+                    }
+                }
                 Err(code) => return Ok(code),
-            };
-            host_guard = Some((host.clone(), lock));
-            Arc::new(HostTarget::new(host))
+            }
         }
     };
     let mut runner = Runner::new(suite.config.clone(), target);

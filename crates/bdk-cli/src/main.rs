@@ -23,6 +23,7 @@ mod lock;
 mod logs;
 mod malloc;
 mod mcp;
+mod remote;
 mod sandbox;
 mod serve;
 mod store;

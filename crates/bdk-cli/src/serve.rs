@@ -422,6 +422,24 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     let listener = bind(&opts.host, opts.port)?;
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
+    // Tell CLI commands on the same state roots where to send their work
+    // (`bdk run` next to a running server goes through its API).
+    let reachable = {
+        let mut a = addr;
+        if a.ip().is_unspecified() {
+            a.set_ip(match a.ip() {
+                std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        format!("http://{a}")
+    };
+    for (lock, (slug, _)) in locks.iter_mut().zip(&names) {
+        match slug {
+            Some(s) => lock.record_server(&format!("{reachable}/{s}")),
+            None => lock.record_server(&reachable),
+        }
+    }
     outln!("listening on {base}");
     for (slug, name) in &names {
         match slug {

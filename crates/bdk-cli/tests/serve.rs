@@ -564,3 +564,188 @@ async fn serve_pins_the_malloc_threshold_unless_the_operator_chose() {
         Some("glibc.malloc.arena_max=2")
     );
 }
+
+/// The CLI next to a running server on the same project: `run`, `call` and
+/// `evals` go through the server's API (the lock file names its URL) and
+/// say so on stderr; a bearer server takes the token from BDK_TOKEN; after
+/// the server stops they run locally again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_commands_go_through_the_server_that_holds_the_state_root() {
+    let (_tmp, dir) = weather();
+    let mut server = Server::start(&["--bearer-token", "ops=ops-secret-1"], &[&dir]);
+    let d = dir.to_str().unwrap();
+    let bdk = || {
+        let mut c = Command::cargo_bin("bdk").unwrap();
+        c.env_remove("BDK_STATE_ROOT").env_remove("BDK_TOKEN");
+        c
+    };
+    let lock: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(".bdk/.lock")).unwrap()).unwrap();
+    assert_eq!(lock["url"], format!("{}/weather", server.base));
+
+    // Without the token the server refuses, and the error says what to set.
+    let out = bdk()
+        .args([
+            "run",
+            "--dir",
+            d,
+            "--message",
+            "What's the weather in Paris?",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("BDK_TOKEN"), "{stderr}");
+
+    let out = bdk()
+        .env("BDK_TOKEN", "ops-secret-1")
+        .args([
+            "run",
+            "--dir",
+            d,
+            "--message",
+            "What's the weather in Paris?",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("going through its API"), "{stderr}");
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        run["reply"],
+        "It is 12°C and sunny in Paris (simulated data)."
+    );
+    let id = run["sessionId"].as_str().unwrap().to_owned();
+    assert!(std::path::Path::new(run["trace"].as_str().unwrap()).is_file());
+    // The session is the server's: it lists it, owned by the token's principal.
+    let c = client();
+    let listed: Value = c
+        .get(format!("{}/weather/v1/sessions", server.base))
+        .bearer_auth("ops-secret-1")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(listed.to_string().contains(&id), "{listed}");
+
+    // A follow-up into the same session, through the server.
+    let out = bdk()
+        .env("BDK_TOKEN", "ops-secret-1")
+        .args([
+            "run",
+            "--dir",
+            d,
+            "--session",
+            &id,
+            "--message",
+            "And in Oslo?",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(run["sessionId"], id);
+
+    // A direct call is a remote caller's: manifest tools run, built-ins
+    // nobody exposed are refused as over HTTP.
+    let out = bdk()
+        .env("BDK_TOKEN", "ops-secret-1")
+        .args([
+            "call",
+            "--dir",
+            d,
+            "get_weather",
+            "--input",
+            r#"{"city":"Rome"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let call: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(call["result"]["city"], "Rome");
+    let out = bdk()
+        .env("BDK_TOKEN", "ops-secret-1")
+        .args([
+            "call",
+            "--dir",
+            d,
+            "read_file",
+            "--input",
+            r#"{"path":"x"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let refused: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(refused["error"], "tool_not_exposed");
+    // Invalid input is still a usage error.
+    let out = bdk()
+        .env("BDK_TOKEN", "ops-secret-1")
+        .args([
+            "call",
+            "--dir",
+            d,
+            "get_weather",
+            "--input",
+            r#"{"town":1}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // --record needs this process to take the turns.
+    let out = bdk()
+        .env("BDK_TOKEN", "ops-secret-1")
+        .args(["run", "--dir", d, "--message", "hi", "--record"])
+        .arg(dir.join("rec.jsonl"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--record"));
+
+    // Evals run against the server.
+    let out = bdk()
+        .env("BDK_TOKEN", "ops-secret-1")
+        .args(["evals", "--dir", d, "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("going through its API"), "{stderr}");
+
+    // Once the server is gone the same commands run here.
+    assert_eq!(server.terminate(), 0);
+    let out = bdk()
+        .args([
+            "call",
+            "--dir",
+            d,
+            "get_weather",
+            "--input",
+            r#"{"city":"Rome"}"#,
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("going through"), "{stderr}");
+}
