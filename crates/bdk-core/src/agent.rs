@@ -45,7 +45,7 @@ use tracing::Instrument as _;
 use tracing::field::Empty;
 
 use crate::model::{
-    Message, Model, ModelError, ModelEvent, ModelRequest, ToolCall, ToolDefinition,
+    Message, Model, ModelError, ModelEvent, ModelRequest, ToolCall, ToolChoice, ToolDefinition,
 };
 use crate::tool::schema::InputValidator;
 use crate::tool::{Effect, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec};
@@ -182,6 +182,10 @@ pub struct AgentSpec {
     pub model_name: String,
     /// Reasoning effort.
     pub effort: Option<String>,
+    /// The first step's tool choice (later steps leave it to the model).
+    pub tool_choice: Option<ToolChoice>,
+    /// A cap on each step's output tokens.
+    pub max_output_tokens: Option<u32>,
     /// Step limit.
     pub max_steps: u32,
     /// Default tool timeout.
@@ -396,6 +400,14 @@ impl Run<'_> {
             messages: self.messages.clone(),
             tools: self.input.spec.definitions(),
             effort: self.input.spec.effort.clone(),
+            // Only the turn's first step is forced: after the forced call's
+            // result the model must be free to answer.
+            tool_choice: if step == 1 {
+                self.input.spec.tool_choice.clone()
+            } else {
+                None
+            },
+            max_tokens: self.input.spec.max_output_tokens,
         };
         let cancel = self.input.cancel.clone();
         // The step span covers the model call only; the batch of tool calls

@@ -564,6 +564,10 @@ impl HostBuilder {
                     ),
                     model_name: split_model(&model).1.to_owned(),
                     effort: sub.config.effort.clone().or_else(|| config.effort.clone()),
+                    // A tool choice names the subagent's own tools, so it is
+                    // never inherited; an output cap is.
+                    tool_choice: sub.config.tool_choice.clone(),
+                    max_output_tokens: sub.config.max_output_tokens.or(config.max_output_tokens),
                     max_steps: sub.config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
                     tool_timeout,
                     tools: Arc::clone(&tools),
@@ -592,6 +596,8 @@ impl HostBuilder {
             model: budgeted(model_for(&root_model), config.context_window),
             model_name: split_model(&root_model).1.to_owned(),
             effort: config.effort.clone(),
+            tool_choice: config.tool_choice.clone(),
+            max_output_tokens: config.max_output_tokens,
             max_steps: config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
             tool_timeout,
             tools: Arc::clone(&tools),

@@ -561,6 +561,47 @@ fn bad_toml_reports_line_and_column() {
 }
 
 #[test]
+fn tool_choice_and_max_output_tokens_are_read_and_checked() {
+    use bdk_core::model::ToolChoice;
+    let parse = |toml: &str| {
+        let dir = project(&[
+            ("agent/instructions.md", b"Hi."),
+            ("agent/agent.toml", toml.as_bytes()),
+        ]);
+        discover(dir.path())
+    };
+    for (toml, want) in [
+        ("tool_choice = \"auto\"", ToolChoice::Auto),
+        ("tool_choice = \"required\"", ToolChoice::Required),
+        ("tool_choice = \"none\"", ToolChoice::None),
+        (
+            "tool_choice = { tool = \"get_weather\" }",
+            ToolChoice::Tool("get_weather".into()),
+        ),
+    ] {
+        let found = parse(&format!("{toml}\nmax_output_tokens = 64\n"));
+        assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+        let config = found.project.unwrap().config;
+        assert_eq!(config.tool_choice, Some(want));
+        assert_eq!(config.max_output_tokens, Some(64));
+    }
+    for toml in [
+        "tool_choice = \"always\"",
+        "tool_choice = { name = \"x\" }",
+        "tool_choice = 3",
+        "max_output_tokens = 0",
+    ] {
+        let found = parse(toml);
+        let d = only(&found);
+        assert!(
+            d.message.contains("tool_choice") || d.message.contains("max_output_tokens"),
+            "{toml}: {}",
+            d.message
+        );
+    }
+}
+
+#[test]
 fn wrong_types_and_bad_models_are_errors() {
     let dir = project(&[
         ("agent/instructions.md", b"Hi."),
@@ -914,6 +955,8 @@ async fn step(
         messages,
         tools: Vec::new(),
         effort: None,
+        tool_choice: None,
+        max_tokens: None,
     };
     let mut stream = model.step(request, CancellationToken::new()).await.unwrap();
     let mut text = String::new();

@@ -321,6 +321,8 @@ fn ask(text: &str) -> ModelRequest {
         messages: vec![Message::User { text: text.into() }],
         tools: Vec::new(),
         effort: None,
+        tool_choice: None,
+        max_tokens: None,
     }
 }
 
@@ -485,6 +487,8 @@ async fn openai_assembles_parallel_tool_calls_and_maps_the_conversation() {
         ],
         tools: vec![weather_tool()],
         effort: Some("high".into()),
+        tool_choice: None,
+        max_tokens: None,
     };
     let events = run_ok(&model, request).await;
     assert_eq!(
@@ -1014,6 +1018,8 @@ async fn anthropic_thinking_tool_use_and_the_next_request() {
         }],
         tools: vec![weather_tool()],
         effort: Some("medium".into()),
+        tool_choice: None,
+        max_tokens: None,
     };
     let events = run_ok(&model, request.clone()).await;
     assert_eq!(
@@ -1320,8 +1326,10 @@ async fn a_server_that_reports_no_usage_leaves_it_unknown_and_gets_empty_content
         Reply::Stream(pieces(&answer_step, 64)),
     ])
     .await;
-    let (dir, project) =
-        weather_project(&format!("\n[provider]\nbase_url = \"{}/v1\"\n", fake.base));
+    let (dir, project) = weather_project(&format!(
+        "tool_choice = {{ tool = \"get_weather\" }}\nmax_output_tokens = 32\n\n[provider]\nbase_url = \"{}/v1\"\n",
+        fake.base
+    ));
     let host = weather_host(project, &dir.path().join("state")).await;
     let started = host
         .start_session(StartSession {
@@ -1341,8 +1349,16 @@ async fn a_server_that_reports_no_usage_leaves_it_unknown_and_gets_empty_content
     assert!(result.ok, "{result:?}");
     assert_eq!(result.usage, None, "unknown usage is not zero");
 
-    fake.request().await;
+    // The forced choice applies to the turn's first step only.
+    let first = fake.request().await;
+    assert_eq!(
+        first.body["tool_choice"],
+        json!({"type": "function", "function": {"name": "get_weather"}})
+    );
+    assert_eq!(first.body["max_tokens"], 32);
     let second = fake.request().await;
+    assert!(second.body.get("tool_choice").is_none(), "{}", second.body);
+    assert_eq!(second.body["max_tokens"], 32);
     let messages = second.body["messages"].as_array().unwrap();
     let assistant = &messages[messages.len() - 2];
     assert_eq!(assistant["role"], "assistant");

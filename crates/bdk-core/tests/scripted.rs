@@ -60,6 +60,8 @@ fn request(messages: Vec<Message>) -> ModelRequest {
         messages,
         tools: Vec::new(),
         effort: None,
+        tool_choice: None,
+        max_tokens: None,
     }
 }
 

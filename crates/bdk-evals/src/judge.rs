@@ -89,6 +89,8 @@ impl Judge {
             }],
             tools: Vec::new(),
             effort: None,
+            tool_choice: None,
+            max_tokens: None,
         };
         let fail = |message: String| JudgeError::Model {
             model: model.clone(),

@@ -30,6 +30,7 @@ use super::http::{
 };
 use super::{
     Message, Model, ModelError, ModelEvent, ModelRequest, ModelStream, StopReason, ToolCall,
+    ToolChoice,
 };
 
 /// The `max_tokens` of a step (the API requires one). With thinking on, the
@@ -137,9 +138,8 @@ impl Model for AnthropicModel {
             None => None,
         };
         let clock = StepClock::start(cancel, self.config.http.step_timeout);
-        let body = request_body(&request, self.config.max_tokens, budget, &|id| {
-            self.remembered(id)
-        });
+        let max_tokens = request.max_tokens.unwrap_or(self.config.max_tokens);
+        let body = request_body(&request, max_tokens, budget, &|id| self.remembered(id));
         let body = serde_json::to_vec(&body)
             .map_err(|e| ModelError::Provider(format!("failed to encode the request: {e}")))?;
         let mut headers = HeaderMap::new();
@@ -247,7 +247,9 @@ fn request_body(
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))
         .collect();
-    let budget = budget.filter(|_| thinking_ok);
+    // Anthropic refuses a forced tool while thinking is on, so a forced
+    // choice turns thinking off for that step.
+    let budget = budget.filter(|_| thinking_ok && !forced_choice(request));
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     body.insert(
@@ -271,6 +273,16 @@ fn request_body(
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+        let choice = match &request.tool_choice {
+            Some(ToolChoice::Auto) => Some(json!({"type": "auto"})),
+            Some(ToolChoice::Required) => Some(json!({"type": "any"})),
+            Some(ToolChoice::None) => Some(json!({"type": "none"})),
+            Some(ToolChoice::Tool(name)) => Some(json!({"type": "tool", "name": name})),
+            None => None,
+        };
+        if let Some(choice) = choice {
+            body.insert("tool_choice".into(), choice);
+        }
     }
     if let Some(budget) = budget {
         body.insert(
@@ -280,6 +292,15 @@ fn request_body(
     }
     body.insert("stream".into(), json!(true));
     Value::Object(body)
+}
+
+/// Whether the step forces a tool call (Anthropic's `any` or `tool`).
+fn forced_choice(request: &ModelRequest) -> bool {
+    !request.tools.is_empty()
+        && matches!(
+            request.tool_choice,
+            Some(ToolChoice::Required | ToolChoice::Tool(_))
+        )
 }
 
 /// `tool_use.input` must be an object; anything else (an unparseable input
@@ -560,6 +581,8 @@ mod tests {
             messages,
             tools: Vec::new(),
             effort: effort.map(str::to_owned),
+            tool_choice: None,
+            max_tokens: None,
         }
     }
 

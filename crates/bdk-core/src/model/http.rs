@@ -1304,6 +1304,8 @@ mod tests {
             messages: Vec::new(),
             tools: Vec::new(),
             effort: None,
+            tool_choice: None,
+            max_tokens: None,
         };
         match model.step(req, CancellationToken::new()).await {
             Err(ModelError::Config(m)) => m,

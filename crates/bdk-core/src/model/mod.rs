@@ -90,6 +90,30 @@ pub struct ModelRequest {
     pub tools: Vec<ToolDefinition>,
     /// Reasoning effort, when configured.
     pub effort: Option<String>,
+    /// Whether and which tool the model must call; `None` leaves it to the
+    /// provider's default (the model decides).
+    pub tool_choice: Option<ToolChoice>,
+    /// A cap on the step's output tokens; `None` is the provider's default
+    /// (Anthropic, which requires one, gets its configured default).
+    pub max_tokens: Option<u32>,
+}
+
+/// `tool_choice` of `agent.toml`: whether the model must call a tool.
+///
+/// The agent loop applies it to the first step of each turn only; later
+/// steps are always [`ToolChoice::Auto`], or a forced call would repeat
+/// forever. This is what an "always call X first" agent wants.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (the providers' default).
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must not call tools.
+    None,
+    /// The model must call this tool.
+    Tool(String),
 }
 
 /// Why a step ended.

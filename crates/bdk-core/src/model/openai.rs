@@ -23,6 +23,7 @@ use super::http::{
 };
 use super::{
     Message, Model, ModelError, ModelEvent, ModelRequest, ModelStream, StopReason, ToolCall,
+    ToolChoice,
 };
 
 /// Where and how an OpenAI-compatible model is reached.
@@ -158,6 +159,24 @@ fn request_body(request: &ModelRequest) -> Value {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+        if let Some(choice) = &request.tool_choice {
+            body.insert(
+                "tool_choice".into(),
+                match choice {
+                    ToolChoice::Auto => json!("auto"),
+                    ToolChoice::Required => json!("required"),
+                    ToolChoice::None => json!("none"),
+                    ToolChoice::Tool(name) => {
+                        json!({"type": "function", "function": {"name": name}})
+                    }
+                },
+            );
+        }
+    }
+    if let Some(max) = request.max_tokens {
+        // `max_tokens` rather than OpenAI's newer `max_completion_tokens`:
+        // every compatible server (llama.cpp, vLLM, Ollama) reads it.
+        body.insert("max_tokens".into(), json!(max));
     }
     if let Some(effort) = &request.effort {
         body.insert("reasoning_effort".into(), json!(effort));
@@ -520,6 +539,8 @@ mod tests {
                 input_schema: json!({"type": "object"}),
             }],
             effort: None,
+            tool_choice: None,
+            max_tokens: None,
         };
         let body = request_body(&req);
         assert_eq!(
@@ -535,5 +556,30 @@ mod tests {
             ])
         );
         assert!(body.get("reasoning_effort").is_none());
+        assert!(body.get("tool_choice").is_none());
+        assert!(body.get("max_tokens").is_none());
+
+        let forced = request_body(&ModelRequest {
+            tool_choice: Some(ToolChoice::Tool("t".into())),
+            max_tokens: Some(64),
+            ..req.clone()
+        });
+        assert_eq!(
+            forced["tool_choice"],
+            json!({"type": "function", "function": {"name": "t"}})
+        );
+        assert_eq!(forced["max_tokens"], 64);
+        let required = request_body(&ModelRequest {
+            tool_choice: Some(ToolChoice::Required),
+            ..req.clone()
+        });
+        assert_eq!(required["tool_choice"], "required");
+        // Without tools there is nothing to choose: no tool_choice is sent.
+        let toolless = request_body(&ModelRequest {
+            tools: Vec::new(),
+            tool_choice: Some(ToolChoice::Required),
+            ..req
+        });
+        assert!(toolless.get("tool_choice").is_none());
     }
 }

@@ -800,6 +800,8 @@ mod tests {
                 input_schema: json!({"type": "object"}),
             }],
             effort: None,
+            tool_choice: None,
+            max_tokens: None,
         }
     }
 

@@ -134,6 +134,11 @@ pub struct AgentConfig {
     pub model: Option<String>,
     /// Reasoning effort passed to the provider.
     pub effort: Option<String>,
+    /// `tool_choice`: whether the first step of each turn must call a tool
+    /// (later steps always leave it to the model).
+    pub tool_choice: Option<crate::model::ToolChoice>,
+    /// `max_output_tokens`: a cap on each model step's output tokens.
+    pub max_output_tokens: Option<u32>,
     /// Model steps per turn before the turn fails (default 25).
     pub max_steps: Option<u32>,
     /// Turns running at once across the agent; more get `turn.queued`.

@@ -9,6 +9,7 @@ use serde_json::json;
 use toml::Table;
 
 use super::util::{Diags, Fields, Kind, list_dir, path_kind, read_text, report_other};
+use crate::model::ToolChoice;
 use crate::project::{AgentConfig, BuiltinTools, ProviderConfig, SandboxConfig, SandboxMode};
 
 /// The keys `agent.toml` understands.
@@ -17,6 +18,8 @@ const AGENT_KEYS: &[&str] = &[
     "description",
     "model",
     "effort",
+    "tool_choice",
+    "max_output_tokens",
     "max_steps",
     "max_running_turns",
     "tool_timeout_ms",
@@ -44,6 +47,8 @@ pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Pat
         check_model_shape(d, path, model);
     }
     let effort = f.nonempty_string(d, "effort");
+    let tool_choice = parse_tool_choice(d, path, table);
+    let max_output_tokens = f.positive_u32(d, "max_output_tokens");
     let max_steps = f.positive_u32(d, "max_steps");
     let max_running_turns = f.positive_u32(d, "max_running_turns");
     let tool_timeout_ms = f.positive(d, "tool_timeout_ms");
@@ -90,6 +95,8 @@ pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Pat
         description,
         model,
         effort,
+        tool_choice,
+        max_output_tokens,
         max_steps,
         max_running_turns,
         tool_timeout_ms,
@@ -102,6 +109,44 @@ pub(crate) fn parse_config(d: &mut Diags, path: &Path, table: &Table, root: &Pat
             .map(|t| parse_prices(d, path, t))
             .unwrap_or_default(),
         sandbox: parse_sandbox(d, &f, root),
+    }
+}
+
+/// `tool_choice = "auto" | "required" | "none"`, or `tool_choice = { tool =
+/// "name" }` to force one tool.
+fn parse_tool_choice(d: &mut Diags, path: &Path, table: &Table) -> Option<ToolChoice> {
+    let fix = "write `tool_choice = \"auto\"`, `\"required\"`, `\"none\"` or `{ tool = \"<tool name>\" }`";
+    match table.get("tool_choice")? {
+        toml::Value::String(s) => match s.as_str() {
+            "auto" => Some(ToolChoice::Auto),
+            "required" => Some(ToolChoice::Required),
+            "none" => Some(ToolChoice::None),
+            other => {
+                d.error(
+                    path,
+                    format!("`tool_choice` must be \"auto\", \"required\", \"none\" or {{ tool = \"name\" }}, found \"{other}\""),
+                    fix,
+                );
+                None
+            }
+        },
+        toml::Value::Table(t) => match (t.get("tool"), t.len()) {
+            (Some(toml::Value::String(name)), 1) if !name.trim().is_empty() => {
+                Some(ToolChoice::Tool(name.clone()))
+            }
+            _ => {
+                d.error(
+                    path,
+                    "`tool_choice` as a table takes exactly one key, `tool`, naming the tool to call",
+                    fix,
+                );
+                None
+            }
+        },
+        _ => {
+            d.error(path, "`tool_choice` must be a string or a table", fix);
+            None
+        }
     }
 }
 
