@@ -534,9 +534,17 @@ async fn attempt(client: &reqwest::Client, req: &PostRequest) -> Result<Opened, 
         return match body.next().await {
             Some(Ok(first)) => Ok(Opened { first, body }),
             Some(Err(e)) => Err(transport_failure(&req.url, &e)),
+            // A success status with nothing after it is what
+            // llama-cpp-python's server sends when a streamed prompt does not
+            // fit its context (its error is raised after the status went
+            // out). The same request gets the same answer, so it is not
+            // retried, and the message names the likely cause.
             None => Err(Failure {
-                message: format!("{} answered with an empty body", req.url),
-                retryable: true,
+                message: format!(
+                    "{} answered HTTP {status} with an empty stream; local servers do this when the conversation does not fit the model's context window (llama.cpp's n_ctx): start the server with a larger context, or set `context_window` in agent.toml to its size",
+                    req.url
+                ),
+                retryable: false,
                 retry_after: None,
             }),
         };

