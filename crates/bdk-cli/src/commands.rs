@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bdk_core::host::{CallOrigin, DirectCall, FollowUp, Host, HostError, StartSession};
-use bdk_core::project::info::surface;
+use bdk_core::project::info::{add_tools, surface};
 use bdk_core::trajectory::summarize;
 use bdk_core::{Diagnostic, Discovery, Project, Severity, discover};
 use bdk_events::{Envelope, Event, SessionId, SessionMode};
@@ -220,7 +220,8 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
         return Ok(UNUSABLE);
     };
     let mut value = surface(project, &discovery.diagnostics);
-    let connection_errors = mcp_connection_errors(project).await;
+    let (connection_errors, mcp_tools) = mcp_listing(project).await;
+    add_tools(&mut value, project, &mcp_tools);
     value["connectionErrors"] = json!(connection_errors);
     if json {
         print_json(&value)?;
@@ -243,27 +244,29 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
     };
     section(
         "tools",
-        project
-            .tools
+        value["tools"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
             .iter()
             .map(|t| {
+                let text = |key: &str| t[key].as_str().unwrap_or_default();
+                // Manifest tools read as before; others name where they come from.
+                let source = match text("source") {
+                    "manifest" | "" => String::new(),
+                    other => format!(", {other}"),
+                };
                 format!(
-                    "{} [{}, {}{}] {}",
-                    t.spec.name,
-                    serde_json::to_value(t.spec.effect)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
-                    serde_json::to_value(t.spec.execution)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
-                    if t.spec.needs_approval {
+                    "{} [{}, {}{}{source}] {}",
+                    text("name"),
+                    text("effect"),
+                    text("execution"),
+                    if t["needsApproval"] == true {
                         ", needs approval"
                     } else {
                         ""
                     },
-                    t.spec.description
+                    text("description"),
                 )
             })
             .collect(),
@@ -289,7 +292,12 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
         project
             .mcp_connections
             .iter()
-            .map(|m| m.name.clone())
+            .map(
+                |m| match connection_errors.iter().find(|e| e.name == m.name) {
+                    Some(e) => format!("{} (failed: {})", m.name, e.message),
+                    None => m.name.clone(),
+                },
+            )
             .collect(),
     );
     section(
@@ -331,20 +339,60 @@ pub(crate) fn parse_session_id(id: &str) -> std::result::Result<SessionId, u8> {
     })
 }
 
-/// Tries every MCP connection of `project` once (each bounded by its own
-/// timeout) and returns the ones that could not list their tools.
-async fn mcp_connection_errors(project: &Project) -> Vec<bdk_core::mcp::ConnectionError> {
-    use bdk_core::mcp::McpHub;
+/// The longest `bdk info` waits for one MCP connection to list its tools
+/// (a connection's own shorter `timeout_ms` ends it sooner).
+const INFO_MCP_WAIT: Duration = Duration::from_secs(15);
+
+/// Tries every MCP connection of `project` once, each bounded by
+/// [`INFO_MCP_WAIT`], and returns the ones that could not list their tools
+/// (each also said on stderr) and the advertised tools with their source.
+async fn mcp_listing(
+    project: &Project,
+) -> (
+    Vec<bdk_core::mcp::ConnectionError>,
+    Vec<(bdk_core::tool::ToolSpec, bdk_core::tool::ToolSource)>,
+) {
+    use bdk_core::mcp::{ConnectionError, McpHub};
     if project.mcp_connections.is_empty() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     let hub = bdk_mcp::client::McpConnections::start(project);
     let names = hub.names();
-    // Failures land in `connection_errors`; the listings themselves are not needed.
-    let _listed = futures::future::join_all(names.iter().map(|n| hub.list_tools(n))).await;
-    let errors = hub.connection_errors();
+    let listings = futures::future::join_all(names.iter().map(|name| {
+        let hub = &hub;
+        async move {
+            let listed = tokio::time::timeout(INFO_MCP_WAIT, hub.list_tools(name)).await;
+            (name, listed.is_err())
+        }
+    }))
+    .await;
+    let mut errors = hub.connection_errors();
+    for (name, timed_out) in listings {
+        if timed_out && !errors.iter().any(|e| &e.name == name) {
+            errors.push(ConnectionError {
+                name: name.clone(),
+                message: format!(
+                    "no answer to tools/list within {} s",
+                    INFO_MCP_WAIT.as_secs()
+                ),
+            });
+        }
+    }
+    errors.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in &errors {
+        errln!(
+            "warning: MCP connection `{}` did not list its tools, so they are not shown: {}",
+            e.name,
+            e.message
+        );
+    }
+    let tools = hub
+        .advertised_tools()
+        .iter()
+        .map(|t| (t.spec().clone(), t.source()))
+        .collect();
     hub.shutdown().await;
-    errors
+    (errors, tools)
 }
 
 /// The MCP hub of `project`, when it has connections: advertised tools are

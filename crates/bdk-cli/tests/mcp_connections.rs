@@ -10,6 +10,8 @@ use assert_cmd::cargo::CommandCargoExt;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
+mod common;
+
 /// A minimal MCP server on stdio with one read-only tool, `shout`.
 const SERVER_PY: &str = r#"
 import json, sys
@@ -104,4 +106,159 @@ fn info_reports_a_broken_connection_and_the_rest_still_works() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(out["isError"], false, "{out}");
     assert_eq!(out["result"], json!("HELLO"));
+}
+
+/// The MCP reference server's entry point (installed by `.ci/test-deps`
+/// into `target/mcp-peers`, or under `BDK_MCP_PEERS`), or a failure naming
+/// the install.
+fn everything() -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let peers = std::env::var_os("BDK_MCP_PEERS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target/mcp-peers"));
+    let entry = peers.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        entry.is_file(),
+        "the MCP reference server is missing at {}; run .ci/test-deps \
+         (or `npm install --prefix target/mcp-peers @modelcontextprotocol/server-everything`)",
+        entry.display()
+    );
+    entry.canonicalize().unwrap()
+}
+
+/// An agent with no tool of its own: every tool comes from the reference
+/// server through one advertised connection.
+fn mcp_only_project() -> TempDir {
+    let dir = TempDir::new().unwrap();
+    let connection = format!(
+        "command = \"node\"\nargs = [{:?}, \"stdio\"]\nadvertise_tools = true\n",
+        everything().display().to_string()
+    );
+    let files = [
+        (
+            "agent/agent.toml",
+            "model = \"scripted\"\n[builtin_tools]\nworkspace = false\nartifacts = false\n",
+        ),
+        ("agent/instructions.md", "You relay.\n"),
+        ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
+        ("agent/mcp-connections/everything.toml", connection.as_str()),
+    ];
+    for (path, content) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    dir
+}
+
+/// Checks a tools listing of the MCP-only agent: the reference server's
+/// tools, each marked with its connection.
+fn assert_mcp_tools(tools: &Value, context: &Value) {
+    let tools = tools.as_array().unwrap();
+    assert!(tools.len() > 3, "{context}");
+    for tool in tools {
+        assert_eq!(tool["source"], "mcp:everything", "{tool}");
+    }
+    let echo = tools.iter().find(|t| t["name"] == "echo").unwrap();
+    // The server's own title for the tool.
+    assert_eq!(echo["title"], "Echo Tool", "{echo}");
+    assert_eq!(echo["effect"], "read", "{echo}");
+    assert_eq!(echo["execution"], "server", "{echo}");
+    assert_eq!(
+        echo["inputSchema"]["properties"]["message"]["type"], "string",
+        "{echo}"
+    );
+}
+
+#[test]
+fn info_lists_advertised_mcp_tools_with_their_source() {
+    let dir = mcp_only_project();
+    let (code, info) = run_json(dir.path(), &["info", "--json"]);
+    assert_eq!(code, 0, "{info}");
+    assert_eq!(info["connectionErrors"], json!([]), "{info}");
+    assert_mcp_tools(&info["tools"], &info);
+
+    let out = Command::cargo_bin("bdk")
+        .unwrap()
+        .env_remove("BDK_STATE_ROOT")
+        .args(["info", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let count = info["tools"].as_array().unwrap().len();
+    assert!(text.contains(&format!("tools ({count}):")), "{text}");
+    assert!(
+        text.lines().any(|l| l
+            .trim_start()
+            .starts_with("echo [read, server, mcp:everything]")),
+        "{text}"
+    );
+}
+
+#[test]
+fn info_says_on_stderr_when_a_connection_does_not_list() {
+    let dir = project();
+    let out = Command::cargo_bin("bdk")
+        .unwrap()
+        .env_remove("BDK_STATE_ROOT")
+        .args(["info", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("MCP connection `broken` did not list its tools"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The working connection's tool is listed, with its source.
+    assert!(
+        stdout.contains("shout [read, server, mcp:shouter] upper-cases"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("broken (failed: "), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn serve_lists_advertised_mcp_tools_in_info_and_tools() {
+    let dir = mcp_only_project();
+    let server = common::Server::start(&["--mode", "single"], &[dir.path()]);
+    let c = common::client();
+    // `bdk serve` lists advertised tools in the background: poll until the
+    // listing has landed.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    let info = loop {
+        let info: Value = c
+            .get(format!("{}/v1/info", server.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if info["tools"].as_array().is_some_and(|t| !t.is_empty()) {
+            break info;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{info}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_mcp_tools(&info["tools"], &info);
+
+    let tools: Value = c
+        .get(format!("{}/v1/tools", server.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_mcp_tools(&tools["tools"], &tools);
+    assert_eq!(
+        tools["tools"].as_array().unwrap().len(),
+        info["tools"].as_array().unwrap().len(),
+        "{tools}\n{info}"
+    );
 }

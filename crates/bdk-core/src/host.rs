@@ -63,7 +63,7 @@ use crate::project::Project;
 use crate::reminders::{self, SessionReminders};
 use crate::tool::{
     Effect, Execution, NewArtifact, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices,
-    ToolSpec,
+    ToolSource, ToolSpec,
 };
 use crate::tool::{builtin, subprocess};
 use crate::workspace;
@@ -1183,13 +1183,31 @@ impl Host {
     /// Specs of the tools a caller from `origin` may call directly, sorted
     /// by name (see [`CallOrigin`]).
     pub fn direct_tools(&self, origin: CallOrigin) -> Vec<ToolSpec> {
+        self.direct_tool_sources(origin)
+            .into_iter()
+            .map(|(spec, _)| spec)
+            .collect()
+    }
+
+    /// Like [`Host::direct_tools`], each with where it comes from.
+    pub fn direct_tool_sources(&self, origin: CallOrigin) -> Vec<(ToolSpec, ToolSource)> {
         self.current_tools()
             .iter()
             .filter(|(name, e)| {
                 self.direct_refusal(name, e.tool.spec(), origin, Approval::Listing)
                     .is_none()
             })
-            .map(|(_, e)| e.tool.spec().clone())
+            .map(|(_, e)| (e.tool.spec().clone(), e.tool.source()))
+            .collect()
+    }
+
+    /// Every tool callable on the host (built-ins, manifests, native tools,
+    /// advertised MCP tools listed by now), each with where it comes from,
+    /// sorted by name.
+    pub fn tool_sources(&self) -> Vec<(ToolSpec, ToolSource)> {
+        self.current_tools()
+            .values()
+            .map(|e| (e.tool.spec().clone(), e.tool.source()))
             .collect()
     }
 

@@ -39,6 +39,7 @@ fn remote(name: &str) -> Arc<dyn Tool> {
     Arc::new(Remote {
         spec: ToolSpec {
             name: name.to_owned(),
+            title: None,
             description: "a remote tool".to_owned(),
             input_schema: json!({"type": "object"}),
             output_schema: None,

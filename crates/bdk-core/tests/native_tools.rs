@@ -337,6 +337,7 @@ async fn panics_become_error_outputs() {
 async fn raw_tools_receive_json_and_respect_cancellation() {
     let spec = ToolSpec {
         name: "echo".to_owned(),
+        title: None,
         description: "Echoes its input.".to_owned(),
         input_schema: json!({"type": "object", "properties": {"text": {"type": "string"}}}),
         output_schema: None,
@@ -371,6 +372,7 @@ async fn raw_tools_receive_json_and_respect_cancellation() {
 async fn raw_tools_with_unusable_schemas_report_and_refuse() {
     let spec = ToolSpec {
         name: "bad".to_owned(),
+        title: None,
         description: "Bad schema.".to_owned(),
         input_schema: json!({"type": "array"}),
         output_schema: None,

@@ -44,6 +44,7 @@ fn ctx(workspace: &Path) -> ToolContext {
 fn spec(name: &str, timeout_ms: Option<u64>) -> ToolSpec {
     ToolSpec {
         name: name.to_owned(),
+        title: None,
         description: "test tool".to_owned(),
         input_schema: json!({"type": "object"}),
         output_schema: None,

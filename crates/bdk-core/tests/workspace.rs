@@ -116,6 +116,7 @@ async fn write_files_writes_all_or_nothing() {
 fn spec(name: &str, effect: Effect, execution: Execution) -> ToolSpec {
     ToolSpec {
         name: name.to_owned(),
+        title: None,
         description: format!("Does {name}."),
         input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
         output_schema: None,

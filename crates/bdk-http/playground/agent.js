@@ -1,5 +1,5 @@
 // The Agent surface: what discovery found (GET /v1/info): model, tools with
-// their schemas, skills, subagents, MCP connections and their errors,
+// their source (manifest, native, mcp:<connection>) and schemas, skills, subagents, MCP connections and their errors,
 // channels with a "Try" form per route, hooks, schedules (dispatch under
 // --dev), reminders (fire under --dev) and diagnostics.
 
@@ -32,7 +32,9 @@ export class Agent {
     const tools = section("Tools", (info.tools || []).length, list(info.tools, (t) =>
       h("li", {},
         h("div", { class: "item-head" }, h("span", { class: "mono strong" }, t.name),
+          t.title ? h("span", {}, t.title) : null,
           h("span", { class: "chip" }, t.effect || "effect?"), h("span", { class: "chip" }, t.execution || ""),
+          t.source ? h("span", { class: "chip", dataset: { source: t.source } }, t.source) : null,
           t.needsApproval ? h("span", { class: "chip warn" }, "needs approval") : null),
         t.description ? h("p", { class: "muted" }, t.description) : null,
         h("details", { class: "fold" }, h("summary", {}, "Input schema"), h("pre", {}, pretty(t.inputSchema ?? {}))),

@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::response::Html;
 use axum::routing::get;
 use axum::{Json, Router};
-use bdk_core::project::info::surface;
+use bdk_core::project::info::{add_tools, surface};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -43,9 +43,13 @@ pub(crate) async fn meta(State(agent): State<Arc<Agent>>) -> Json<Value> {
     }))
 }
 
-/// `GET /v1/info`: the project surface, the same JSON as `bdk info --json`.
+/// `GET /v1/info`: the project surface, the same JSON as `bdk info --json`,
+/// with the host's advertised MCP tools and native tools beside the
+/// manifest tools.
 pub(crate) async fn info(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
-    let mut surface = surface(agent.host.project(), &agent.diagnostics);
+    let project = agent.host.project();
+    let mut surface = surface(project, &agent.diagnostics);
+    add_tools(&mut surface, project, &agent.host.tool_sources());
     surface["connectionErrors"] = json!(agent.host.connection_errors());
     Json(surface)
 }

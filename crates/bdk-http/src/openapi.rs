@@ -2301,9 +2301,11 @@ fn schemas() -> Value {
         "Tool",
         json!({
             "type": "object",
-            "required": ["name", "description", "effect", "execution", "needsApproval", "timeoutMs", "inputSchema", "outputSchema"],
+            "required": ["name", "title", "source", "description", "effect", "execution", "needsApproval", "timeoutMs", "inputSchema", "outputSchema"],
             "properties": {
                 "name": {"type": "string"},
+                "title": nullable("string", "The display title the tool declares (`title` in its manifest, the MCP server's title, `NativeTool::title`); null when it declares none."),
+                "source": schema("ToolSource"),
                 "description": {"type": "string"},
                 "effect": {"type": "string", "enum": ["read", "write"]},
                 "execution": {"type": "string", "enum": ["server", "agent"]},
@@ -2312,6 +2314,14 @@ fn schemas() -> Value {
                 "inputSchema": {"description": "The JSON Schema of the input."},
                 "outputSchema": {"description": "The JSON Schema of the output, or null when none is declared."},
             },
+        }),
+    );
+    put(
+        "ToolSource",
+        json!({
+            "type": "string",
+            "pattern": "^(builtin|manifest|native|mcp:.+)$",
+            "description": "Where the tool comes from: `builtin` (a runtime tool), `manifest` (`agent/tools/<name>.toml`), `native` (Rust, given to the host), or `mcp:<connection>` (advertised by that MCP connection).",
         }),
     );
     put(
@@ -2381,10 +2391,19 @@ fn schemas() -> Value {
                         "chars": {"type": "integer", "minimum": 0},
                     },
                 },
-                "tools": {"type": "array", "items": {"type": "object", "required": ["name"], "properties": {
+                "tools": {"type": "array", "description": "Manifest tools, then advertised MCP tools and native tools (built-ins are summarized under `builtinTools`).", "items": {"type": "object", "required": ["name", "title", "source", "description", "effect", "execution", "inputSchema"], "properties": {
                     "name": {"type": "string"},
-                    "runner": {"type": "string", "enum": ["command", "url", "script"]},
-                    "file": {"type": "string"},
+                    "title": nullable("string", "The declared display title, or null."),
+                    "source": schema("ToolSource"),
+                    "description": {"type": "string"},
+                    "effect": {"type": "string", "enum": ["read", "write"]},
+                    "execution": {"type": "string", "enum": ["server", "agent"]},
+                    "needsApproval": {"type": "boolean"},
+                    "timeoutMs": nullable("integer", "The tool's own timeout; null for the default."),
+                    "inputSchema": {"description": "The JSON Schema of the input."},
+                    "outputSchema": {"description": "The JSON Schema of the output, or null."},
+                    "runner": {"type": "string", "enum": ["command", "url", "script"], "description": "Manifest tools only."},
+                    "file": {"type": "string", "description": "Manifest tools only: the manifest, relative to the project."},
                 }}},
                 "skills": {"type": "array", "items": {"type": "object"}},
                 "subagents": {"type": "array", "items": {"type": "object"}},

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use bdk_core::host::{CallOrigin, DirectCall};
-use bdk_core::tool::ToolSpec;
+use bdk_core::tool::{ToolSource, ToolSpec};
 use bdk_events::SessionId;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -33,9 +33,11 @@ pub(crate) struct CallBody {
     approve: bool,
 }
 
-fn view(spec: &ToolSpec) -> Value {
+fn view(spec: &ToolSpec, source: &ToolSource) -> Value {
     json!({
         "name": spec.name,
+        "title": spec.title,
+        "source": source,
         "description": spec.description,
         "effect": spec.effect,
         "execution": spec.execution,
@@ -51,9 +53,9 @@ fn view(spec: &ToolSpec) -> Value {
 pub(crate) async fn list(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
     let tools: Vec<Value> = agent
         .host
-        .direct_tools(CallOrigin::Remote)
+        .direct_tool_sources(CallOrigin::Remote)
         .iter()
-        .map(view)
+        .map(|(spec, source)| view(spec, source))
         .collect();
     Json(json!({
         "ok": true,
@@ -68,20 +70,22 @@ pub(crate) async fn describe(
     _caller: Caller,
     PathParam(name): PathParam,
 ) -> Result<Json<Value>, ApiError> {
-    let server = agent.host.direct_tools(CallOrigin::Remote);
+    let server = agent.host.direct_tool_sources(CallOrigin::Remote);
+    let agent_tools = agent.host.agent_tools();
     let found = server
         .iter()
-        .chain(agent.host.agent_tools().iter())
-        .find(|t| t.name == name)
-        .map(view);
+        .map(|(spec, source)| (spec, source.clone()))
+        .chain(agent_tools.iter().map(|spec| (spec, ToolSource::Manifest)))
+        .find(|(t, _)| t.name == name)
+        .map(|(spec, source)| view(spec, &source));
     match found {
         Some(tool) => Ok(Json(json!({"ok": true, "tool": tool}))),
         None => Err(unknown_tool(&name, &server)),
     }
 }
 
-fn unknown_tool(name: &str, server: &[ToolSpec]) -> ApiError {
-    let available: Vec<&str> = server.iter().map(|t| t.name.as_str()).collect();
+fn unknown_tool(name: &str, server: &[(ToolSpec, ToolSource)]) -> ApiError {
+    let available: Vec<&str> = server.iter().map(|(t, _)| t.name.as_str()).collect();
     ApiError::not_found(
         "unknown_tool",
         format!(

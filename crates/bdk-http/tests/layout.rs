@@ -4,7 +4,7 @@
 
 mod common;
 
-use bdk_core::project::info::surface;
+use bdk_core::project::info::{add_tools, surface};
 use bdk_core::{Diagnostic, Severity};
 use bdk_http::{Config, LogBuffer, check_slug};
 use common::*;
@@ -179,7 +179,18 @@ async fn single_mode_discovery_logs_and_playground_urls() {
         .json()
         .await
         .unwrap();
-    assert_eq!(info, surface(a.host.project(), &[warning]));
+    // ...with the host's own tools (native ones here) beside the manifests.
+    let mut expected = surface(a.host.project(), &[warning]);
+    add_tools(&mut expected, a.host.project(), &a.host.tool_sources());
+    assert_eq!(info, expected);
+    assert!(
+        info["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["source"] == "manifest" || t["source"] == "native"),
+        "{info}"
+    );
     assert_eq!(info["diagnostics"][0]["message"], "stray file");
 
     let started = start(&http, &base, json!({})).await;

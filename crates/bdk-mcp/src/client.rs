@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use bdk_core::containment::{Containment, Grants};
 use bdk_core::mcp::{ConnectionError, McpError, McpHub};
 use bdk_core::project::{McpConnection, McpTransport, Project};
-use bdk_core::tool::{Effect, Execution, Tool, ToolContext, ToolOutput, ToolSpec};
+use bdk_core::tool::{Effect, Execution, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -376,8 +376,14 @@ fn to_spec(tool: &rmcp::model::Tool, timeout: Duration) -> ToolSpec {
         .as_ref()
         .and_then(|a| a.read_only_hint)
         .unwrap_or(false);
+    let title = tool
+        .title
+        .as_deref()
+        .or_else(|| tool.annotations.as_ref().and_then(|a| a.title.as_deref()))
+        .map(str::to_owned);
     ToolSpec {
         name: tool.name.to_string(),
+        title,
         description: tool
             .description
             .as_deref()
@@ -412,6 +418,10 @@ struct McpTool {
 impl Tool for McpTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn source(&self) -> ToolSource {
+        ToolSource::Mcp(self.conn.manifest.name.clone())
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {

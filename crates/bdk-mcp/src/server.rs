@@ -630,6 +630,7 @@ mod tests {
     fn spec(effect: Effect, output_schema: Option<Value>) -> ToolSpec {
         ToolSpec {
             name: "lookup".to_owned(),
+            title: None,
             description: "Looks things up.".to_owned(),
             input_schema: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
             output_schema,

@@ -181,6 +181,8 @@ try {
     await page.locator('#tabs a[data-tab="agent"]').click();
     await page.locator("#agent-tools .mono.strong", { hasText: "get_weather" }).waitFor();
     await page.locator("#agent-tools .chip.warn", { hasText: "needs approval" }).waitFor();
+    // Every tool names where it comes from.
+    await page.locator("#agent-tools .chip[data-source=\"manifest\"]", { hasText: "manifest" }).first().waitFor();
     // A connection that failed to start shows its error.
     await page.locator("#agent-mcp li.has-error .failure-text", { hasText: "initialization failed" }).waitFor();
     await shot(page, SHOTS, "agent");

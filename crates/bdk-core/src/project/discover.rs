@@ -533,6 +533,14 @@ fn walk_workspace(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<Sandbox
     }
 }
 
+/// The names of the built-in tools the agent has (its `[builtin_tools]`,
+/// and `load_skill` when it has skills).
+pub(crate) fn builtin_tool_names(project: &crate::project::Project) -> BTreeSet<String> {
+    schedules::known_tools(&project.config, &[], !project.skills.is_empty())
+        .into_keys()
+        .collect()
+}
+
 /// `[builtin_tools] direct` may only name built-ins the agent has.
 /// A tool manifest named like an enabled built-in would replace it, and one
 /// named `task` would never reach the model (the name is the subagent

@@ -1,9 +1,52 @@
 //! The machine-readable surface of a project: what `bdk info --json` prints
 //! and `GET /v1/info` serves, in one shape.
+//!
+//! [`surface`] describes what the folder declares; [`add_tools`] adds the
+//! tools only a running host knows (advertised MCP tools, native tools), so
+//! every listing shows every tool the model gets, each with its `source`.
 
 use serde_json::{Value, json};
 
 use super::{Diagnostic, Project, ToolRunner, rel_path};
+use crate::tool::{ToolSource, ToolSpec};
+
+/// One tool as the surface lists it (manifest tools add `runner` and `file`).
+fn tool_json(spec: &ToolSpec, source: &ToolSource) -> Value {
+    json!({
+        "name": spec.name,
+        "title": spec.title,
+        "description": spec.description,
+        "effect": spec.effect,
+        "execution": spec.execution,
+        "needsApproval": spec.needs_approval,
+        "timeoutMs": spec.timeout_ms,
+        "inputSchema": spec.input_schema,
+        "outputSchema": spec.output_schema,
+        "source": source,
+    })
+}
+
+/// Adds to `surface["tools"]` the tools the folder does not declare:
+/// advertised MCP tools (`source: "mcp:<connection>"`) and native tools.
+/// Built-ins (summarized under `builtinTools`), manifest tools (listed by
+/// [`surface`]) and a tool named like one of those or like `task` (which
+/// the host never gives the model) are left out.
+pub fn add_tools(surface: &mut Value, project: &Project, tools: &[(ToolSpec, ToolSource)]) {
+    let builtins = super::discover::builtin_tool_names(project);
+    let Some(list) = surface.get_mut("tools").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for (spec, source) in tools {
+        if matches!(source, ToolSource::Builtin | ToolSource::Manifest)
+            || spec.name == crate::agent::TASK_TOOL
+            || builtins.contains(&spec.name)
+            || list.iter().any(|t| t["name"] == spec.name.as_str())
+        {
+            continue;
+        }
+        list.push(tool_json(spec, source));
+    }
+}
 
 /// The project's surface as JSON.
 pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
@@ -21,22 +64,16 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
             "files": project.instruction_files.iter().map(|p| rel(p)).collect::<Vec<_>>(),
             "chars": project.instructions.chars().count(),
         },
-        "tools": project.tools.iter().map(|t| json!({
-            "name": t.spec.name,
-            "description": t.spec.description,
-            "effect": t.spec.effect,
-            "execution": t.spec.execution,
-            "needsApproval": t.spec.needs_approval,
-            "timeoutMs": t.spec.timeout_ms,
-            "inputSchema": t.spec.input_schema,
-            "outputSchema": t.spec.output_schema,
-            "runner": match &t.runner {
+        "tools": project.tools.iter().map(|t| {
+            let mut tool = tool_json(&t.spec, &ToolSource::Manifest);
+            tool["runner"] = json!(match &t.runner {
                 ToolRunner::Command { .. } => "command",
                 ToolRunner::Url { .. } => "url",
                 ToolRunner::Script { .. } => "script",
-            },
-            "file": rel(&t.path),
-        })).collect::<Vec<_>>(),
+            });
+            tool["file"] = json!(rel(&t.path));
+            tool
+        }).collect::<Vec<_>>(),
         "skills": project.skills.iter().map(|s| json!({
             "name": s.name,
             "description": s.description,

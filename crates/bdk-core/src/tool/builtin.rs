@@ -21,7 +21,9 @@ use tokio::io::AsyncReadExt;
 
 use crate::containment::{Containment, Grants, ScratchDir};
 use crate::tool::subprocess::{self, ProcessEnd, ProcessSpec};
-use crate::tool::{Effect, Execution, NewArtifact, Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::tool::{
+    Effect, Execution, NewArtifact, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec,
+};
 use crate::workspace::{self, WorkspaceError};
 
 /// `read_file` returns at most this many bytes of text per call.
@@ -224,6 +226,7 @@ pub fn task_spec(subagents: &[(String, String)]) -> ToolSpec {
 fn spec(name: &str, description: &str, input_schema: Value, effect: Effect) -> ToolSpec {
     ToolSpec {
         name: name.to_owned(),
+        title: None,
         description: description.to_owned(),
         input_schema,
         output_schema: None,
@@ -309,6 +312,10 @@ struct ReadFileInput {
 impl Tool for ReadFile {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
@@ -455,6 +462,10 @@ impl Tool for WriteFile {
         &self.spec
     }
 
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
+    }
+
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
         settle(write_file(input, &ctx).await)
     }
@@ -515,6 +526,10 @@ struct EditFileInput {
 impl Tool for EditFile {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
@@ -596,6 +611,10 @@ struct ListFilesInput {
 impl Tool for ListFiles {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
@@ -733,6 +752,10 @@ impl Tool for DeleteFile {
         &self.spec
     }
 
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
+    }
+
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
         settle(delete_file(input, &ctx).await)
     }
@@ -774,6 +797,10 @@ struct ShellInput {
 impl Tool for Shell {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
@@ -872,6 +899,10 @@ impl Tool for LoadSkill {
         &self.spec
     }
 
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
+    }
+
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
         let input: LoadSkillInput = match parse_input(input) {
             Ok(input) => input,
@@ -911,6 +942,10 @@ struct TagArtifactInput {
 impl Tool for TagArtifact {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
@@ -1103,6 +1138,10 @@ struct CancelInput {
 impl Tool for Reminders {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn source(&self) -> ToolSource {
+        ToolSource::Builtin
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {

@@ -56,6 +56,10 @@ pub enum Execution {
 pub struct ToolSpec {
     /// The name the model sees.
     pub name: String,
+    /// A display title for people (listings, the playground), when the tool
+    /// declares one; the model sees `name` and `description` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
     /// What it does and when to use it.
     pub description: String,
     /// JSON Schema of the input.
@@ -209,11 +213,49 @@ impl ToolOutput {
     }
 }
 
+/// Where a tool comes from, as listings show it (`"builtin"`,
+/// `"manifest"`, `"native"`, `"mcp:<connection>"`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ToolSource {
+    /// A built-in tool of the runtime (workspace files, shell, artifacts,
+    /// reminders, `load_skill`).
+    Builtin,
+    /// A manifest of the agent folder (`agent/tools/<name>.toml`).
+    Manifest,
+    /// A Rust tool given to the host builder.
+    Native,
+    /// A tool advertised by the MCP connection of this name.
+    Mcp(String),
+}
+
+impl std::fmt::Display for ToolSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolSource::Builtin => f.write_str("builtin"),
+            ToolSource::Manifest => f.write_str("manifest"),
+            ToolSource::Native => f.write_str("native"),
+            ToolSource::Mcp(connection) => write!(f, "mcp:{connection}"),
+        }
+    }
+}
+
+impl Serialize for ToolSource {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
 /// A callable tool.
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
     /// The tool's spec.
     fn spec(&self) -> &ToolSpec;
+
+    /// Where the tool comes from. A tool written in Rust is
+    /// [`ToolSource::Native`] unless it says otherwise.
+    fn source(&self) -> ToolSource {
+        ToolSource::Native
+    }
 
     /// Runs the tool with validated input. Failures are returned as
     /// [`ToolOutput::error`], never as panics; the call must end promptly when

@@ -85,6 +85,7 @@ where
     });
     let spec = ToolSpec {
         name: name.to_owned(),
+        title: None,
         description: description.to_owned(),
         input_schema: input_schema_for::<I>(),
         output_schema: None,
@@ -159,6 +160,13 @@ impl NativeTool {
     #[must_use]
     pub fn needs_approval(mut self, needs_approval: bool) -> Self {
         self.spec.needs_approval = needs_approval;
+        self
+    }
+
+    /// Sets the display title listings show beside the name.
+    #[must_use]
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.spec.title = Some(title.into());
         self
     }
 

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::containment::{Containment, Grants, Sandbox, ScratchDir};
 use crate::endpoint::{SOCKET_ENV, TOKEN_ENV};
 use crate::project::{ToolManifest, ToolRunner};
-use crate::tool::{Tool, ToolContext, ToolOutput, ToolSpec};
+use crate::tool::{Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
 
 /// How much of a tool's stderr is kept for error messages: the end, where the
 /// reason for a failure usually is.
@@ -135,6 +135,10 @@ impl Tool for CommandTool {
         &self.spec
     }
 
+    fn source(&self) -> ToolSource {
+        ToolSource::Manifest
+    }
+
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
         let Some((program, args)) = self.argv.split_first() else {
             return ToolOutput::error("tool command is empty");
@@ -228,6 +232,10 @@ pub struct UrlTool {
 impl Tool for UrlTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn source(&self) -> ToolSource {
+        ToolSource::Manifest
     }
 
     async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {

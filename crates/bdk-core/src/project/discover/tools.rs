@@ -13,6 +13,7 @@ use crate::project::{SandboxMode, ToolManifest, ToolRunner};
 use crate::tool::{Effect, Execution, ToolSpec};
 
 const TOOL_KEYS: &[&str] = &[
+    "title",
     "description",
     "input_schema",
     "input_schema_file",
@@ -167,6 +168,12 @@ fn parse(
         None
     };
 
+    // A display title for people; `nonempty_string` reports an empty one.
+    let title = if f.has("title") {
+        f.nonempty_string(d, "title")
+    } else {
+        None
+    };
     let input_schema = input_schema(d, &f, dir, refs);
     let output_schema = match f.table(d, "output_schema") {
         Some(t) => {
@@ -213,6 +220,7 @@ fn parse(
         dir: dir.to_owned(),
         spec: ToolSpec {
             name,
+            title,
             description: description?,
             input_schema: input_schema?,
             output_schema,
