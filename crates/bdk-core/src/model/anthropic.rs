@@ -340,6 +340,9 @@ struct MessagesDecoder {
     /// Whether the stream reported any count: without one the step's usage
     /// is unknown, which is not zero.
     usage_seen: bool,
+    /// The last finished `tool_use` block (id, name, argument text, initial
+    /// input), held until the next block shows whether it continues it.
+    pending_call: Option<(String, String, String, Value)>,
     stop: Option<StopReason>,
     /// Finished thinking blocks, as they must be sent back.
     thinking: Vec<Value>,
@@ -443,24 +446,19 @@ impl MessagesDecoder {
                 json,
                 initial,
             }) => {
-                let input = if json.trim().is_empty() {
-                    if initial.is_object() {
-                        initial
-                    } else {
-                        Value::Object(Map::new())
-                    }
-                } else {
-                    serde_json::from_str(&json).unwrap_or(Value::String(json))
-                };
-                let id = if id.is_empty() {
-                    bdk_events::ids::new_call_id()
-                } else {
-                    id
-                };
-                if self.first_call.is_none() {
-                    self.first_call = Some(id.clone());
+                // Translating proxies (LiteLLM's `/v1/messages`) may split
+                // one call's arguments over several consecutive `tool_use`
+                // blocks that repeat its id. Ids are unique per call, so a
+                // block with the id of the one before continues it.
+                if let Some(pending) = &mut self.pending_call
+                    && !id.is_empty()
+                    && pending.0 == id
+                {
+                    pending.2.push_str(&json);
+                    return;
                 }
-                out.push_back(ModelEvent::ToolCall(ToolCall { id, name, input }));
+                self.flush_call(out);
+                self.pending_call = Some((id, name, json, initial));
             }
             Some(Block::Thinking { text, signature }) => self.thinking.push(json!({
                 "type": "thinking",
@@ -475,12 +473,38 @@ impl MessagesDecoder {
         }
     }
 
+    /// Hands on the tool call held back by [`Self::block_stop`].
+    fn flush_call(&mut self, out: &mut VecDeque<ModelEvent>) {
+        let Some((id, name, json, initial)) = self.pending_call.take() else {
+            return;
+        };
+        let input = if json.trim().is_empty() {
+            if initial.is_object() {
+                initial
+            } else {
+                Value::Object(Map::new())
+            }
+        } else {
+            serde_json::from_str(&json).unwrap_or(Value::String(json))
+        };
+        let id = if id.is_empty() {
+            bdk_events::ids::new_call_id()
+        } else {
+            id
+        };
+        if self.first_call.is_none() {
+            self.first_call = Some(id.clone());
+        }
+        out.push_back(ModelEvent::ToolCall(ToolCall { id, name, input }));
+    }
+
     fn finalize(&mut self, out: &mut VecDeque<ModelEvent>) {
         // Blocks the server never closed: hand on the tool calls anyway.
         let open: Vec<u64> = self.blocks.keys().copied().collect();
         for index in open {
             self.block_stop(index, out);
         }
+        self.flush_call(out);
         if let Some(call) = self.first_call.take()
             && !self.thinking.is_empty()
         {
@@ -584,6 +608,72 @@ mod tests {
             tool_choice: None,
             max_tokens: None,
         }
+    }
+
+    #[test]
+    fn a_call_split_over_blocks_with_one_id_is_one_call() {
+        // As LiteLLM's `/v1/messages` streams a call translated from an
+        // OpenAI-compatible server: one block per argument fragment.
+        let mut d = MessagesDecoder::default();
+        let mut out = VecDeque::new();
+        let mut feed = |d: &mut MessagesDecoder, data: Value| {
+            let event = data["type"].as_str().unwrap().to_owned();
+            d.event(
+                SseEvent {
+                    event: Some(event),
+                    data: data.to_string(),
+                },
+                &mut out,
+            )
+            .unwrap();
+        };
+        feed(
+            &mut d,
+            json!({"type": "message_start", "message": {"usage": {}}}),
+        );
+        for (i, part) in ["{\"ci", "ty\": \"Par", "is\"}"].iter().enumerate() {
+            feed(
+                &mut d,
+                json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": "c1", "name": "get_weather", "input": {}}}),
+            );
+            feed(
+                &mut d,
+                json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": part}}),
+            );
+            feed(&mut d, json!({"type": "content_block_stop", "index": i}));
+        }
+        feed(
+            &mut d,
+            json!({"type": "content_block_start", "index": 3, "content_block": {"type": "tool_use", "id": "c2", "name": "get_weather", "input": {"city": "Oslo"}}}),
+        );
+        feed(&mut d, json!({"type": "content_block_stop", "index": 3}));
+        feed(
+            &mut d,
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}}),
+        );
+        feed(&mut d, json!({"type": "message_stop"}));
+        let calls: Vec<ToolCall> = out
+            .into_iter()
+            .filter_map(|e| match e {
+                ModelEvent::ToolCall(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            calls,
+            vec![
+                ToolCall {
+                    id: "c1".into(),
+                    name: "get_weather".into(),
+                    input: json!({"city": "Paris"})
+                },
+                ToolCall {
+                    id: "c2".into(),
+                    name: "get_weather".into(),
+                    input: json!({"city": "Oslo"})
+                },
+            ]
+        );
     }
 
     #[test]
