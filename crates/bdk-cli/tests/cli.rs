@@ -497,3 +497,62 @@ fn tools_get_only_the_environment_they_declare() {
         assert!(result[hidden].is_null(), "{hidden} leaked: {json}");
     }
 }
+
+#[test]
+fn info_json_describes_channel_routes_and_tool_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let files = [
+        ("agent/agent.toml", "model = \"scripted\"\n"),
+        ("agent/instructions.md", "You answer.\n"),
+        ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
+        (
+            "agent/tools/lookup.toml",
+            "title = \"Look up\"\ndescription = \"Looks things up.\"\neffect = \"read\"\ncommand = [\"true\"]\n[input_schema]\ntype = \"object\"\n",
+        ),
+        (
+            "agent/channels/inbox.toml",
+            "description = \"Mail in.\"\n[[routes]]\nmethod = \"POST\"\npath = \"/\"\ndescription = \"A new message.\"\nmessage = \"{{ body.text }}\"\n[routes.body_schema]\ntype = \"object\"\nrequired = [\"text\"]\nproperties = { text = { type = \"string\" } }\n\n[[routes]]\nmethod = \"GET\"\npath = \"/status\"\nmode = \"task\"\nmessage = \"status\"\n",
+        ),
+    ];
+    for (path, content) in files {
+        let p = tmp.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    let (code, info) = run_json(bdk().args(["info", "--json"]).arg(tmp.path()));
+    assert_eq!(code, 0, "{info}");
+    let tool = &info["tools"][0];
+    assert_eq!(tool["name"], "lookup", "{info}");
+    assert_eq!(tool["title"], "Look up", "{info}");
+    assert_eq!(tool["source"], "manifest", "{info}");
+    let channel = &info["channels"][0];
+    assert_eq!(channel["description"], "Mail in.", "{info}");
+    assert_eq!(
+        channel["routes"],
+        serde_json::json!([
+            {
+                "method": "POST",
+                "path": "/",
+                "fullPath": "/v1/channels/inbox",
+                "description": "A new message.",
+                "mode": "chat",
+                "bodySchema": {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}},
+                "querySchema": null,
+            },
+            {
+                "method": "GET",
+                "path": "/status",
+                "fullPath": "/v1/channels/inbox/status",
+                "description": null,
+                "mode": "task",
+                "bodySchema": null,
+                "querySchema": null,
+            },
+        ]),
+        "{info}"
+    );
+    // The text listing keeps its one line per channel.
+    let out = bdk().arg("info").arg(tmp.path()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("inbox POST /, GET /status"), "{text}");
+}

@@ -2408,9 +2408,22 @@ fn schemas() -> Value {
                 "skills": {"type": "array", "items": {"type": "object"}},
                 "subagents": {"type": "array", "items": {"type": "object"}},
                 "mcpConnections": {"type": "array", "items": {"type": "object"}},
-                "channels": {"type": "array", "items": {"type": "object", "properties": {
+                "channels": {"type": "array", "items": {"type": "object", "required": ["name", "routes"], "properties": {
                     "name": {"type": "string"},
-                    "routes": {"type": "array"},
+                    "description": nullable("string", "From the channel manifest."),
+                    "routes": {"type": "array", "items": {
+                        "type": "object",
+                        "required": ["method", "path", "fullPath", "description", "mode", "bodySchema", "querySchema"],
+                        "properties": {
+                            "method": {"type": "string", "enum": ["GET", "POST", "PUT", "PATCH", "DELETE"]},
+                            "path": text("The route's path relative to `/v1/channels/<name>`, as declared (`/` for the channel's own URL)."),
+                            "fullPath": text("The path under the agent's base path: `/v1/channels/<name>...`."),
+                            "description": nullable("string", "From the route."),
+                            "mode": {"type": "string", "enum": ["chat", "task"], "description": "The mode of the sessions it starts."},
+                            "bodySchema": {"description": "The JSON Schema the body is checked against (`body_schema`), or null when undeclared."},
+                            "querySchema": {"description": "The JSON Schema the query is checked against (`query_schema`), or null when undeclared."},
+                        },
+                    }, "description": "Each route answers `ChannelAccepted` (the routes declare no output schema of their own)."},
                 }}},
                 "hooks": {"type": "array", "items": {"type": "object"}},
                 "schedules": {"type": "array", "items": {"type": "object"}},

@@ -26,6 +26,38 @@ fn tool_json(spec: &ToolSpec, source: &ToolSource) -> Value {
     })
 }
 
+/// The routes of a channel as objects: method, path (relative to the
+/// channel), the full path under the agent's base path, the description,
+/// the session mode, and the body and query schemas, null when undeclared.
+/// A channel route declares no output schema: it answers the fixed shape
+/// of a channel delivery.
+fn channel_routes(ch: &super::ChannelManifest) -> Vec<Value> {
+    let Some(routes) = ch.raw.get("routes").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    routes
+        .iter()
+        .filter_map(|r| {
+            let method = r.get("method")?.as_str()?;
+            let path = r.get("path")?.as_str()?;
+            let full = if path == "/" {
+                format!("/v1/channels/{}", ch.name)
+            } else {
+                format!("/v1/channels/{}{path}", ch.name)
+            };
+            Some(json!({
+                "method": method,
+                "path": path,
+                "fullPath": full,
+                "description": r.get("description"),
+                "mode": r.get("mode").and_then(Value::as_str).unwrap_or("chat"),
+                "bodySchema": r.get("body_schema"),
+                "querySchema": r.get("query_schema"),
+            }))
+        })
+        .collect()
+}
+
 /// Adds to `surface["tools"]` the tools the folder does not declare:
 /// advertised MCP tools (`source: "mcp:<connection>"`) and native tools.
 /// Built-ins (summarized under `builtinTools`), manifest tools (listed by
@@ -99,7 +131,8 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
         })).collect::<Vec<_>>(),
         "channels": project.channels.iter().map(|ch| json!({
             "name": ch.name,
-            "routes": ch.routes,
+            "description": ch.raw.get("description"),
+            "routes": channel_routes(ch),
         })).collect::<Vec<_>>(),
         "hooks": project.hooks.iter().map(|h| json!({
             "name": h.name,
