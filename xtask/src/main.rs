@@ -1,16 +1,23 @@
 //! `cargo xtask`: the one entry point for the project's suites.
 //!
 //! - `cargo xtask test` runs every gate CI runs, in order, and stops at the
-//!   first failure: formatting, clippy, the tests (nextest when installed),
-//!   doc tests, and rustdoc with warnings denied. It prints each step's
-//!   command and duration and ends with one total over every test step
-//!   (`tests: N passed, N failed, N skipped`). If it passes locally, CI
-//!   (`.ci/run`) is green.
+//!   first failure: formatting, the module-cycle check, clippy, the tests
+//!   (nextest when installed), doc tests, and rustdoc with warnings denied.
+//!   It prints each step's command and duration and ends with one total over
+//!   every test step (`tests: N passed, N failed, N skipped`). If it passes
+//!   locally, CI (`.ci/run`) is green.
 //!   Before the steps it checks that the PostgreSQL the store tests use
 //!   (`BDK_TEST_DATABASE_URL`, default [`DEFAULT_TEST_DATABASE_URL`]) accepts
 //!   connections, and stops with the fix when it does not; the URL is passed
 //!   to the test step explicitly.
-//! - `cargo xtask lint` runs only the formatting and clippy gates.
+//! - `cargo xtask lint` runs only the formatting, module-cycle and clippy
+//!   gates.
+//! - `cargo xtask cycles` prints the import cycles between the module files
+//!   of each crate and fails unless they equal the committed baseline
+//!   `xtask/module-cycles.txt` (see `cycles`); `--update` rewrites the
+//!   baseline from the tree, for when a cycle has been taken apart. The check
+//!   reads source text in-process, so it is instant and runs in `test` and
+//!   `lint` right after formatting.
 //! - `cargo xtask bench` builds and runs the benchmark programs in release
 //!   mode (the only release build of the project): the runtime benchmarks of
 //!   `bdk-core`, the HTTP benchmarks of `bdk-cli` (which also time the
@@ -29,6 +36,7 @@
 //! The crate-edge test (`edges`) also lives here: it runs under
 //! `cargo test --workspace` like any other test, so it needs no step of its own.
 
+mod cycles;
 #[cfg(test)]
 mod edges;
 mod tally;
@@ -49,8 +57,12 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test             fmt check, clippy, tests (nextest when installed), doc tests, rustdoc
-  lint             fmt check and clippy only
+  test             fmt check, module cycles, clippy, tests (nextest when installed),
+                   doc tests, rustdoc
+  lint             fmt check, module cycles and clippy only
+  cycles [options] print the import cycles between module files of each crate; fail
+                   unless they equal the baseline xtask/module-cycles.txt
+      --update     rewrite the baseline from the tree (after removing a cycle)
   bench [options]  run the runtime and HTTP benchmarks (release build) and print one JSON
                    report, also saved as bench-report.json in the target directory
       --quick      smaller sample counts, for a fast smoke run of the benchmarks
@@ -68,6 +80,7 @@ fn main() -> ExitCode {
                 .and_then(|()| run_steps("test", &test_steps(&root, &database)))
         }
         Task::Lint => run_steps("lint", &lint_steps()),
+        Task::Cycles { update } => module_cycles(&workspace_root(), update),
         Task::Bench(options) => bench(options),
         Task::Help => {
             println!("{USAGE}");
@@ -106,8 +119,18 @@ enum Error {
     Malformed { what: &'static str, message: String },
     /// `--strict` benchmarks missed a target.
     MissedTargets(Vec<String>),
+    /// The module-cycle check could not read the tree or its baseline.
+    CycleScan(cycles::Error),
+    /// The module cycles differ from the committed baseline.
+    CyclesChanged(Vec<String>),
     /// A service the tests need is not there.
     Service { name: &'static str, message: String },
+}
+
+impl From<cycles::Error> for Error {
+    fn from(err: cycles::Error) -> Self {
+        Error::CycleScan(err)
+    }
 }
 
 impl fmt::Display for Error {
@@ -130,6 +153,14 @@ impl fmt::Display for Error {
                 write!(f, "benchmarks missed their target: {}", names.join(", "))
             }
             Error::Service { name, message } => write!(f, "{name} is not reachable: {message}"),
+            Error::CycleScan(err) => write!(f, "module cycle check: {err}"),
+            Error::CyclesChanged(problems) => {
+                write!(f, "module cycles differ from {}:", cycles::BASELINE)?;
+                for problem in problems {
+                    write!(f, "\n  {problem}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -138,6 +169,7 @@ impl fmt::Display for Error {
 enum Task {
     Test,
     Lint,
+    Cycles { update: bool },
     Bench(BenchOptions),
     Help,
 }
@@ -162,6 +194,14 @@ fn parse(args: &[String]) -> Result<Task, Error> {
         "test" => no_options(Task::Test),
         "lint" => no_options(Task::Lint),
         "help" | "--help" | "-h" => no_options(Task::Help),
+        "cycles" => match rest {
+            [] => Ok(Task::Cycles { update: false }),
+            [flag] if flag == "--update" => Ok(Task::Cycles { update: true }),
+            _ => Err(Error::Usage(format!(
+                "`cycles` takes only `--update`, got `{}`",
+                rest.join(" ")
+            ))),
+        },
         "bench" => {
             let mut options = BenchOptions::default();
             for arg in rest {
@@ -179,14 +219,21 @@ fn parse(args: &[String]) -> Result<Task, Error> {
     }
 }
 
-/// One gate: a cargo invocation with a name for the progress lines.
+/// One gate: a cargo invocation with a name for the progress lines, or a
+/// check xtask runs itself.
 struct Step {
     name: &'static str,
     args: Vec<String>,
     env: Vec<(&'static str, String)>,
     /// Runs tests: its output is relayed and its test counts are totalled.
     runs_tests: bool,
+    /// A check run in-process, given the workspace root, instead of cargo;
+    /// `args` then say how a person runs it alone (`cargo xtask ...`).
+    in_process: Option<Check>,
 }
+
+/// A check xtask runs itself, given the workspace root.
+type Check = fn(&Path) -> Result<(), Error>;
 
 impl Step {
     fn new(name: &'static str, args: &[&'static str]) -> Self {
@@ -195,6 +242,14 @@ impl Step {
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             env: Vec::new(),
             runs_tests: false,
+            in_process: None,
+        }
+    }
+
+    fn in_process(name: &'static str, args: &[&'static str], run: Check) -> Self {
+        Step {
+            in_process: Some(run),
+            ..Step::new(name, args)
         }
     }
 
@@ -237,6 +292,8 @@ fn shell_quote(s: &str) -> String {
 fn lint_steps() -> Vec<Step> {
     vec![
         Step::new("fmt", &["fmt", "--all", "--", "--check"]),
+        // Instant, so it goes before the first compiling step.
+        Step::in_process("module cycles", &["xtask", "cycles"], module_cycles_step),
         Step::new(
             "clippy",
             &[
@@ -464,6 +521,23 @@ fn run_steps(task: &str, steps: &[Step]) -> Result<(), Error> {
         let command = step.display();
         println!("==> [{}/{}] {}: {command}", i + 1, steps.len(), step.name);
         let step_started = Instant::now();
+        if let Some(run) = step.in_process {
+            if let Err(err) = run(&root) {
+                println!(
+                    "<== {} failed after {}",
+                    step.name,
+                    seconds(step_started.elapsed())
+                );
+                return Err(err);
+            }
+            println!(
+                "<== {} ok in {}",
+                step.name,
+                seconds(step_started.elapsed())
+            );
+            timings.push((step.name, step_started.elapsed()));
+            continue;
+        }
         let mut child = Command::new(cargo());
         child
             .args(&step.args)
@@ -510,6 +584,53 @@ fn run_steps(task: &str, steps: &[Step]) -> Result<(), Error> {
         );
     }
     Ok(())
+}
+
+/// `cargo xtask cycles`: prints every import cycle between module files with
+/// the names that tie it, then checks them against the baseline; with
+/// `update`, rewrites the baseline instead.
+fn module_cycles(root: &Path, update: bool) -> Result<(), Error> {
+    let found = cycles::find_cycles(root)?;
+    for cycle in &found {
+        println!("{cycle}");
+    }
+    let crates: std::collections::BTreeSet<&str> = found.iter().map(|c| c.krate.as_str()).collect();
+    println!("{} import cycles in {} crates", found.len(), crates.len());
+    if update {
+        let path = root.join(cycles::BASELINE);
+        std::fs::write(&path, cycles::render_baseline(&found)).map_err(|source| Error::Write {
+            path: path.clone(),
+            source,
+        })?;
+        println!("wrote {}", path.display());
+        return Ok(());
+    }
+    let problems = cycles::compare(&found, &cycles::read_baseline(root)?);
+    if problems.is_empty() {
+        println!("as in the baseline {}", cycles::BASELINE);
+        Ok(())
+    } else {
+        Err(Error::CyclesChanged(problems))
+    }
+}
+
+/// The module-cycle step of `test` and `lint`: the check of
+/// `cargo xtask cycles`, printing the cycles only when it fails.
+fn module_cycles_step(root: &Path) -> Result<(), Error> {
+    let found = cycles::find_cycles(root)?;
+    let problems = cycles::compare(&found, &cycles::read_baseline(root)?);
+    if problems.is_empty() {
+        println!(
+            "{} import cycles, as in the baseline {}",
+            found.len(),
+            cycles::BASELINE
+        );
+        return Ok(());
+    }
+    for cycle in &found {
+        println!("{cycle}");
+    }
+    Err(Error::CyclesChanged(problems))
 }
 
 fn seconds(d: Duration) -> String {
@@ -720,6 +841,14 @@ mod tests {
         assert_eq!(parse(&args(&["test"])).unwrap(), Task::Test);
         assert_eq!(parse(&args(&["lint"])).unwrap(), Task::Lint);
         assert_eq!(
+            parse(&args(&["cycles"])).unwrap(),
+            Task::Cycles { update: false }
+        );
+        assert_eq!(
+            parse(&args(&["cycles", "--update"])).unwrap(),
+            Task::Cycles { update: true }
+        );
+        assert_eq!(
             parse(&args(&["bench", "--strict"])).unwrap(),
             Task::Bench(BenchOptions {
                 quick: false,
@@ -738,6 +867,8 @@ mod tests {
             &["tset"],
             &["test", "--fast"],
             &["bench", "--slow"],
+            &["cycles", "--force"],
+            &["cycles", "--update", "extra"],
         ] {
             let err = parse(&args(bad)).unwrap_err();
             assert!(matches!(err, Error::Usage(_)), "{bad:?}: {err}");
@@ -748,11 +879,15 @@ mod tests {
     fn test_steps_run_in_the_documented_order_with_shared_features() {
         let steps = test_steps(&workspace_root(), DEFAULT_TEST_DATABASE_URL);
         let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
-        assert_eq!(names[..2], ["fmt", "clippy"]);
-        assert!(names[2].starts_with("tests ("), "{names:?}");
-        assert_eq!(names[3..], ["doc tests", "rustdoc"]);
+        assert_eq!(names[..3], ["fmt", "module cycles", "clippy"]);
+        assert!(names[3].starts_with("tests ("), "{names:?}");
+        assert_eq!(names[4..], ["doc tests", "rustdoc"]);
+        // The cycle check runs in-process; its line shows how to run it alone.
+        assert!(steps[1].in_process.is_some());
+        assert_eq!(steps[1].display(), "cargo xtask cycles");
         // Every compiling step uses the same feature set, so they share artifacts.
-        for step in &steps[1..] {
+        for step in &steps[2..] {
+            assert!(step.in_process.is_none(), "{}", step.display());
             assert!(
                 step.args.iter().any(|a| a == "--all-features"),
                 "{}",
@@ -765,17 +900,45 @@ mod tests {
             );
         }
         assert_eq!(
-            steps[4].display(),
+            steps[5].display(),
             "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --all-features"
         );
         // The test step hands the database URL to the tests explicitly.
         assert!(
-            steps[2]
+            steps[3]
                 .env
                 .iter()
                 .any(|(k, v)| *k == DATABASE_ENV && v == DEFAULT_TEST_DATABASE_URL),
             "{}",
-            steps[2].display()
+            steps[3].display()
+        );
+        // Lint is the same first three steps.
+        let lint: Vec<&str> = lint_steps().iter().map(|s| s.name).collect();
+        assert_eq!(lint, ["fmt", "module cycles", "clippy"]);
+    }
+
+    #[test]
+    fn an_in_process_step_runs_without_cargo_and_its_failure_stops_the_run() {
+        fn fails(_: &Path) -> Result<(), Error> {
+            Err(Error::CyclesChanged(vec![
+                "new import cycle in x: a.rs b.rs".into(),
+            ]))
+        }
+        fn passes(root: &Path) -> Result<(), Error> {
+            assert!(root.join("xtask").is_dir());
+            Ok(())
+        }
+        let ok = Step::in_process("passes", &["xtask", "passes"], passes);
+        assert!(run_steps("lint", &[ok]).is_ok());
+        let steps = [
+            Step::in_process("fails", &["xtask", "fails"], fails),
+            // Never reached: it would fail too, differently.
+            Step::new("broken", &["no-such-cargo-subcommand-xtask"]),
+        ];
+        let err = run_steps("lint", &steps).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "module cycles differ from xtask/module-cycles.txt:\n  new import cycle in x: a.rs b.rs"
         );
     }
 
