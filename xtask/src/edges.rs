@@ -7,8 +7,9 @@
 //! dependency between workspace crates that the layering does not allow (of
 //! any kind: a test that reaches up the stack is still a crate naming one
 //! above it), every workspace crate without a rule here, and every crate but
-//! the owner that names an engine dependency only its owner may know (normal
-//! and build dependencies; a dev-dependency may use one to test against).
+//! the owners that names an external crate family only its owners may know
+//! (normal and build dependencies; a dev-dependency may use one to test
+//! against).
 //!
 //! `bdk-bench` (the benchmark programs' report entries) stands outside the
 //! layering: it depends on no workspace crate, any crate may name it as a
@@ -62,22 +63,76 @@ const RULES: &[(&str, Allowed)] = &[
     ("xtask", Allowed::Only(&[])),
 ];
 
-/// External crate families only one workspace crate may name, as
-/// (family, owner): the invariants stated as absences.
-const OWNED: &[(&str, &str)] = &[
-    ("axum", "bdk-http"),
-    ("rmcp", "bdk-mcp"),
-    ("sqlx", "bdk-store"),
-    ("landlock", "bdk-sandbox"),
+/// An external crate family only some workspace crates may name: an
+/// invariant stated as an absence.
+struct Owned {
+    family: &'static str,
+    /// Members whose names do not start with the family's.
+    also: &'static [&'static str],
+    /// The crates that may name it. One that does not exist (yet) is fine:
+    /// the rule only restricts the crates that do.
+    owners: &'static [&'static str],
+}
+
+const OWNED: &[Owned] = &[
+    Owned {
+        family: "axum",
+        also: &[],
+        owners: &["bdk-http"],
+    },
+    Owned {
+        family: "rmcp",
+        also: &[],
+        owners: &["bdk-mcp"],
+    },
+    Owned {
+        family: "sqlx",
+        also: &[],
+        owners: &["bdk-store"],
+    },
+    Owned {
+        family: "landlock",
+        also: &[],
+        owners: &["bdk-sandbox"],
+    },
+    // "OpenTelemetry only in the CLI": bdk-core emits plain `tracing` and the
+    // binary decides where spans go.
+    Owned {
+        family: "opentelemetry",
+        also: &["tracing-opentelemetry"],
+        owners: &["bdk-cli"],
+    },
+    // "reqwest only where outbound HTTP lives": the model providers, `url`
+    // tools and hooks (bdk-core, and bdk-models once the providers move
+    // there), the MCP HTTP client, the HTTP eval target, and the CLI talking
+    // to a running server.
+    Owned {
+        family: "reqwest",
+        also: &[],
+        owners: &["bdk-core", "bdk-models", "bdk-mcp", "bdk-evals", "bdk-cli"],
+    },
 ];
 
-/// True when `dep` is `family` or one of its companion crates (`sqlx-core`,
-/// `axum-extra`, `rmcp-macros`, ...).
-fn in_family(dep: &str, family: &str) -> bool {
-    dep == family
-        || dep
-            .strip_prefix(family)
-            .is_some_and(|rest| rest.starts_with('-'))
+impl Owned {
+    /// True when `dep` is the family, one of its companion crates
+    /// (`sqlx-core`, `axum-extra`, `opentelemetry_sdk`, ...) or one of
+    /// [`Owned::also`].
+    fn contains(&self, dep: &str) -> bool {
+        dep == self.family
+            || self.also.contains(&dep)
+            || dep
+                .strip_prefix(self.family)
+                .is_some_and(|rest| rest.starts_with(['-', '_']))
+    }
+
+    /// The owners as a sentence fragment: `a`, `a or b`, `a, b or c`.
+    fn owner_list(&self) -> String {
+        match self.owners {
+            [] => "no crate".to_owned(),
+            [one] => (*one).to_owned(),
+            [init @ .., last] => format!("{} or {last}", init.join(", ")),
+        }
+    }
 }
 
 /// Every layering problem in `metadata` (the JSON of
@@ -148,11 +203,13 @@ pub fn check_edges(metadata: &Value) -> Vec<String> {
             if kind == "dev" {
                 continue;
             }
-            for (family, owner) in OWNED {
-                if in_family(dep_name, family) && name != *owner {
+            for owned in OWNED {
+                if owned.contains(dep_name) && !owned.owners.contains(&name) {
                     problems.push(format!(
                         "forbidden edge {name} -> {dep_name} ({kind} dependency): \
-                         only {owner} may depend on {family}"
+                         only {} may depend on {}",
+                        owned.owner_list(),
+                        owned.family
                     ));
                 }
             }
@@ -210,16 +267,28 @@ mod tests {
                     ("bdk-store", "dev"),
                     ("axum", "dev"),
                     ("bdk-bench", "dev"),
+                    ("reqwest", "normal"),
                 ],
             ),
-            ("bdk-mcp", vec![("bdk-core", "normal"), ("rmcp", "normal")]),
+            (
+                "bdk-mcp",
+                vec![
+                    ("bdk-core", "normal"),
+                    ("rmcp", "normal"),
+                    ("reqwest", "normal"),
+                ],
+            ),
             (
                 "bdk-scheduler",
                 vec![("bdk-core", "normal"), ("bdk-store", "normal")],
             ),
             (
                 "bdk-evals",
-                vec![("bdk-core", "normal"), ("bdk-events", "normal")],
+                vec![
+                    ("bdk-core", "normal"),
+                    ("bdk-events", "normal"),
+                    ("reqwest", "normal"),
+                ],
             ),
             (
                 "bdk-http",
@@ -229,6 +298,8 @@ mod tests {
                     ("bdk-evals", "normal"),
                     ("axum", "normal"),
                     ("axum-extra", "normal"),
+                    // Its tests are HTTP clients of the router.
+                    ("reqwest", "dev"),
                 ],
             ),
             (
@@ -238,6 +309,12 @@ mod tests {
                     ("bdk-core", "normal"),
                     ("rmcp", "dev"),
                     ("bdk-bench", "dev"),
+                    ("reqwest", "normal"),
+                    ("opentelemetry", "normal"),
+                    ("opentelemetry_sdk", "normal"),
+                    ("opentelemetry-otlp", "normal"),
+                    ("tracing-opentelemetry", "normal"),
+                    ("opentelemetry-proto", "dev"),
                 ],
             ),
             ("bdk-bench", vec![("serde_json", "normal")]),
@@ -353,6 +430,71 @@ mod tests {
         );
         // A crate whose name merely starts with a family name is not in it.
         assert!(check_with(&[("bdk-core", ("axumish", "normal"))]).is_empty());
+    }
+
+    #[test]
+    fn a_family_with_several_owners_is_open_to_each_and_closed_to_the_rest() {
+        // Every owner of reqwest may name it (the allowed workspace does);
+        // the others may not, but may as a dev-dependency.
+        assert!(check_with(&[("bdk-scheduler", ("reqwest", "dev"))]).is_empty());
+        let problems = check_with(&[
+            ("bdk-http", ("reqwest", "normal")),
+            ("bdk-store", ("reqwest", "build")),
+        ]);
+        assert_eq!(
+            problems,
+            [
+                "forbidden edge bdk-store -> reqwest (build dependency): \
+                 only bdk-core, bdk-models, bdk-mcp, bdk-evals or bdk-cli may depend on reqwest",
+                "forbidden edge bdk-http -> reqwest (normal dependency): \
+                 only bdk-core, bdk-models, bdk-mcp, bdk-evals or bdk-cli may depend on reqwest",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_owner_that_does_not_exist_yet_fails_nothing() {
+        // bdk-models is named as a reqwest owner before the crate exists.
+        let owners = OWNED.iter().flat_map(|o| o.owners.iter());
+        assert!(owners.clone().any(|o| *o == "bdk-models"));
+        assert!(allowed_workspace().iter().all(|(n, _)| *n != "bdk-models"));
+        assert!(check_with(&[]).is_empty());
+    }
+
+    #[test]
+    fn opentelemetry_is_the_clis_alone_companions_included() {
+        let problems = check_with(&[
+            ("bdk-core", ("opentelemetry", "normal")),
+            ("bdk-http", ("opentelemetry_sdk", "normal")),
+            (
+                "bdk-scheduler",
+                ("opentelemetry-semantic-conventions", "normal"),
+            ),
+            ("bdk-core", ("tracing-opentelemetry", "normal")),
+        ]);
+        let only = "only bdk-cli may depend on opentelemetry";
+        assert_eq!(
+            problems,
+            [
+                format!("forbidden edge bdk-core -> opentelemetry (normal dependency): {only}"),
+                format!(
+                    "forbidden edge bdk-core -> tracing-opentelemetry (normal dependency): {only}"
+                ),
+                format!(
+                    "forbidden edge bdk-scheduler -> opentelemetry-semantic-conventions (normal dependency): {only}"
+                ),
+                format!("forbidden edge bdk-http -> opentelemetry_sdk (normal dependency): {only}"),
+            ]
+        );
+        // A dev-dependency stays free, and `tracing` itself is no member.
+        assert!(
+            check_with(&[
+                ("bdk-core", ("opentelemetry", "dev")),
+                ("bdk-core", ("tracing", "normal")),
+                ("bdk-core", ("tracing-subscriber", "normal")),
+            ])
+            .is_empty()
+        );
     }
 
     #[test]
