@@ -11,6 +11,10 @@
 //! sessions at once, a stop in the middle of a stream, and a prompt larger
 //! than the server's context, which must fail the turn with a clear message.
 //! The server reports no usage in its streams, so usage must be `null`.
+//!
+//! A second test puts LiteLLM's proxy (`litellm[proxy]`, installed under
+//! `target/litellm-py`) in front of its own llama server and drives the
+//! Anthropic provider through the proxy's Messages API in the same way.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -140,6 +144,28 @@ impl Drop for Llama {
 /// An agent at `root/name` on the llama server. `tool` adds the weather
 /// example's `get_weather` and forces the first step to call it.
 fn agent(root: &Path, name: &str, base: &str, max_output_tokens: u32, tool: bool) -> PathBuf {
+    agent_on(
+        root,
+        name,
+        "openai-compatible/smollm2",
+        base,
+        max_output_tokens,
+        tool,
+        "",
+    )
+}
+
+/// An agent at `root/name` using `model` at the provider URL `base`, with
+/// `extra` lines of agent.toml.
+fn agent_on(
+    root: &Path,
+    name: &str,
+    model: &str,
+    base: &str,
+    max_output_tokens: u32,
+    tool: bool,
+    extra: &str,
+) -> PathBuf {
     let dir = root.join(name);
     let agent = dir.join("agent");
     std::fs::create_dir_all(agent.join("tools")).unwrap();
@@ -156,7 +182,7 @@ fn agent(root: &Path, name: &str, base: &str, max_output_tokens: u32, tool: bool
     std::fs::write(
         agent.join("agent.toml"),
         format!(
-            "name = \"{name}\"\nmodel = \"openai-compatible/smollm2\"\n{choice}max_output_tokens = {max_output_tokens}\nmax_steps = 4\n\n[builtin_tools]\nworkspace = false\nartifacts = false\n\n[provider]\nbase_url = \"{base}\"\n"
+            "name = \"{name}\"\nmodel = \"{model}\"\n{choice}max_output_tokens = {max_output_tokens}\nmax_steps = 4\n{extra}\n[builtin_tools]\nworkspace = false\nartifacts = false\n\n[provider]\nbase_url = \"{base}\"\n"
         ),
     )
     .unwrap();
@@ -170,9 +196,15 @@ fn agent(root: &Path, name: &str, base: &str, max_output_tokens: u32, tool: bool
 }
 
 fn bdk_json(args: &[&str], dir: &Path) -> Value {
+    bdk_json_with(args, dir, &[])
+}
+
+/// `bdk_json` with extra environment variables.
+fn bdk_json_with(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> Value {
     let out = Command::cargo_bin("bdk")
         .unwrap()
         .env_remove("BDK_STATE_ROOT")
+        .envs(env.iter().copied())
         .args(args)
         .arg("--dir")
         .arg(dir)
@@ -257,6 +289,15 @@ async fn a_real_llama_server_drives_run_and_serve() {
     let chat = agent(tmp.path(), "chat", &llama.base, 48, false);
     let counter = agent(tmp.path(), "counter", &llama.base, 1000, false);
     let weather = agent(tmp.path(), "weather", &llama.base, 48, true);
+    let fitted = agent_on(
+        tmp.path(),
+        "fitted",
+        "openai-compatible/smollm2",
+        &llama.base,
+        48,
+        false,
+        &format!("context_window = {N_CTX}\n"),
+    );
 
     // `bdk run`: a streamed plain reply.
     let run = bdk_json(&["run", "--message", "Say hello to Ada."], &chat);
@@ -309,7 +350,7 @@ async fn a_real_llama_server_drives_run_and_serve() {
     assert!(steps >= 2, "the tool result never went back: {events:?}");
 
     // `bdk serve`, the same agents over HTTP.
-    let server = Server::start(&[], &[&chat, &counter, &weather]);
+    let server = Server::start(&[], &[&chat, &counter, &weather, &fitted]);
     let c = client();
     let base = server.base.clone();
 
@@ -390,4 +431,293 @@ async fn a_real_llama_server_drives_run_and_serve() {
             && !message.contains("gave up"),
         "{message}"
     );
+    assert_over_window_is_refused(&c, &base, "fitted", &huge).await;
+}
+
+/// With the server's context size as `context_window` in agent.toml, a
+/// prompt larger than it never leaves: the context budget fails the turn
+/// at once, naming the window.
+async fn assert_over_window_is_refused(c: &reqwest::Client, base: &str, agent: &str, huge: &str) {
+    let id = start(c, base, agent, huge).await;
+    let events = session_events(c, base, agent, &id, ended).await;
+    let end = last_end(&events);
+    assert_eq!(end["type"], "turn.failed", "{end}");
+    let message = end["data"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("does not fit the model's context window")
+            && message.contains(&format!("the window is {N_CTX}")),
+        "{message}"
+    );
+    assert!(
+        !events.iter().any(|e| e["type"] == "message.appended"),
+        "{events:?}"
+    );
+}
+
+/// The venv `.ci/test-deps` installs LiteLLM's proxy into.
+fn litellm_install() -> PathBuf {
+    let bin = workspace().join("target/litellm-py/bin/litellm");
+    assert!(
+        bin.exists(),
+        "{} is missing; run .ci/test-deps (it installs litellm[proxy] into target/litellm-py)",
+        bin.display()
+    );
+    bin
+}
+
+/// The master key the test proxy requires, passed to bdk as
+/// `ANTHROPIC_API_KEY`.
+const LITELLM_KEY: &str = "sk-bdk-test";
+
+/// A running LiteLLM proxy in front of a llama server: its
+/// Anthropic-compatible `/v1/messages` translates to the llama server's
+/// Chat Completions. Killed when dropped.
+struct LiteLlm {
+    child: Child,
+    base: String,
+    log: PathBuf,
+}
+
+impl LiteLlm {
+    fn start(dir: &Path, llama: &Llama) -> LiteLlm {
+        let bin = litellm_install();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        // `hosted_vllm/` is LiteLLM's route for a plain OpenAI-compatible
+        // Chat Completions server (`openai/` would call /v1/responses).
+        let config = dir.join("litellm.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "model_list:\n  - model_name: smollm2\n    litellm_params:\n      model: hosted_vllm/smollm2\n      api_base: {}\n      api_key: none\n",
+                llama.base
+            ),
+        )
+        .unwrap();
+        let log = dir.join("litellm.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(bin)
+            .args(["--config"])
+            .arg(&config)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .current_dir(dir)
+            .env("LITELLM_MASTER_KEY", LITELLM_KEY)
+            // The price map ships in the package; never fetch it.
+            .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            .env_remove("DATABASE_URL")
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut proxy = LiteLlm {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+        };
+        proxy.wait_ready();
+        proxy
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let url = format!("{}/health/liveliness", self.base);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("litellm exited ({status}):\n{}", self.log_text());
+            }
+            let ok = Command::new("curl")
+                .args(["-sf", "-o", "/dev/null", &url])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "litellm not ready:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let skip = text.chars().count().saturating_sub(4000);
+        text.chars().skip(skip).collect()
+    }
+}
+
+impl Drop for LiteLlm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A tool turn through LiteLLM to llama-cpp-python: the step after the
+/// tool result was sent (a second `step.started`) and failed with the
+/// message that says the server behind the proxy failed.
+fn assert_proxy_failure_named(run: &Value, events: &[Value]) {
+    let steps = events
+        .iter()
+        .filter(|e| e["type"] == "step.started")
+        .count();
+    assert!(steps >= 2, "the tool result never went back: {events:?}");
+    assert_eq!(run["ok"], false, "{run}");
+    let error = run["error"].as_str().unwrap();
+    assert!(
+        error.contains("empty message") && error.contains("the server behind it failed"),
+        "{error}"
+    );
+}
+
+/// `usage` as LiteLLM reports it: counted, never null and never all zero
+/// for a prompt that reached the model.
+fn assert_usage_counted(usage: &Value) {
+    assert!(usage.is_object(), "usage: {usage}");
+    assert!(usage["inputTokens"].as_u64().unwrap() > 0, "usage: {usage}");
+}
+
+/// The Anthropic provider against a real implementation of the Messages API
+/// we did not write: LiteLLM's proxy, translating to the llama server. The
+/// same scenarios as the OpenAI-compatible test: a streamed reply and a
+/// forced tool round trip through `bdk run`; over `bdk serve` a round trip,
+/// two sessions at once, a stop mid-stream, and prompts over the context.
+#[tokio::test(flavor = "multi_thread")]
+async fn anthropic_through_litellm_drives_run_and_serve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let llama = Llama::start(tmp.path());
+    let proxy = LiteLlm::start(tmp.path(), &llama);
+    let logs = || format!("{}\n{}", proxy.log_text(), llama.log_text());
+    let on_proxy = |name: &str, max: u32, tool: bool, extra: &str| {
+        agent_on(
+            tmp.path(),
+            name,
+            "anthropic/smollm2",
+            &proxy.base,
+            max,
+            tool,
+            extra,
+        )
+    };
+    let chat = on_proxy("chat", 48, false, "");
+    let counter = on_proxy("counter", 1000, false, "");
+    let weather = on_proxy("weather", 48, true, "");
+    let fitted = on_proxy("fitted", 48, false, &format!("context_window = {N_CTX}\n"));
+    let key = [("ANTHROPIC_API_KEY", LITELLM_KEY)];
+
+    // `bdk run`: a streamed plain reply, with the usage the proxy counted.
+    let run = bdk_json_with(&["run", "--message", "Say hello to Ada."], &chat, &key);
+    assert_eq!(run["ok"], true, "{run}\n{}", logs());
+    assert!(!run["reply"].as_str().unwrap().trim().is_empty(), "{run}");
+    assert_usage_counted(&run["usage"]);
+    let events = read_trace(&run);
+    let deltas = events
+        .iter()
+        .filter(|e| e["type"] == "message.appended")
+        .count();
+    assert!(deltas > 1, "the reply was not streamed: {events:?}");
+
+    // `bdk run`: the forced call runs the tool and its result goes back as
+    // a `tool_result` block. LiteLLM 1.108 translates the assistant's
+    // tool-use message into a Chat Completions message without `content`,
+    // which llama-cpp-python's function-calling template cannot render, so
+    // the server behind the proxy fails that second request and the proxy
+    // answers an empty, uncounted message. The turn must fail saying so,
+    // not complete with an empty reply (as it did before bdk checked).
+    let run = bdk_json_with(
+        &["run", "--message", "What is the weather in Paris?"],
+        &weather,
+        &key,
+    );
+    let call = &run["toolCalls"][0];
+    assert_eq!(call["name"], "get_weather", "{run}");
+    assert_eq!(call["isError"], false, "{run}");
+    assert!(call["output"].to_string().contains("city"), "{run}");
+    assert_proxy_failure_named(&run, &read_trace(&run));
+
+    // `bdk serve`.
+    let mut cmd = Command::cargo_bin("bdk").unwrap();
+    cmd.arg("serve")
+        .args([&chat, &counter, &weather, &fitted])
+        .args(["--port", "0"])
+        .env_remove("BDK_STATE_ROOT")
+        .env_remove("BDK_BEARER_TOKEN")
+        .env("ANTHROPIC_API_KEY", LITELLM_KEY);
+    let server = Server::spawn(cmd);
+    let c = client();
+    let base = server.base.clone();
+
+    let id = start(&c, &base, "weather", "Weather in Oslo?").await;
+    let events = session_events(&c, &base, "weather", &id, ended).await;
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "action.result")
+        .expect("the tool ran");
+    assert_eq!(result["data"]["isError"], false, "{result}");
+    let end = last_end(&events);
+    let run = json!({"ok": end["type"] == "turn.completed", "error": end["data"]["message"]});
+    assert_proxy_failure_named(&run, &events);
+
+    let (a, b) = tokio::join!(
+        start(&c, &base, "chat", "Name a colour."),
+        start(&c, &base, "chat", "Name a fruit."),
+    );
+    let (ea, eb) = tokio::join!(
+        session_events(&c, &base, "chat", &a, ended),
+        session_events(&c, &base, "chat", &b, ended),
+    );
+    for events in [&ea, &eb] {
+        let end = last_end(events);
+        assert_eq!(end["type"], "turn.completed", "{events:?}");
+        assert_usage_counted(&end["data"]["usage"]);
+    }
+
+    let id = start(
+        &c,
+        &base,
+        "counter",
+        "Count from 1 to 1000, one number per line.",
+    )
+    .await;
+    let before = session_events(&c, &base, "counter", &id, |e| {
+        e["type"] == "message.appended" || ended(e)
+    })
+    .await;
+    assert_eq!(
+        before.last().unwrap()["type"],
+        "message.appended",
+        "{before:?}"
+    );
+    let (status, stopped) = post(
+        &c,
+        &format!("{base}/counter/v1/session/{id}/stop"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{stopped}");
+    let events = session_events(&c, &base, "counter", &id, ended).await;
+    let end = last_end(&events);
+    assert_eq!(end["type"], "turn.failed", "{end}");
+    assert_eq!(end["data"]["status"], "cancelled", "{end}");
+
+    // Over n_ctx, the proxy answers an empty message that counted nothing
+    // (its upstream failed); the turn fails saying so, not as an empty
+    // reply.
+    let huge = "lorem ipsum dolor sit amet ".repeat(N_CTX as usize);
+    let id = start(&c, &base, "chat", &huge).await;
+    let events = session_events(&c, &base, "chat", &id, ended).await;
+    let end = last_end(&events);
+    assert_eq!(end["type"], "turn.failed", "{end}\n{}", logs());
+    let message = end["data"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("empty message") && message.contains("n_ctx"),
+        "{message}"
+    );
+    assert_over_window_is_refused(&c, &base, "fitted", &huge).await;
 }

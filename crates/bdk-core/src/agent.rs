@@ -74,6 +74,7 @@ fn model_error_type(e: &ModelError) -> &'static str {
         ModelError::Config(_) => "model_config",
         ModelError::Provider(_) => "model_provider",
         ModelError::Timeout(_) => "model_timeout",
+        ModelError::ContextOverflow { .. } => "model_context_overflow",
         ModelError::Cancelled => "cancelled",
     }
 }

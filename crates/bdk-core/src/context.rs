@@ -350,6 +350,17 @@ impl Model for BudgetedModel {
                 "conversation trimmed to fit the context window"
             );
         }
+        // What is left is the latest turn, which the policy never drops. If
+        // it alone is over the whole window (not just the budget, which
+        // keeps room for the answer), no server can take it: say so now
+        // instead of sending it and reading whatever the server makes of it
+        // (an error, a truncated prompt, or an empty answer).
+        if fitted.estimated_tokens > self.window {
+            return Err(ModelError::ContextOverflow {
+                estimated: fitted.estimated_tokens,
+                window: self.window,
+            });
+        }
         request.messages = fitted.messages;
         self.inner.step(request, cancel).await
     }
@@ -594,6 +605,67 @@ mod tests {
         };
         assert!(content.chars().count() >= MIN_TOOL_RESULT_CHARS);
         assert!(is_truncated(content));
+    }
+
+    /// A model that counts the steps that reach it and answers none.
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    #[async_trait]
+    impl Model for Counting {
+        fn id(&self) -> &str {
+            "test/counting"
+        }
+
+        async fn step(
+            &self,
+            _request: ModelRequest,
+            _cancel: CancellationToken,
+        ) -> Result<ModelStream, ModelError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(Box::pin(futures::stream::empty()))
+        }
+    }
+
+    fn request(messages: Vec<Message>) -> ModelRequest {
+        ModelRequest {
+            model: "test/counting".into(),
+            system: "be brief".into(),
+            messages,
+            tools: Vec::new(),
+            effort: None,
+            tool_choice: None,
+            max_tokens: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_latest_turn_over_the_whole_window_is_not_sent() {
+        let inner = Arc::new(Counting(Default::default()));
+        let model = BudgetedModel::new(inner.clone(), 1_000);
+        // About 1,250 tokens: over the window itself, so no server can
+        // take it, and the step fails saying so without sending.
+        let too_big = request(vec![user(&"u".repeat(5_000))]);
+        let err = model
+            .step(too_big, CancellationToken::new())
+            .await
+            .err()
+            .expect("an oversized request fails");
+        assert!(
+            matches!(err, ModelError::ContextOverflow { window: 1_000, estimated } if estimated > 1_000),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("does not fit the model's context window")
+                && message.contains("context_window"),
+            "{message}"
+        );
+        assert_eq!(inner.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // Over the budget but inside the window: trimmed as far as the policy
+        // goes, then sent (the answer reserve is a margin, not a limit).
+        let tight = request(vec![user(&"u".repeat(3_600))]);
+        assert!(model.step(tight, CancellationToken::new()).await.is_ok());
+        assert_eq!(inner.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[test]

@@ -344,6 +344,8 @@ struct MessagesDecoder {
     /// input), held until the next block shows whether it continues it.
     pending_call: Option<(String, String, String, Value)>,
     stop: Option<StopReason>,
+    /// Whether the message carried anything: text, reasoning or a call.
+    produced: bool,
     /// Finished thinking blocks, as they must be sent back.
     thinking: Vec<Value>,
     first_call: Option<String>,
@@ -379,6 +381,7 @@ impl MessagesDecoder {
             "text" => {
                 let t = text("text");
                 if !t.is_empty() {
+                    self.produced = true;
                     out.push_back(ModelEvent::TextDelta(t));
                 }
                 Block::Text
@@ -404,6 +407,9 @@ impl MessagesDecoder {
             },
             _ => Block::Other,
         };
+        if !matches!(started, Block::Text | Block::Other) {
+            self.produced = true;
+        }
         self.blocks.insert(index, started);
     }
 
@@ -416,6 +422,7 @@ impl MessagesDecoder {
             ("text_delta", _) => {
                 let t = text("text");
                 if !t.is_empty() {
+                    self.produced = true;
                     out.push_back(ModelEvent::TextDelta(t.to_owned()));
                 }
             }
@@ -425,6 +432,7 @@ impl MessagesDecoder {
                     all.push_str(t);
                 }
                 if !t.is_empty() {
+                    self.produced = true;
                     out.push_back(ModelEvent::ReasoningDelta(t.to_owned()));
                 }
             }
@@ -498,7 +506,24 @@ impl MessagesDecoder {
         out.push_back(ModelEvent::ToolCall(ToolCall { id, name, input }));
     }
 
-    fn finalize(&mut self, out: &mut VecDeque<ModelEvent>) {
+    fn finalize(&mut self, out: &mut VecDeque<ModelEvent>) -> Result<(), ModelError> {
+        // A message with nothing in it that counted no input either: no
+        // model read this prompt (every prompt has tokens). LiteLLM's
+        // `/v1/messages` answers like this when the OpenAI-compatible server
+        // behind it failed the request (llama-cpp-python does on a prompt
+        // over its n_ctx, and on an assistant tool-call message without
+        // `content`, which is how LiteLLM translates one). The same request
+        // gets the same answer, so it fails the step rather than passing
+        // for an empty reply.
+        if !self.produced
+            && self.usage_seen
+            && self.usage.input_tokens == 0
+            && self.usage.output_tokens == 0
+        {
+            return Err(ModelError::Provider(
+                "the server answered with an empty message that counted no input tokens, so no model read the request; a translating proxy such as LiteLLM answers this way when the server behind it failed, and that server's log says why (llama.cpp fails like this on a conversation over its n_ctx: start it with a larger context, or set `context_window` in agent.toml to its size)".to_owned(),
+            ));
+        }
         // Blocks the server never closed: hand on the tool calls anyway.
         let open: Vec<u64> = self.blocks.keys().copied().collect();
         for index in open {
@@ -520,6 +545,7 @@ impl MessagesDecoder {
         out.push_back(ModelEvent::Stop(
             self.stop.take().unwrap_or(StopReason::Stop),
         ));
+        Ok(())
     }
 }
 
@@ -555,7 +581,7 @@ impl Decoder for MessagesDecoder {
                 self.usage_fields(&v["usage"]);
             }
             "message_stop" => {
-                self.finalize(out);
+                self.finalize(out)?;
                 return Ok(true);
             }
             "error" => return Err(stream_error(&event.data)),
@@ -569,8 +595,7 @@ impl Decoder for MessagesDecoder {
         // `message_delta` carries the stop reason; a stream cut after it
         // lost nothing but `message_stop` itself.
         if self.stop.is_some() {
-            self.finalize(out);
-            Ok(())
+            self.finalize(out)
         } else {
             Err(ended_early(None))
         }
@@ -674,6 +699,66 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// Feeds `events` (their `type` doubles as the SSE event name) and
+    /// returns what came out, or the first error.
+    fn decode(events: &[Value]) -> Result<Vec<ModelEvent>, ModelError> {
+        let mut d = MessagesDecoder::default();
+        let mut out = VecDeque::new();
+        for data in events {
+            let event = data["type"].as_str().unwrap().to_owned();
+            d.event(
+                SseEvent {
+                    event: Some(event),
+                    data: data.to_string(),
+                },
+                &mut out,
+            )?;
+        }
+        Ok(out.into_iter().collect())
+    }
+
+    #[test]
+    fn an_empty_message_that_counted_no_input_fails_the_step() {
+        // What LiteLLM 1.108's `/v1/messages` streams when llama-cpp-python
+        // behind it failed on a prompt over its n_ctx.
+        let zero = json!({"input_tokens": 0, "output_tokens": 0, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0});
+        let empty = [
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "usage": zero}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"input_tokens": 0, "output_tokens": 0}}),
+            json!({"type": "message_stop"}),
+        ];
+        let Err(ModelError::Provider(message)) = decode(&empty) else {
+            panic!("an empty, uncounted message must fail");
+        };
+        assert!(
+            message.contains("empty message") && message.contains("n_ctx"),
+            "{message}"
+        );
+
+        // The same shape with text, or with counted input, is an answer.
+        let mut with_text = empty.to_vec();
+        with_text.insert(
+            2,
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}}),
+        );
+        assert!(decode(&with_text).is_ok());
+        let mut counted = empty.to_vec();
+        counted[3] = json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"input_tokens": 12, "output_tokens": 0}});
+        let out = decode(&counted).unwrap();
+        assert!(matches!(
+            out.last(),
+            Some(ModelEvent::Stop(StopReason::Stop))
+        ));
+        // A stream that reports no usage at all is not judged by it.
+        let mut unreported = empty.to_vec();
+        unreported[0] = json!({"type": "message_start", "message": {"usage": {}}});
+        unreported[3] =
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}});
+        assert!(decode(&unreported).is_ok());
     }
 
     #[test]

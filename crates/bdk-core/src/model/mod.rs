@@ -173,6 +173,18 @@ pub enum ModelError {
     /// The step took longer than its timeout.
     #[error("model step timed out after {0} ms")]
     Timeout(u64),
+    /// The request is larger than the model's context window even after the
+    /// context budget dropped every older turn and cut the tool results it
+    /// may cut, so it was not sent.
+    #[error(
+        "the request does not fit the model's context window: about {estimated} tokens after trimming, and the window is {window}; shorten the message, or set `context_window` in agent.toml to the model's real window if it is larger"
+    )]
+    ContextOverflow {
+        /// The estimated size of the trimmed request, in tokens.
+        estimated: u64,
+        /// The context window the budget was computed for.
+        window: u64,
+    },
 }
 
 /// A streamed step.
