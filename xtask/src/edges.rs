@@ -1,8 +1,9 @@
 //! The crate-edge check: the layering of the workspace, written down and
 //! tested.
 //!
-//! Dependencies point one way: `bdk-events` <- `bdk-store` <- `bdk-core` <-
-//! {`bdk-mcp`, `bdk-scheduler`, `bdk-evals`} <- `bdk-http` <- `bdk-cli`.
+//! Dependencies point one way: `bdk-events` <- {`bdk-store`, `bdk-models`}
+//! <- `bdk-core` <- {`bdk-mcp`, `bdk-scheduler`, `bdk-evals`} <- `bdk-http`
+//! <- `bdk-cli`.
 //! [`check_edges`] reads `cargo metadata --no-deps` and reports every
 //! dependency between workspace crates that the layering does not allow (of
 //! any kind: a test that reaches up the stack is still a crate naming one
@@ -27,7 +28,7 @@ enum Allowed {
     Any,
 }
 
-const CORE_AND_BELOW: &[&str] = &["bdk-events", "bdk-store", "bdk-core"];
+const CORE_AND_BELOW: &[&str] = &["bdk-events", "bdk-store", "bdk-models", "bdk-core"];
 
 /// Workspace crates for benchmarks and tests only: any crate may name them as
 /// dev-dependencies, none as normal or build dependencies.
@@ -38,9 +39,11 @@ const RULES: &[(&str, Allowed)] = &[
     ("bdk-events", Allowed::Only(&[])),
     ("bdk-store", Allowed::Only(&["bdk-events"])),
     ("bdk-sandbox", Allowed::Only(&[])),
+    // The model port and providers, usable without the runtime.
+    ("bdk-models", Allowed::Only(&["bdk-events"])),
     (
         "bdk-core",
-        Allowed::Only(&["bdk-events", "bdk-store", "bdk-sandbox"]),
+        Allowed::Only(&["bdk-events", "bdk-store", "bdk-models", "bdk-sandbox"]),
     ),
     ("bdk-mcp", Allowed::Only(CORE_AND_BELOW)),
     ("bdk-scheduler", Allowed::Only(CORE_AND_BELOW)),
@@ -50,6 +53,7 @@ const RULES: &[(&str, Allowed)] = &[
         Allowed::Only(&[
             "bdk-events",
             "bdk-store",
+            "bdk-models",
             "bdk-core",
             "bdk-mcp",
             "bdk-scheduler",

@@ -187,7 +187,7 @@ fn main() -> ExitCode {
 }
 
 fn run(quick: bool) -> Result<Value> {
-    bdk_core::net::install_crypto_provider();
+    bdk_models::net::install_crypto_provider();
     let env = Env {
         runtime: tokio::runtime::Builder::new_multi_thread()
             .enable_all()

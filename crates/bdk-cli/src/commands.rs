@@ -234,7 +234,7 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
     }
     outln!(
         "model: {}",
-        c.model.as_deref().unwrap_or(bdk_core::host::DEFAULT_MODEL)
+        c.model.as_deref().unwrap_or(bdk_models::DEFAULT_MODEL)
     );
     let section = |title: &str, items: Vec<String>| {
         outln!("{title} ({}):", items.len());

@@ -12,8 +12,8 @@ use std::path::Path;
 
 use anyhow::Result;
 use bdk_core::discover;
-use bdk_core::model::prices::{CostTotals, PRICES_AS_OF, PriceTable, SessionCost, session_cost};
 use bdk_events::Usage;
+use bdk_models::prices::{CostTotals, PRICES_AS_OF, PriceTable, SessionCost, session_cost};
 use bdk_store::{FsStore, SessionRecord, Store};
 use serde_json::{Value, json};
 

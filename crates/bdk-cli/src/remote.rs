@@ -67,7 +67,7 @@ pub struct Answer {
 
 impl Remote {
     fn new(base: &str, token: Option<String>) -> Result<Remote> {
-        let client = bdk_core::net::http_client().map_err(|e| anyhow!("{e}"))?;
+        let client = bdk_models::net::http_client().map_err(|e| anyhow!("{e}"))?;
         Ok(Remote {
             client,
             base: base.trim_end_matches('/').to_owned(),

@@ -123,7 +123,7 @@ impl Telemetry {
         let Some(endpoints) = Endpoints::resolve(flag, |name| std::env::var(name).ok()) else {
             return Ok(None);
         };
-        bdk_core::net::install_crypto_provider();
+        bdk_models::net::install_crypto_provider();
         let mut resource = Resource::builder();
         if std::env::var_os(SERVICE_NAME).is_none()
             && !std::env::var("OTEL_RESOURCE_ATTRIBUTES")

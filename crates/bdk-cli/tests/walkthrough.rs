@@ -266,7 +266,7 @@ async fn the_http_walkthrough_runs_as_written() {
 
     // The server agrees: the token the page ended with is the current one.
     let session = labelled(&stdout, "session");
-    bdk_core::net::install_crypto_provider();
+    bdk_models::net::install_crypto_provider();
     let listed: Value = reqwest::get(format!("{}/weather/v1/sessions", server.base))
         .await
         .unwrap()

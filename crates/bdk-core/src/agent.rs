@@ -44,11 +44,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use tracing::field::Empty;
 
-use crate::model::{
-    Message, Model, ModelError, ModelEvent, ModelRequest, ToolCall, ToolChoice, ToolDefinition,
-};
 use crate::tool::schema::InputValidator;
 use crate::tool::{Effect, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec};
+use bdk_models::{
+    Message, Model, ModelError, ModelEvent, ModelRequest, ToolCall, ToolChoice, ToolDefinition,
+};
 
 /// Model steps per turn when `agent.toml` sets no `max_steps`.
 pub const DEFAULT_MAX_STEPS: u32 = 25;
@@ -68,17 +68,6 @@ pub fn provider_name(model_id: &str) -> &str {
     model_id.split_once('/').map_or(model_id, |(p, _)| p)
 }
 
-/// A low-cardinality class of a model error (`error.type`).
-fn model_error_type(e: &ModelError) -> &'static str {
-    match e {
-        ModelError::Config(_) => "model_config",
-        ModelError::Provider(_) => "model_provider",
-        ModelError::Timeout(_) => "model_timeout",
-        ModelError::ContextOverflow { .. } => "model_context_overflow",
-        ModelError::Cancelled => "cancelled",
-    }
-}
-
 /// A count as a span field: `tracing-opentelemetry` exports `i64` fields as
 /// integers but `u64` ones as strings.
 pub fn as_i64(n: u64) -> i64 {
@@ -88,7 +77,7 @@ pub fn as_i64(n: u64) -> i64 {
 /// Marks a step span failed by `e` (a cancelled step is not an error).
 fn record_model_error(span: &tracing::Span, e: &ModelError) {
     if !matches!(e, ModelError::Cancelled) {
-        span.record("error.type", model_error_type(e));
+        span.record("error.type", e.error_type());
         span.record("otel.status_code", "ERROR");
     }
 }

@@ -218,7 +218,7 @@ impl Hook for ManifestHook {
                 }
             }
             HookTarget::Url { url, headers } => {
-                let client = crate::net::http_client().map_err(|e| e.to_string())?;
+                let client = bdk_models::net::http_client().map_err(|e| e.to_string())?;
                 let mut req = client
                     .post(url)
                     .timeout(HOOK_TIMEOUT)

@@ -51,14 +51,10 @@ use crate::agent::{
 };
 use crate::clock::{Clock, SystemClock};
 use crate::containment::{Containment, Sandbox};
-use crate::context::{BudgetedModel, context_window};
 use crate::endpoint::{Endpoint, EndpointGrant};
 use crate::hooks::{Hook, HookBus, ManifestHook, Undelivered};
 use crate::mcp::{ConnectionError, McpHub};
-use crate::model::prices::PriceTable;
-use crate::model::replay::{Recording, RecordingModel, ReplayModel};
-use crate::model::scripted::ScriptedModel;
-use crate::model::{Message, Model, ModelError, ModelRequest, ModelStream};
+use crate::models::{BuiltinModels, ModelResolver, Unavailable};
 use crate::project::Project;
 use crate::reminders::{self, SessionReminders};
 use crate::tool::{
@@ -67,6 +63,10 @@ use crate::tool::{
 };
 use crate::tool::{builtin, subprocess};
 use crate::workspace;
+use bdk_models::context::{BudgetedModel, context_window};
+use bdk_models::prices::PriceTable;
+use bdk_models::replay::{Recording, RecordingModel, ReplayModel};
+use bdk_models::{Message, Model, ModelError};
 
 mod queued;
 mod slots;
@@ -75,8 +75,7 @@ use queued::Queued;
 pub use slots::{DEFAULT_SESSION_CACHE_BYTES, MemoryStats};
 use slots::{SlotRef, SlotTable};
 
-/// The model used when `agent.toml` names none: xAI's current Grok.
-pub const DEFAULT_MODEL: &str = "xai/grok-4.5";
+use bdk_models::{DEFAULT_MODEL, split_model};
 
 /// Errors of the host API. The HTTP layer maps each kind to one status code.
 #[derive(Debug, thiserror::Error)]
@@ -210,79 +209,6 @@ pub(crate) fn session_error(id: &SessionId) -> impl FnOnce(StoreError) -> HostEr
     }
 }
 
-/// Resolves `provider/model` strings to models.
-pub trait ModelResolver: Send + Sync + 'static {
-    /// The model for `model` (a full `provider/model` string).
-    fn resolve(&self, model: &str, project: &Project) -> Result<Arc<dyn Model>, ModelError>;
-}
-
-/// The providers this build knows: `scripted` (offline rules files) and the
-/// remote ones of [`crate::model::http::resolve_remote`] (`xai`, `openai`,
-/// `ollama`, `vllm`, `openai-compatible`, `anthropic`), whose keys and base
-/// URLs come from the process environment and `[provider]` in `agent.toml`.
-/// A remote model that lacks its key resolves anyway and fails each step
-/// with a message naming the variable to set.
-#[derive(Default)]
-pub struct BuiltinModels;
-
-impl ModelResolver for BuiltinModels {
-    fn resolve(&self, model: &str, project: &Project) -> Result<Arc<dyn Model>, ModelError> {
-        let (provider, name) = split_model(model);
-        match provider {
-            "scripted" => {
-                let Some(path) = project.scripted_rules.get(name) else {
-                    let file = if name == "default" {
-                        "agent/scripted.toml".to_owned()
-                    } else {
-                        format!("agent/scripted/{name}.toml")
-                    };
-                    return Err(ModelError::Config(format!(
-                        "model `{model}` needs the rules file {file}"
-                    )));
-                };
-                Ok(Arc::new(ScriptedModel::load(
-                    path,
-                    format!("scripted/{name}"),
-                )?))
-            }
-            _ => Ok(crate::model::http::resolve_remote(model, project, &|var| {
-                std::env::var(var).ok()
-            })),
-        }
-    }
-}
-
-/// `("scripted", "default")` for `scripted`, `("xai", "grok-4")` for `xai/grok-4`.
-pub fn split_model(model: &str) -> (&str, &str) {
-    match model.split_once('/') {
-        Some((p, m)) => (p, m),
-        None if model == "scripted" => ("scripted", "default"),
-        None => (model, ""),
-    }
-}
-
-/// A model that cannot run: every step fails with the resolution error, so a
-/// misconfigured model is a clear `turn.failed`, never a failed startup.
-struct Unavailable {
-    id: String,
-    message: String,
-}
-
-#[async_trait]
-impl Model for Unavailable {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    async fn step(
-        &self,
-        _request: ModelRequest,
-        _cancel: CancellationToken,
-    ) -> Result<ModelStream, ModelError> {
-        Err(ModelError::Config(self.message.clone()))
-    }
-}
-
 /// Builds a [`Host`].
 pub struct HostBuilder {
     project: Project,
@@ -399,7 +325,7 @@ impl HostBuilder {
     }
 
     /// Records every model step of every session to `path` (JSON lines, see
-    /// [`crate::model::replay`]), appending to an existing recording.
+    /// [`bdk_models::replay`]), appending to an existing recording.
     pub fn record_to(mut self, path: impl Into<PathBuf>) -> Self {
         self.record_to = Some(path.into());
         self
@@ -532,7 +458,7 @@ impl HostBuilder {
                 .clone()
         };
         // Every step's request is fitted to the model's context window (see
-        // `crate::context`); the window follows the id the model reports, so
+        // `bdk_models::context`); the window follows the id the model reports, so
         // a replay is budgeted like the model it recorded.
         let budgeted = |model: Arc<dyn Model>, configured: Option<u64>| -> Arc<dyn Model> {
             let window = context_window(model.id(), configured);
@@ -3008,7 +2934,7 @@ pub fn transcript_from_events(events: &[Envelope]) -> Vec<Message> {
                     tool_calls: a
                         .actions
                         .iter()
-                        .map(|r| crate::model::ToolCall {
+                        .map(|r| bdk_models::ToolCall {
                             id: r.call_id.clone(),
                             name: r.name.clone(),
                             input: r.input.clone(),

@@ -1,23 +1,22 @@
-//! The BDK agent runtime: project discovery and diagnostics, the model port
-//! and the scripted provider, tools, the agent loop (turns and steps), the
+//! The BDK agent runtime: project discovery and diagnostics, which model
+//! each agent runs ([`models`]), tools, the agent loop (turns and steps), the
 //! session runtime ("host"), and hooks.
 //!
-//! It builds on `bdk-events` (the wire format) and `bdk-store` (the storage
-//! port) and never names a crate above it: HTTP, MCP, the scheduler and the
-//! CLI reach the runtime through [`host::Host`]. Outbound HTTP happens only in
-//! model providers, `url` tools and `url` hooks.
+//! It builds on `bdk-events` (the wire format), `bdk-store` (the storage
+//! port) and `bdk-models` (the model port and its providers), and never names
+//! a crate above it: HTTP, MCP, the scheduler and the CLI reach the runtime
+//! through [`host::Host`]. Its own outbound HTTP is `url` tools and `url`
+//! hooks, through `bdk_models::net`'s shared client.
 
 pub mod agent;
 pub mod clock;
 pub mod containment;
-pub mod context;
 pub mod cron;
 pub mod endpoint;
 pub mod hooks;
 pub mod host;
 pub mod mcp;
-pub mod model;
-pub mod net;
+pub mod models;
 pub mod project;
 pub mod reminders;
 pub mod replica;

@@ -6,14 +6,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use bdk_core::context::{budget_for, estimate_tokens, omitted_notice};
 use bdk_core::host::{FollowUp, Host, StartSession};
-use bdk_core::model::Message;
-use bdk_core::model::replay::{RecordedStep, parse_recording};
 use bdk_core::tool::ToolContext;
 use bdk_core::tool::native::native_tool;
 use bdk_core::{Project, discover};
 use bdk_events::{Event, SessionId};
+use bdk_models::Message;
+use bdk_models::context::{budget_for, estimate_tokens, omitted_notice};
+use bdk_models::replay::{RecordedStep, parse_recording};
 use bdk_store::{FsStore, Store};
 use schemars::JsonSchema;
 use serde::Deserialize;

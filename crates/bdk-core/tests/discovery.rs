@@ -7,13 +7,13 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use bdk_core::model::scripted::{RulesFile, ScriptedModel};
-use bdk_core::model::{Message, Model, ModelEvent, ModelRequest};
 use bdk_core::project::{
     Diagnostic, Discovery, HookEvents, HookTarget, McpTransport, ScheduleAction, Severity,
     SkillForm, ToolRunner, discover,
 };
 use bdk_core::tool::{Effect, Execution};
+use bdk_models::scripted::{RulesFile, ScriptedModel};
+use bdk_models::{Message, Model, ModelEvent, ModelRequest};
 use futures::StreamExt;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -562,7 +562,7 @@ fn bad_toml_reports_line_and_column() {
 
 #[test]
 fn tool_choice_and_max_output_tokens_are_read_and_checked() {
-    use bdk_core::model::ToolChoice;
+    use bdk_models::ToolChoice;
     let parse = |toml: &str| {
         let dir = project(&[
             ("agent/instructions.md", b"Hi."),

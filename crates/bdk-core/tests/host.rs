@@ -1530,21 +1530,21 @@ async fn resting_sessions_cost_at_most_the_cache_budget_and_rebuild_their_conver
             .await
             .unwrap();
         let text = std::fs::read_to_string(&recording).unwrap();
-        let steps = bdk_core::model::replay::parse_recording(&text, &recording)
+        let steps = bdk_models::replay::parse_recording(&text, &recording)
             .unwrap()
             .steps;
         let first = format!("{i} {long}");
         assert_eq!(
             steps.last().unwrap().request.messages,
             vec![
-                bdk_core::model::Message::User {
+                bdk_models::Message::User {
                     text: first.clone()
                 },
-                bdk_core::model::Message::Assistant {
+                bdk_models::Message::Assistant {
                     text: format!("ok: {first}"),
                     tool_calls: Vec::new(),
                 },
-                bdk_core::model::Message::User {
+                bdk_models::Message::User {
                     text: "again".into()
                 },
             ],

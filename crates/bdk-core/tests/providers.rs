@@ -11,14 +11,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bdk_core::host::{Host, StartSession};
-use bdk_core::model::anthropic::{AnthropicConfig, AnthropicModel};
-use bdk_core::model::http::{HttpOptions, RetryPolicy, resolve_model};
-use bdk_core::model::openai::{OpenAiConfig, OpenAiModel};
-use bdk_core::model::{
-    Message, Model, ModelError, ModelEvent, ModelRequest, StopReason, ToolCall, ToolDefinition,
-};
 use bdk_core::project::ProviderConfig;
 use bdk_events::{Envelope, Event, Usage};
+use bdk_models::anthropic::{AnthropicConfig, AnthropicModel};
+use bdk_models::http::{HttpOptions, RetryPolicy};
+use bdk_models::openai::{OpenAiConfig, OpenAiModel};
+use bdk_models::resolve::resolve_model;
+use bdk_models::{
+    Message, Model, ModelError, ModelEvent, ModelRequest, StopReason, ToolCall, ToolDefinition,
+};
 use bdk_store::{FsStore, Store};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -1527,7 +1528,7 @@ async fn subagents_inherit_the_timeout_and_only_a_same_provider_base_url() {
     let project = d.project.unwrap();
     let ollama_host = ollama.base.trim_start_matches("http://").to_owned();
     let env = move |var: &str| (var == "OLLAMA_HOST").then(|| ollama_host.clone());
-    let resolve = |m: &str| bdk_core::model::http::resolve_remote(m, &project, &env);
+    let resolve = |m: &str| bdk_core::models::resolve_remote(m, &project, &env);
 
     let root = resolve("openai-compatible/root-model");
     let mut request = ask("hi");

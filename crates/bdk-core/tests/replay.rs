@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bdk_core::host::{FollowUp, Host, StartSession, TurnResult};
-use bdk_core::model::replay::{FORMAT_NAME, FORMAT_VERSION, parse_recording};
 use bdk_core::{Project, discover};
 use bdk_events::{Envelope, SessionId};
+use bdk_models::replay::{FORMAT_NAME, FORMAT_VERSION, parse_recording};
 use bdk_store::{FsStore, Store};
 use serde_json::Value;
 use tempfile::TempDir;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use bdk_core::model::{Message, Model, ModelEvent, ModelRequest};
+use bdk_models::{Message, Model, ModelEvent, ModelRequest};
 use futures::StreamExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -80,7 +80,7 @@ impl Judge {
         cancel: CancellationToken,
     ) -> Result<Verdict, JudgeError> {
         let model = self.model.id().to_owned();
-        let (_, name) = bdk_core::host::split_model(&model);
+        let (_, name) = bdk_models::split_model(&model);
         let request = ModelRequest {
             model: name.to_owned(),
             system: JUDGE_SYSTEM.to_owned(),

@@ -34,7 +34,7 @@ pub use spec::{CaseSpec, EvalConfig, Suite, load};
 use std::sync::Arc;
 
 use bdk_core::Project;
-use bdk_core::host::{BuiltinModels, ModelResolver};
+use bdk_core::models::{BuiltinModels, ModelResolver};
 
 /// A judge resolver over the project's model providers (the same ones the
 /// agent uses, `scripted` included).

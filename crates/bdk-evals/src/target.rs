@@ -275,7 +275,7 @@ impl HttpTarget {
     /// the server root in single mode); `token` a bearer token, if the
     /// server wants one.
     pub fn new(base: &str, token: Option<String>) -> Result<HttpTarget, TargetError> {
-        let client = bdk_core::net::http_client().map_err(host_err)?;
+        let client = bdk_models::net::http_client().map_err(host_err)?;
         let base = base.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(TargetError(format!(

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bdk_core::host::Host;
-use bdk_core::model::scripted::{RulesFile, ScriptedModel};
 use bdk_evals::runner::{CaseStatus, Progress, Quiet};
 use bdk_evals::spec::{ReporterKind, ReporterSpec};
 use bdk_evals::target::HostTarget;
 use bdk_evals::{Assertions, Case, CaseSpec, EvalConfig, Judge, Matcher, RunOptions, Runner};
+use bdk_models::scripted::{RulesFile, ScriptedModel};
 use bdk_store::FsStore;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

@@ -2,7 +2,7 @@
 //! folded from the session's `turn.completed` and `turn.failed` events.
 //!
 //! The folding and the prices live in the core
-//! (`bdk_core::model::prices::session_cost` over the host's price table:
+//! (`bdk_models::prices::session_cost` over the host's price table:
 //! built-in list prices plus `agent.toml` `[prices]`), so this route and
 //! `bdk cost` report the same numbers. A model without a known price has
 //! `estimatedCostUsd: null`, and so do the totals when any turn's model is
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use bdk_core::model::prices::session_cost;
+use bdk_models::prices::session_cost;
 use serde_json::{Value, json};
 
 use crate::Agent;
@@ -38,11 +38,11 @@ pub(crate) async fn cost(
 
 #[cfg(test)]
 mod tests {
-    use bdk_core::model::prices::{Price, PriceTable};
     use bdk_events::{
         Envelope, Event, FailStatus, SessionId, TurnCompleted, TurnFailed, TurnId, TurnStarted,
         Usage,
     };
+    use bdk_models::prices::{Price, PriceTable};
     use chrono::{Duration, Utc};
 
     use super::*;

@@ -175,7 +175,7 @@ async fn serve_in(
     let task = tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
     });
-    bdk_core::net::install_crypto_provider();
+    bdk_models::net::install_crypto_provider();
     Server {
         dir: Some(dir),
         host,

@@ -1061,7 +1061,7 @@ async fn agent() -> (TempDir, Host, Vec<bdk_core::Diagnostic>) {
 }
 
 fn client() -> reqwest::Client {
-    bdk_core::net::install_crypto_provider();
+    bdk_models::net::install_crypto_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(60))

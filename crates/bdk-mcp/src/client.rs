@@ -229,7 +229,7 @@ impl Conn {
                     })?;
                     config = config.auth_header(token);
                 }
-                let client = bdk_core::net::http_client().map_err(|e| e.to_string())?;
+                let client = bdk_models::net::http_client().map_err(|e| e.to_string())?;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
                 handler
                     .serve(transport)

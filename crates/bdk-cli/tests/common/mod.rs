@@ -141,7 +141,7 @@ impl Drop for Server {
 }
 
 pub fn client() -> reqwest::Client {
-    bdk_core::net::install_crypto_provider();
+    bdk_models::net::install_crypto_provider();
     reqwest::Client::new()
 }
 

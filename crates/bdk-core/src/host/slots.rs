@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{Slot, SlotState};
-use crate::model::{Message, ToolCall};
+use bdk_models::{Message, ToolCall};
 
 /// The default budget of the transcript cache, per host: enough for a few
 /// hundred ordinary conversations, small enough that resting sessions never

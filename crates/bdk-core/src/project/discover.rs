@@ -334,7 +334,7 @@ fn check_rules(d: &mut Diags, path: &Path) {
     let Some(text) = read_text(d, path) else {
         return;
     };
-    if let Err(e) = crate::model::scripted::RulesFile::parse(&text, path) {
+    if let Err(e) = bdk_models::scripted::RulesFile::parse(&text, path) {
         let full = e.to_string();
         let origin = format!("{}: ", path.display());
         let message = full.strip_prefix(&origin).unwrap_or(&full).to_owned();

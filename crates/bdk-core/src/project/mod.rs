@@ -136,7 +136,7 @@ pub struct AgentConfig {
     pub effort: Option<String>,
     /// `tool_choice`: whether the first step of each turn must call a tool
     /// (later steps always leave it to the model).
-    pub tool_choice: Option<crate::model::ToolChoice>,
+    pub tool_choice: Option<bdk_models::ToolChoice>,
     /// `max_output_tokens`: a cap on each model step's output tokens.
     pub max_output_tokens: Option<u32>,
     /// Model steps per turn before the turn fails (default 25).
@@ -152,25 +152,17 @@ pub struct AgentConfig {
     /// How long one model step may take, retries included (default 300000).
     pub step_timeout_ms: Option<u64>,
     /// The model's context window in tokens, overriding the built-in table
-    /// (see [`crate::context`]).
+    /// (see [`bdk_models::context`]).
     pub context_window: Option<u64>,
     /// `[prices."provider/model"]`: prices added to or replacing the
-    /// built-in table (see [`crate::model::prices`]).
-    pub prices: BTreeMap<String, crate::model::prices::Price>,
+    /// built-in table (see [`bdk_models::prices`]).
+    pub prices: BTreeMap<String, bdk_models::prices::Price>,
     /// `[sandbox]`.
     pub sandbox: SandboxConfig,
 }
 
 /// `[provider]` of `agent.toml`: overrides of the model provider's preset.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct ProviderConfig {
-    /// The API base URL, replacing the preset's (for OpenAI-compatible
-    /// providers up to and including the version, e.g. `http://host:8000/v1`).
-    pub base_url: Option<String>,
-    /// The name of the environment variable holding the API key (never the
-    /// key itself); naming one makes the key required.
-    pub api_key_env: Option<String>,
-}
+pub use bdk_models::ProviderConfig;
 
 /// How a manifest tool runs.
 #[derive(Clone, Debug, PartialEq, Serialize)]

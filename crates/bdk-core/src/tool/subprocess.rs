@@ -242,7 +242,7 @@ impl Tool for UrlTool {
         if ctx.cancel.is_cancelled() {
             return ToolOutput::error("tool call cancelled");
         }
-        let client = match crate::net::http_client() {
+        let client = match bdk_models::net::http_client() {
             Ok(client) => client,
             Err(e) => return ToolOutput::error(format!("tool endpoint unavailable: {e}")),
         };

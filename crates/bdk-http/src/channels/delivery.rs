@@ -339,7 +339,7 @@ async fn attempt_once(
 ) -> Result<(), String> {
     match &rule.target {
         Target::Url { url, headers } => {
-            let client = bdk_core::net::http_client().map_err(|e| e.to_string())?;
+            let client = bdk_models::net::http_client().map_err(|e| e.to_string())?;
             let mut request = client
                 .post(url)
                 .timeout(ATTEMPT_TIMEOUT)

@@ -196,7 +196,7 @@ pub async fn serve(mounts: Vec<Mount>, config: Config) -> String {
 }
 
 pub fn client() -> reqwest::Client {
-    bdk_core::net::install_crypto_provider();
+    bdk_models::net::install_crypto_provider();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(60))
         .build()

@@ -9,8 +9,8 @@ use serde_json::json;
 use toml::Table;
 
 use super::util::{Diags, Fields, Kind, list_dir, path_kind, read_text, report_other};
-use crate::model::ToolChoice;
 use crate::project::{AgentConfig, BuiltinTools, ProviderConfig, SandboxConfig, SandboxMode};
+use bdk_models::ToolChoice;
 
 /// The keys `agent.toml` understands.
 const AGENT_KEYS: &[&str] = &[
@@ -247,7 +247,7 @@ fn parse_prices(
     d: &mut Diags,
     path: &Path,
     table: &Table,
-) -> BTreeMap<String, crate::model::prices::Price> {
+) -> BTreeMap<String, bdk_models::prices::Price> {
     let mut out = BTreeMap::new();
     for (model, value) in table {
         let key = format!("prices.\"{model}\"");
@@ -322,7 +322,7 @@ fn parse_prices(
         };
         out.insert(
             model.clone(),
-            crate::model::prices::Price::new(
+            bdk_models::prices::Price::new(
                 input,
                 output,
                 cache_read.unwrap_or(input),
@@ -389,14 +389,14 @@ fn check_model_shape(d: &mut Diags, path: &Path, model: &str) {
     if ok
         && let Some((provider, _)) = model.split_once('/')
         && !matches!(provider, "scripted" | "replay")
-        && !crate::model::http::is_known_provider(provider)
+        && !bdk_models::resolve::is_known_provider(provider)
     {
         d.error(
             path,
             format!("`model` names an unknown provider `{provider}` in `{model}`"),
             format!(
                 "use one of {} as the part before the slash, or `replay/<recording>`",
-                crate::model::http::known_providers()
+                bdk_models::resolve::known_providers()
             ),
         );
     }

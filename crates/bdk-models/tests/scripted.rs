@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use bdk_core::model::scripted::{RulesFile, ScriptedError, ScriptedModel};
-use bdk_core::model::{Message, Model, ModelError, ModelEvent, ModelRequest, StopReason, ToolCall};
 use bdk_events::Usage;
+use bdk_models::scripted::{RulesFile, ScriptedError, ScriptedModel};
+use bdk_models::{Message, Model, ModelError, ModelEvent, ModelRequest, StopReason, ToolCall};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

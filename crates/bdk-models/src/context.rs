@@ -31,8 +31,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::prices::lookup_keys;
-use crate::model::{Message, Model, ModelError, ModelRequest, ModelStream, ToolDefinition};
+use crate::prices::lookup_keys;
+use crate::{Message, Model, ModelError, ModelRequest, ModelStream, ToolDefinition};
 
 /// The context window assumed for a model that is not in the table and has
 /// no `context_window` in `agent.toml`.
@@ -371,7 +371,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::ToolCall;
+    use crate::ToolCall;
 
     fn user(t: &str) -> Message {
         Message::User { text: t.into() }

@@ -1,14 +1,24 @@
-//! The model port: one streamed, cancellable step.
+//! The model layer of BDK: the [`Model`] port and its providers, usable
+//! without the runtime.
 //!
 //! A [`Model`] takes the conversation so far ([`ModelRequest`]) and streams a
 //! step back as [`ModelEvent`]s: text and reasoning deltas, complete tool
-//! calls, usage, and a final stop reason. The agent loop owns the step: it
-//! turns these into session events and decides what happens next.
+//! calls, usage, and a final stop reason. Whoever drives the model (the
+//! runtime's agent loop, an eval judge, your own code) owns the step and
+//! decides what happens next.
 //!
-//! Providers live beside this module: [`scripted`] (offline, deterministic,
-//! driven by a rules file), [`openai`] (OpenAI-compatible Chat Completions)
-//! and [`anthropic`] (Anthropic Messages), the last two over the shared
-//! transport of [`http`].
+//! Providers: [`scripted`] (offline, deterministic, driven by a rules file),
+//! [`openai`] (OpenAI-compatible Chat Completions) and [`anthropic`]
+//! (Anthropic Messages), the last two over the shared transport of [`http`]
+//! (retries with backoff, timeouts, SSE); [`resolve::resolve_model`] picks
+//! one from a `provider/model` string with its preset's base URL and key. Around any
+//! model: [`replay`] records steps and plays them back, [`context`] keeps
+//! each request inside the model's context window. [`prices`] turns usage
+//! into cost; [`net`] is the process's one outbound HTTP client.
+//!
+//! This crate knows the event vocabulary (`bdk-events`, for usage and for
+//! pricing a session's events) and nothing else of BDK: no agent folder,
+//! no sessions, no store.
 
 use async_trait::async_trait;
 use bdk_events::Usage;
@@ -18,11 +28,37 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
+pub mod context;
 pub mod http;
+pub mod net;
 pub mod openai;
 pub mod prices;
 pub mod replay;
+pub mod resolve;
 pub mod scripted;
+
+/// The model used when `agent.toml` names none: xAI's current Grok.
+pub const DEFAULT_MODEL: &str = "xai/grok-4.5";
+
+/// `("scripted", "default")` for `scripted`, `("xai", "grok-4")` for `xai/grok-4`.
+pub fn split_model(model: &str) -> (&str, &str) {
+    match model.split_once('/') {
+        Some((p, m)) => (p, m),
+        None if model == "scripted" => ("scripted", "default"),
+        None => (model, ""),
+    }
+}
+
+/// Overrides of a provider's preset (`[provider]` in `agent.toml`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ProviderConfig {
+    /// The API base URL, replacing the preset's (for OpenAI-compatible
+    /// providers up to and including the version, e.g. `http://host:8000/v1`).
+    pub base_url: Option<String>,
+    /// The name of the environment variable holding the API key (never the
+    /// key itself); naming one makes the key required.
+    pub api_key_env: Option<String>,
+}
 
 /// One message of the conversation sent to a model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -185,6 +221,20 @@ pub enum ModelError {
         /// The context window the budget was computed for.
         window: u64,
     },
+}
+
+impl ModelError {
+    /// A low-cardinality class of the error, for metrics and traces
+    /// (OpenTelemetry's `error.type`).
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            ModelError::Config(_) => "model_config",
+            ModelError::Provider(_) => "model_provider",
+            ModelError::Timeout(_) => "model_timeout",
+            ModelError::ContextOverflow { .. } => "model_context_overflow",
+            ModelError::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// A streamed step.

@@ -393,7 +393,7 @@ impl Decoder for ChatDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolDefinition;
+    use crate::ToolDefinition;
 
     fn decode(events: &[&str]) -> (Vec<ModelEvent>, Result<bool, String>) {
         let mut d = ChatDecoder::default();
