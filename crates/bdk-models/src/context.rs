@@ -31,10 +31,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
-use crate::prices::lookup_keys;
+use crate::catalog;
 use crate::{Message, Model, ModelError, ModelRequest, ModelStream, ToolDefinition};
 
-/// The context window assumed for a model that is not in the table and has
+/// The context window assumed for a model that is not in the catalog and has
 /// no `context_window` in `agent.toml`.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 /// Tokens kept free for the model's answer.
@@ -42,44 +42,15 @@ pub const ANSWER_RESERVE: u64 = 8_192;
 /// A truncated tool result keeps at least this many characters.
 pub const MIN_TOOL_RESULT_CHARS: usize = 512;
 
-/// Context windows (tokens) of known models, looked up like prices (exact
-/// id, then without a snapshot date, then `provider/*`). Sources: the same
-/// provider pages as the price table; Anthropic's 1M-token windows are
-/// opt-in, so the standard 200k is used.
-const KNOWN_WINDOWS: &[(&str, u64)] = &[
-    ("xai/grok-4.3", 1_000_000),
-    ("xai/grok-4.20-0309-reasoning", 2_000_000),
-    ("xai/grok-4.20-0309-non-reasoning", 2_000_000),
-    ("xai/grok-4.20-multi-agent-0309", 2_000_000),
-    ("xai/grok-4-1-fast-reasoning", 2_000_000),
-    ("xai/grok-4-1-fast-non-reasoning", 2_000_000),
-    ("openai/gpt-5.5", 1_000_000),
-    ("openai/gpt-5.5-pro", 1_000_000),
-    ("openai/gpt-5.4", 1_000_000),
-    ("openai/gpt-5.4-mini", 1_000_000),
-    ("openai/gpt-5.4-nano", 1_000_000),
-    ("openai/gpt-5.4-pro", 1_000_000),
-    ("openai/gpt-5", 400_000),
-    ("openai/gpt-5-mini", 400_000),
-    ("openai/gpt-5-nano", 400_000),
-    ("openai/gpt-4.1", 1_047_576),
-    ("openai/gpt-4.1-mini", 1_047_576),
-    ("openai/gpt-4.1-nano", 1_047_576),
-    ("openai/gpt-4o", 128_000),
-    ("openai/gpt-4o-mini", 128_000),
-    ("anthropic/*", 200_000),
-];
-
 /// The context window of `model` (a `provider/model` id): `configured`
-/// (`agent.toml` `context_window`) when set, else the table, else
-/// [`DEFAULT_CONTEXT_WINDOW`].
+/// (`agent.toml` `context_window`) when set, else the model's entry in
+/// [`crate::catalog`], else [`DEFAULT_CONTEXT_WINDOW`].
 pub fn context_window(model: &str, configured: Option<u64>) -> u64 {
     if let Some(w) = configured {
         return w;
     }
-    lookup_keys(model)
-        .iter()
-        .find_map(|k| KNOWN_WINDOWS.iter().find(|(m, _)| m == k).map(|(_, w)| *w))
+    catalog::find(model, |m| m.context_window.is_some())
+        .and_then(|m| m.context_window)
         .unwrap_or(DEFAULT_CONTEXT_WINDOW)
 }
 

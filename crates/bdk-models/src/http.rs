@@ -179,6 +179,14 @@ impl Failure {
 
 /// Sends `req`, retrying transient failures per `policy` within the step's
 /// clock, until a success response has delivered its first chunk.
+///
+/// The loop is written out rather than built on `backon`: each wait is either
+/// the provider's own (`Retry-After`, `retry-after-ms`, which may differ per
+/// response) or full jitter (a draw between zero and the ceiling; `backon`'s
+/// jitter adds to the ceiling instead), a wait that would outlast the step
+/// fails at once with the provider's reason, and every await goes through
+/// the step clock so a stop ends it. Expressing those with `backon`'s
+/// `adjust`/`when`/`sleep` hooks takes more code than the loop itself.
 pub(crate) async fn open(
     req: &PostRequest,
     policy: &RetryPolicy,

@@ -28,6 +28,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub mod anthropic;
+pub mod catalog;
 pub mod context;
 pub mod http;
 pub mod net;

@@ -2,8 +2,8 @@
 //!
 //! A [`PriceTable`] maps `provider/model` ids to a [`Price`] in US dollars
 //! per million tokens of each kind the `Usage` record counts (input, output,
-//! cache read, cache write). The built-in entries are providers' list prices
-//! as of [`PRICES_AS_OF`]; `agent.toml` extends or overrides them with
+//! cache read, cache write). The built-in entries are the list prices of
+//! [`crate::catalog`], as of [`PRICES_AS_OF`]; `agent.toml` extends or overrides them with
 //! `[prices."provider/model"]` tables. Estimates are only estimates: they
 //! ignore batch discounts, long-prompt surcharges and negotiated rates.
 //!
@@ -14,217 +14,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use bdk_events::{Envelope, Event, FailStatus, TurnId, Usage};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// When the built-in list prices were last checked against the providers'
-/// published pricing pages.
-pub const PRICES_AS_OF: &str = "2026-11-30";
-
-/// US dollars per million tokens of each kind.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Price {
-    /// Prompt tokens billed at the full input rate.
-    pub input: f64,
-    /// Completion tokens (reasoning included).
-    pub output: f64,
-    /// Prompt tokens served from the provider's cache.
-    pub cache_read: f64,
-    /// Prompt tokens written to the provider's cache.
-    pub cache_write: f64,
-}
-
-impl Price {
-    /// A model that costs nothing (offline, scripted, replayed).
-    pub const FREE: Price = Price::new(0.0, 0.0, 0.0, 0.0);
-
-    /// A price from its four rates.
-    pub const fn new(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Self {
-        Self {
-            input,
-            output,
-            cache_read,
-            cache_write,
-        }
-    }
-
-    /// The cost of `usage` at this price, in US dollars.
-    pub fn cost(&self, usage: &Usage) -> f64 {
-        let per = |tokens: u64, rate: f64| tokens as f64 * rate / 1_000_000.0;
-        per(usage.input_tokens, self.input)
-            + per(usage.output_tokens, self.output)
-            + per(usage.cache_read_tokens, self.cache_read)
-            + per(usage.cache_write_tokens, self.cache_write)
-    }
-}
-
-/// Providers that bill cache writes at the plain input rate (OpenAI, xAI)
-/// get `cache_write = input`; Anthropic's cache write is its 5-minute rate.
-const fn same_write(input: f64, output: f64, cache_read: f64) -> Price {
-    Price::new(input, output, cache_read, input)
-}
-
-/// Built-in list prices. Sources, as of [`PRICES_AS_OF`]: xAI's pricing page
-/// (docs.x.ai, "Chat API"), Anthropic's pricing page (platform.claude.com,
-/// 5-minute cache writes), OpenAI's pricing page (the GPT-5.4/5.5 family as
-/// quoted from it in June 2026, the older GPT-5, GPT-4.1 and GPT-4o rows as
-/// published in 2025). Models priced in tiers by prompt length are left out
-/// rather than priced wrongly.
-const BUILTIN: &[(&str, Price)] = &[
-    // Offline providers cost nothing.
-    ("scripted/*", Price::FREE),
-    ("replay/*", Price::FREE),
-    // xAI
-    ("xai/grok-4.3", same_write(1.25, 2.50, 0.20)),
-    ("xai/grok-4.20-0309-reasoning", same_write(1.25, 2.50, 0.20)),
-    (
-        "xai/grok-4.20-0309-non-reasoning",
-        same_write(1.25, 2.50, 0.20),
-    ),
-    (
-        "xai/grok-4.20-multi-agent-0309",
-        same_write(1.25, 2.50, 0.20),
-    ),
-    ("xai/grok-4-1-fast-reasoning", same_write(0.20, 0.50, 0.05)),
-    (
-        "xai/grok-4-1-fast-non-reasoning",
-        same_write(0.20, 0.50, 0.05),
-    ),
-    // OpenAI
-    ("openai/gpt-5.5", same_write(5.00, 30.00, 0.50)),
-    ("openai/gpt-5.5-pro", same_write(30.00, 180.00, 30.00)),
-    ("openai/gpt-5.4", same_write(2.50, 15.00, 0.25)),
-    ("openai/gpt-5.4-mini", same_write(0.75, 4.50, 0.075)),
-    ("openai/gpt-5.4-nano", same_write(0.20, 1.25, 0.02)),
-    ("openai/gpt-5.4-pro", same_write(30.00, 180.00, 30.00)),
-    ("openai/gpt-5", same_write(1.25, 10.00, 0.125)),
-    ("openai/gpt-5-mini", same_write(0.25, 2.00, 0.025)),
-    ("openai/gpt-5-nano", same_write(0.05, 0.40, 0.005)),
-    ("openai/gpt-4.1", same_write(2.00, 8.00, 0.50)),
-    ("openai/gpt-4.1-mini", same_write(0.40, 1.60, 0.10)),
-    ("openai/gpt-4.1-nano", same_write(0.10, 0.40, 0.025)),
-    ("openai/gpt-4o", same_write(2.50, 10.00, 1.25)),
-    ("openai/gpt-4o-mini", same_write(0.15, 0.60, 0.075)),
-    // Anthropic
-    (
-        "anthropic/claude-fable-5-1",
-        Price::new(10.00, 50.00, 0.25, 12.50),
-    ),
-    (
-        "anthropic/claude-fable-5",
-        Price::new(10.00, 50.00, 1.00, 12.50),
-    ),
-    (
-        "anthropic/claude-opus-5",
-        Price::new(5.00, 25.00, 0.50, 6.25),
-    ),
-    (
-        "anthropic/claude-opus-4-8",
-        Price::new(5.00, 25.00, 0.50, 6.25),
-    ),
-    (
-        "anthropic/claude-opus-4-7",
-        Price::new(5.00, 25.00, 0.50, 6.25),
-    ),
-    (
-        "anthropic/claude-opus-4-6",
-        Price::new(5.00, 25.00, 0.50, 6.25),
-    ),
-    (
-        "anthropic/claude-opus-4-5",
-        Price::new(5.00, 25.00, 0.50, 6.25),
-    ),
-    (
-        "anthropic/claude-opus-4-1",
-        Price::new(15.00, 75.00, 1.50, 18.75),
-    ),
-    (
-        "anthropic/claude-opus-4",
-        Price::new(15.00, 75.00, 1.50, 18.75),
-    ),
-    (
-        "anthropic/claude-opus-4-0",
-        Price::new(15.00, 75.00, 1.50, 18.75),
-    ),
-    (
-        "anthropic/claude-sonnet-5-5",
-        Price::new(2.00, 10.00, 0.10, 2.50),
-    ),
-    (
-        "anthropic/claude-sonnet-5",
-        Price::new(2.00, 10.00, 0.20, 2.50),
-    ),
-    (
-        "anthropic/claude-sonnet-4-6",
-        Price::new(3.00, 15.00, 0.30, 3.75),
-    ),
-    (
-        "anthropic/claude-sonnet-4-5",
-        Price::new(3.00, 15.00, 0.30, 3.75),
-    ),
-    (
-        "anthropic/claude-sonnet-4",
-        Price::new(3.00, 15.00, 0.30, 3.75),
-    ),
-    (
-        "anthropic/claude-sonnet-4-0",
-        Price::new(3.00, 15.00, 0.30, 3.75),
-    ),
-    (
-        "anthropic/claude-haiku-4-5",
-        Price::new(1.00, 5.00, 0.10, 1.25),
-    ),
-];
-
-/// The keys a model id is looked up under, most specific first: the id
-/// itself (lower-cased), the id without a trailing snapshot date or
-/// `-latest` (`claude-sonnet-4-5-20250929` is priced as
-/// `claude-sonnet-4-5`), then the provider wildcard `provider/*`.
-///
-/// Prefix matching is deliberately not used: `gpt-5` must not price
-/// `gpt-5-pro`.
-pub fn lookup_keys(model: &str) -> Vec<String> {
-    let model = model.trim().to_ascii_lowercase();
-    let mut keys = vec![model.clone()];
-    if let Some(base) = strip_snapshot(&model)
-        && !keys.contains(&base)
-    {
-        keys.push(base);
-    }
-    let provider = model.split_once('/').map_or(model.as_str(), |(p, _)| p);
-    keys.push(format!("{provider}/*"));
-    keys
-}
-
-/// `name-20250929`, `name-2025-08-07` and `name-latest` -> `name`.
-fn strip_snapshot(model: &str) -> Option<String> {
-    if let Some(base) = model.strip_suffix("-latest") {
-        return Some(base.to_owned());
-    }
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    // `-YYYYMMDD`
-    if let Some((base, tail)) = model.rsplit_once('-')
-        && tail.len() == 8
-        && digits(tail)
-        && tail.starts_with("20")
-    {
-        return Some(base.to_owned());
-    }
-    // `-YYYY-MM-DD`
-    let parts: Vec<&str> = model.rsplitn(4, '-').collect();
-    if let [day, month, year, base] = parts.as_slice()
-        && year.len() == 4
-        && month.len() == 2
-        && day.len() == 2
-        && digits(year)
-        && digits(month)
-        && digits(day)
-        && year.starts_with("20")
-    {
-        return Some((*base).to_owned());
-    }
-    None
-}
+use crate::catalog::MODELS;
+pub use crate::catalog::{PRICES_AS_OF, Price, lookup_keys};
 
 /// Prices by model id: the built-in list plus `agent.toml` overrides.
 #[derive(Clone, Debug, PartialEq)]
@@ -242,7 +35,10 @@ impl PriceTable {
     /// The built-in list prices.
     pub fn builtin() -> Self {
         Self {
-            entries: BUILTIN.iter().map(|(k, p)| ((*k).to_owned(), *p)).collect(),
+            entries: MODELS
+                .iter()
+                .filter_map(|m| Some((m.id.to_owned(), m.price?)))
+                .collect(),
         }
     }
 
