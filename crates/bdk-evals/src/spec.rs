@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bdk_core::project::rel_path;
 use bdk_core::{Diagnostic, Severity};
+use bdk_events::EVENT_TYPES;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -278,42 +279,13 @@ enum Compiled {
     Judge(String, f64),
 }
 
-/// Every event type of the vocabulary, to catch typos in files.
-pub const EVENT_TYPES: &[&str] = &[
-    "session.started",
-    "ab.assigned",
-    "agent.bound",
-    "session.waiting",
-    "session.completed",
-    "session.failed",
-    "message.received",
-    "nudge.delivered",
-    "turn.queued",
-    "turn.started",
-    "turn.completed",
-    "turn.failed",
-    "step.started",
-    "step.completed",
-    "reasoning.appended",
-    "reasoning.completed",
-    "message.appended",
-    "message.completed",
-    "actions.requested",
-    "actions.completed",
-    "action.result",
-    "action.tool_retry",
-    "action.approval_requested",
-    "action.approval_resolved",
-    "subagent.called",
-    "subagent.completed",
-    "artifact.tagged",
-];
-
 fn matcher(v: Option<&Value>, what: &str) -> Result<Option<Matcher>, String> {
     v.map(|v| Matcher::compile(v).map_err(|e| format!("{what}: {e}")))
         .transpose()
 }
 
+/// Catches typos in a file's event types, against the vocabulary bdk-events
+/// defines.
 fn event_type(kind: &str) -> Result<(), String> {
     if EVENT_TYPES.contains(&kind) {
         Ok(())
