@@ -4,7 +4,8 @@
 //! becomes a [`Diagnostic`] naming the file (and line when TOML knows it)
 //! and the fix. A case in a file compiles into the same [`CaseBody`] a Rust
 //! author would write by hand: each step is a [`Case::send`], each
-//! expectation the assertion method of the same name.
+//! expectation the `Assertion` value the Rust method of the same name builds
+//! (`assert/assertion.rs`), checked by the same code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -12,14 +13,12 @@ use std::sync::Arc;
 
 use bdk_core::project::rel_path;
 use bdk_core::{Diagnostic, Severity};
-use bdk_events::EVENT_TYPES;
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::assert::{Assertions, CallStatus, EventMatch, Stop, ToolMatch};
+use crate::assert::{Assertion, EventDef, Stop};
 use crate::case::{Case, SendOptions, Turn};
-use crate::matcher::Matcher;
 
 /// The body of a case: what a Rust author writes, and what a file compiles to.
 pub type CaseBody =
@@ -134,7 +133,7 @@ struct CaseDef {
     #[serde(default)]
     steps: Vec<StepDef>,
     #[serde(default)]
-    expect: Vec<AssertDef>,
+    expect: Vec<FileAssertion>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -149,412 +148,32 @@ struct StepDef {
     #[serde(default)]
     expect_ok: bool,
     #[serde(default)]
-    expect: Vec<AssertDef>,
+    expect: Vec<FileAssertion>,
 }
 
-/// One assertion as written in a file (`assert = "<kind>"` plus its fields).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "assert", rename_all = "snake_case", deny_unknown_fields)]
-enum AssertDef {
-    Succeeded {},
-    CalledTool {
-        name: String,
-        input: Option<Value>,
-        output: Option<Value>,
-        status: Option<CallStatus>,
-        count: Option<usize>,
-    },
-    RequireToolCall {
-        name: String,
-        input: Option<Value>,
-        output: Option<Value>,
-        status: Option<CallStatus>,
-    },
-    NotCalledTool {
-        name: String,
-    },
-    LoadedSkill {
-        name: String,
-    },
-    ToolOrder {
-        names: Vec<String>,
-    },
-    UsedNoTools {},
-    MaxToolCalls {
-        max: usize,
-    },
-    NoFailedActions {},
-    CalledSubagent {
-        name: String,
-        prompt: Option<Value>,
-        reply: Option<Value>,
-        status: Option<CallStatus>,
-        count: Option<usize>,
-    },
-    TaggedArtifact {
-        kind: Option<String>,
-        data: Option<Value>,
-    },
-    Event {
-        #[serde(rename = "type")]
-        kind: String,
-        data: Option<Value>,
-    },
-    NotEvent {
-        #[serde(rename = "type")]
-        kind: String,
-        data: Option<Value>,
-    },
-    EventOrder {
-        events: Vec<EventDef>,
-    },
-    EventsSatisfy {
-        label: String,
-        #[serde(rename = "type")]
-        kind: String,
-        data: Value,
-    },
-    RequireInputRequest {
-        tool: String,
-    },
-    Check {
-        value: CheckValue,
-        expect: Value,
-    },
-    Score {
-        name: String,
-        value: f64,
-    },
-    Judge {
-        rubric: String,
-        #[serde(default = "default_threshold")]
-        threshold: f64,
-    },
-}
+/// An assertion as a file writes it, before [`Assertion::compile`].
+type FileAssertion = Assertion<Value, EventDef>;
 
-fn default_threshold() -> f64 {
-    0.7
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EventDef {
-    #[serde(rename = "type")]
-    kind: String,
-    data: Option<Value>,
-}
-
-/// The values a file's `check` can inspect.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum CheckValue {
-    Reply,
-    ToolNames,
-    ToolCallCount,
-    EventCount,
-    TurnCount,
-}
-
-/// A checked assertion, matchers compiled.
-#[derive(Clone, Debug)]
-enum Compiled {
-    Succeeded,
-    CalledTool(String, ToolMatch),
-    RequireToolCall(String, ToolMatch),
-    NotCalledTool(String),
-    LoadedSkill(String),
-    ToolOrder(Vec<String>),
-    UsedNoTools,
-    MaxToolCalls(usize),
-    NoFailedActions,
-    CalledSubagent(String, ToolMatch),
-    TaggedArtifact(Option<String>, Option<Matcher>),
-    Event(EventMatch),
-    NotEvent(EventMatch),
-    EventOrder(Vec<EventMatch>),
-    EventsSatisfy(String, EventMatch),
-    RequireInputRequest(String),
-    Check(CheckValue, Matcher),
-    Score(String, f64),
-    Judge(String, f64),
-}
-
-fn matcher(v: Option<&Value>, what: &str) -> Result<Option<Matcher>, String> {
-    v.map(|v| Matcher::compile(v).map_err(|e| format!("{what}: {e}")))
-        .transpose()
-}
-
-/// Catches typos in a file's event types, against the vocabulary bdk-events
-/// defines.
-fn event_type(kind: &str) -> Result<(), String> {
-    if EVENT_TYPES.contains(&kind) {
-        Ok(())
-    } else {
-        Err(format!(
-            "unknown event type `{kind}`; known types: {}",
-            EVENT_TYPES.join(", ")
-        ))
-    }
-}
-
-fn tool_match(
-    input: Option<&Value>,
-    output: Option<&Value>,
-    status: Option<CallStatus>,
-    count: Option<usize>,
-    names: (&str, &str),
-) -> Result<ToolMatch, String> {
-    Ok(ToolMatch {
-        input: matcher(input, names.0)?,
-        output: matcher(output, names.1)?,
-        status,
-        count,
-    })
-}
-
-fn compile(a: &AssertDef) -> Result<Compiled, String> {
-    Ok(match a {
-        AssertDef::Succeeded {} => Compiled::Succeeded,
-        AssertDef::CalledTool {
-            name,
-            input,
-            output,
-            status,
-            count,
-        } => Compiled::CalledTool(
-            name.clone(),
-            tool_match(
-                input.as_ref(),
-                output.as_ref(),
-                *status,
-                *count,
-                ("input", "output"),
-            )?,
-        ),
-        AssertDef::RequireToolCall {
-            name,
-            input,
-            output,
-            status,
-        } => Compiled::RequireToolCall(
-            name.clone(),
-            tool_match(
-                input.as_ref(),
-                output.as_ref(),
-                *status,
-                None,
-                ("input", "output"),
-            )?,
-        ),
-        AssertDef::NotCalledTool { name } => Compiled::NotCalledTool(name.clone()),
-        AssertDef::LoadedSkill { name } => Compiled::LoadedSkill(name.clone()),
-        AssertDef::ToolOrder { names } => {
-            if names.is_empty() {
-                return Err("tool_order needs at least one name".into());
-            }
-            Compiled::ToolOrder(names.clone())
-        }
-        AssertDef::UsedNoTools {} => Compiled::UsedNoTools,
-        AssertDef::MaxToolCalls { max } => Compiled::MaxToolCalls(*max),
-        AssertDef::NoFailedActions {} => Compiled::NoFailedActions,
-        AssertDef::CalledSubagent {
-            name,
-            prompt,
-            reply,
-            status,
-            count,
-        } => Compiled::CalledSubagent(
-            name.clone(),
-            tool_match(
-                prompt.as_ref(),
-                reply.as_ref(),
-                *status,
-                *count,
-                ("prompt", "reply"),
-            )?,
-        ),
-        AssertDef::TaggedArtifact { kind, data } => {
-            Compiled::TaggedArtifact(kind.clone(), matcher(data.as_ref(), "data")?)
-        }
-        AssertDef::Event { kind, data } => {
-            event_type(kind)?;
-            Compiled::Event(EventMatch {
-                kind: kind.clone(),
-                data: matcher(data.as_ref(), "data")?,
-            })
-        }
-        AssertDef::NotEvent { kind, data } => {
-            event_type(kind)?;
-            Compiled::NotEvent(EventMatch {
-                kind: kind.clone(),
-                data: matcher(data.as_ref(), "data")?,
-            })
-        }
-        AssertDef::EventOrder { events } => {
-            if events.is_empty() {
-                return Err("event_order needs at least one event".into());
-            }
-            let mut out = Vec::new();
-            for (i, e) in events.iter().enumerate() {
-                event_type(&e.kind).map_err(|m| format!("events[{i}]: {m}"))?;
-                out.push(EventMatch {
-                    kind: e.kind.clone(),
-                    data: matcher(e.data.as_ref(), &format!("events[{i}].data"))?,
-                });
-            }
-            Compiled::EventOrder(out)
-        }
-        AssertDef::EventsSatisfy { label, kind, data } => {
-            event_type(kind)?;
-            Compiled::EventsSatisfy(
-                label.clone(),
-                EventMatch {
-                    kind: kind.clone(),
-                    data: matcher(Some(data), "data")?,
-                },
-            )
-        }
-        AssertDef::RequireInputRequest { tool } => Compiled::RequireInputRequest(tool.clone()),
-        AssertDef::Check { value, expect } => Compiled::Check(
-            *value,
-            Matcher::compile(expect).map_err(|e| format!("expect: {e}"))?,
-        ),
-        AssertDef::Score { name, value } => {
-            if !(0.0..=1.0).contains(value) {
-                return Err(format!("score {value} is outside 0..=1"));
-            }
-            Compiled::Score(name.clone(), *value)
-        }
-        AssertDef::Judge { rubric, threshold } => {
-            if !(0.0..=1.0).contains(threshold) {
-                return Err(format!("judge threshold {threshold} is outside 0..=1"));
-            }
-            if rubric.trim().is_empty() {
-                return Err("judge needs a rubric".into());
-            }
-            Compiled::Judge(rubric.clone(), *threshold)
-        }
-    })
-}
-
-/// Applies a compiled assertion that needs nothing async.
-fn apply_sync(a: &Compiled, s: &impl Assertions, reply: &str, turns: usize) -> Result<(), Stop> {
-    match a {
-        Compiled::Succeeded => {
-            s.succeeded();
-        }
-        Compiled::CalledTool(n, m) => {
-            s.called_tool(n, m.clone());
-        }
-        Compiled::RequireToolCall(n, m) => {
-            s.require_tool_call(n, m.clone())?;
-        }
-        Compiled::NotCalledTool(n) => {
-            s.not_called_tool(n);
-        }
-        Compiled::LoadedSkill(n) => {
-            s.loaded_skill(n);
-        }
-        Compiled::ToolOrder(names) => {
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            s.tool_order(&names);
-        }
-        Compiled::UsedNoTools => {
-            s.used_no_tools();
-        }
-        Compiled::MaxToolCalls(m) => {
-            s.max_tool_calls(*m);
-        }
-        Compiled::NoFailedActions => {
-            s.no_failed_actions();
-        }
-        Compiled::CalledSubagent(n, m) => {
-            s.called_subagent(n, m.clone());
-        }
-        Compiled::TaggedArtifact(k, d) => {
-            s.tagged_artifact(k.as_deref(), d.clone());
-        }
-        Compiled::Event(e) => {
-            s.event(&e.kind, e.data.clone());
-        }
-        Compiled::NotEvent(e) => {
-            s.not_event(&e.kind, e.data.clone());
-        }
-        Compiled::EventOrder(groups) => {
-            s.event_order(groups);
-        }
-        Compiled::EventsSatisfy(label, em) => {
-            s.events_satisfy(label, |events| every_event_matches(events, em));
-        }
-        Compiled::RequireInputRequest(tool) => {
-            s.require_input_request(tool)?;
-        }
-        Compiled::Check(value, expect) => {
-            let calls = crate::assert::tool_calls(s.scope_events());
-            let (label, v) = match value {
-                CheckValue::Reply => ("reply", Value::String(reply.to_owned())),
-                CheckValue::ToolNames => (
-                    "tool_names",
-                    json!(calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>()),
-                ),
-                CheckValue::ToolCallCount => ("tool_call_count", json!(calls.len())),
-                CheckValue::EventCount => ("event_count", json!(s.scope_events().len())),
-                CheckValue::TurnCount => ("turn_count", json!(turns)),
-            };
-            s.check(label, &v, expect);
-        }
-        Compiled::Score(name, v) => {
-            s.score(name, *v);
-        }
-        // Handled by the async callers.
-        Compiled::Judge(..) => {}
-    }
-    Ok(())
-}
-
-fn every_event_matches(
-    events: &[bdk_events::Envelope],
-    em: &EventMatch,
-) -> Result<(), (String, Option<u64>)> {
-    let mut seen = 0;
-    for env in events.iter().filter(|e| e.kind() == em.kind) {
-        seen += 1;
-        if let Some(m) = &em.data {
-            let data = env.event.data_json().unwrap_or(Value::Null);
-            if let Err(why) = m.check(Some(&data)) {
-                return Err((
-                    format!("{} #{}: data {why}", em.kind, env.index),
-                    Some(env.index),
-                ));
-            }
-        }
-    }
-    if seen == 0 {
-        return Err((format!("no {} event to check", em.kind), None));
-    }
-    Ok(())
-}
-
-async fn apply_turn(a: &Compiled, t: &Turn) -> Result<(), Stop> {
-    if let Compiled::Judge(rubric, threshold) = a {
+async fn apply_turn(a: &Assertion, t: &Turn) -> Result<(), Stop> {
+    if let Assertion::Judge { rubric, threshold } = a {
         t.judge(rubric, *threshold).await;
         return Ok(());
     }
-    apply_sync(a, t, &t.message, 1)
+    crate::assert::apply(t, a, &t.message, 1)
 }
 
-async fn apply_case(a: &Compiled, c: &Case) -> Result<(), Stop> {
-    if let Compiled::Judge(rubric, threshold) = a {
+async fn apply_case(a: &Assertion, c: &Case) -> Result<(), Stop> {
+    if let Assertion::Judge { rubric, threshold } = a {
         c.judge(rubric, *threshold).await;
         return Ok(());
     }
-    apply_sync(a, c, c.reply(), c.turns().len())
+    crate::assert::apply(c, a, c.reply(), c.turns().len())
 }
 
 struct StepPlan {
     action: StepAction,
     expect_ok: bool,
-    expect: Vec<Compiled>,
+    expect: Vec<Assertion>,
 }
 
 /// What a step does before its assertions.
@@ -573,7 +192,7 @@ enum StepAction {
     },
 }
 
-fn body_of(steps: Vec<StepPlan>, expect: Vec<Compiled>) -> CaseBody {
+fn body_of(steps: Vec<StepPlan>, expect: Vec<Assertion>) -> CaseBody {
     let plan = Arc::new((steps, expect));
     Arc::new(move |case: &mut Case| {
         let plan = Arc::clone(&plan);
@@ -1097,12 +716,12 @@ fn read_file(
         let mut failed = false;
         let mut uses_judge = false;
         let mut compile_all =
-            |defs: &[AssertDef], where_: &str, d: &mut Diags<'_>| -> Vec<Compiled> {
+            |defs: &[FileAssertion], where_: &str, d: &mut Diags<'_>| -> Vec<Assertion> {
                 let mut v = Vec::new();
                 for (i, a) in defs.iter().enumerate() {
-                    match compile(a) {
+                    match a.clone().compile() {
                         Ok(c2) => {
-                            uses_judge |= matches!(c2, Compiled::Judge(..));
+                            uses_judge |= matches!(c2, Assertion::Judge { .. });
                             v.push(c2);
                         }
                         Err(m) => {
@@ -1232,6 +851,7 @@ fn read_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bdk_events::EVENT_TYPES;
 
     fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
@@ -1363,6 +983,131 @@ assert = "used_no_tools"
                 .diagnostics
                 .iter()
                 .any(|d| d.message.contains("no judge model"))
+        );
+    }
+
+    /// The diagnostics of one bad assertion in a step's `expect`.
+    fn assertion_diagnostics(table: &str) -> Vec<String> {
+        let case = format!(
+            "[[cases]]\nname = \"c\"\n[[cases.steps]]\nsend = \"hi\"\nexpect = [{table}]\n"
+        );
+        let dir = project(&[
+            ("evals/evals.toml", "max_concurrency = 1\n"),
+            ("evals/a.eval.toml", &case),
+        ]);
+        let loaded = load(dir.path());
+        assert!(loaded.suite.is_none(), "{table}");
+        loaded.diagnostics.into_iter().map(|d| d.message).collect()
+    }
+
+    /// Pins the text a wrong assertion gets, word for word: serde's for a
+    /// wrong shape (kinds and fields listed in declaration order), the
+    /// assertion's own for a wrong value.
+    #[test]
+    fn a_bad_assertion_gets_the_diagnostic_that_names_its_fault() {
+        let toml = |col: u32, m: &str| format!("invalid TOML at line 5, column {col}: {m}");
+        let at = |m: &str| format!("case `c` (line 1): steps[0].expect[0]: {m}");
+        let cases = [
+            (
+                r#"{ assert = "called_tol", name = "a" }"#,
+                toml(
+                    22,
+                    "unknown variant `called_tol`, expected one of `succeeded`, `called_tool`, `require_tool_call`, `not_called_tool`, `loaded_skill`, `tool_order`, `used_no_tools`, `max_tool_calls`, `no_failed_actions`, `called_subagent`, `tagged_artifact`, `event`, `not_event`, `event_order`, `events_satisfy`, `require_input_request`, `check`, `score`, `judge`",
+                ),
+            ),
+            (
+                r#"{ assert = "called_tool", nme = "x" }"#,
+                toml(
+                    10,
+                    "unknown field `nme`, expected one of `name`, `input`, `output`, `status`, `count`",
+                ),
+            ),
+            (
+                r#"{ assert = "require_tool_call", name = "a", count = 1 }"#,
+                toml(
+                    10,
+                    "unknown field `count`, expected one of `name`, `input`, `output`, `status`",
+                ),
+            ),
+            (
+                r#"{ assert = "called_subagent", name = "a", input = 1 }"#,
+                toml(
+                    10,
+                    "unknown field `input`, expected one of `name`, `prompt`, `reply`, `status`, `count`",
+                ),
+            ),
+            (
+                r#"{ assert = "event", typ = "turn.started" }"#,
+                toml(10, "unknown field `typ`, expected `type` or `data`"),
+            ),
+            (
+                r#"{ assert = "event_order", events = [{ type = "turn.started", dat = 1 }] }"#,
+                toml(10, "unknown field `dat`, expected `type` or `data`"),
+            ),
+            (
+                r#"{ assert = "succeeded", x = 1 }"#,
+                toml(10, "unknown field `x`, there are no fields"),
+            ),
+            (
+                r#"{ assert = "check", value = "answer", expect = 1 }"#,
+                toml(
+                    10,
+                    "unknown variant `answer`, expected one of `reply`, `tool_names`, `tool_call_count`, `event_count`, `turn_count`",
+                ),
+            ),
+            (
+                r#"{ assert = "events_satisfy", label = "l", type = "turn.started" }"#,
+                toml(10, "missing field `data`"),
+            ),
+            (
+                r#"{ assert = "tool_order", names = [] }"#,
+                at("tool_order needs at least one name"),
+            ),
+            (
+                r#"{ assert = "event_order", events = [] }"#,
+                at("event_order needs at least one event"),
+            ),
+            (
+                r#"{ assert = "event_order", events = [{ type = "turn.started", data = { "$nope" = 1 } }] }"#,
+                at(
+                    "events[0].data: invalid matcher at $: unknown operator `$nope`; use $regex, $contains, $any, $absent or $eq",
+                ),
+            ),
+            (
+                r#"{ assert = "called_subagent", name = "a", reply = { "$contains" = 1 } }"#,
+                at("reply: invalid matcher at $: $contains takes a string"),
+            ),
+            (
+                r#"{ assert = "check", value = "reply", expect = { "$regex" = 2 } }"#,
+                at("expect: invalid matcher at $: $regex takes a string pattern"),
+            ),
+            (
+                r#"{ assert = "score", name = "s", value = 1.5 }"#,
+                at("score 1.5 is outside 0..=1"),
+            ),
+            (
+                r#"{ assert = "judge", rubric = "r", threshold = 2.0 }"#,
+                at("judge threshold 2 is outside 0..=1"),
+            ),
+            (
+                r#"{ assert = "judge", rubric = " " }"#,
+                at("judge needs a rubric"),
+            ),
+        ];
+        for (table, want) in cases {
+            assert_eq!(assertion_diagnostics(table), [want], "{table}");
+        }
+        let [typo] = &assertion_diagnostics(
+            r#"{ assert = "event_order", events = [{ type = "turn.started" }, { type = "turn.done" }] }"#,
+        )[..] else {
+            panic!("one diagnostic expected");
+        };
+        assert_eq!(
+            *typo,
+            at(&format!(
+                "events[1]: unknown event type `turn.done`; known types: {}",
+                EVENT_TYPES.join(", ")
+            ))
         );
     }
 }
