@@ -264,7 +264,8 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("failed to create {}", parent.display()))?;
         }
-        std::fs::write(path, bdk_evals::report::junit(&result))
+        bdk_evals::report::junit(&result)
+            .and_then(|xml| std::fs::write(path, xml))
             .with_context(|| format!("failed to write {}", path.display()))?;
         errln!("junit: {}", path.display());
     }

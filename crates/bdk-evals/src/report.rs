@@ -3,6 +3,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::runner::{CaseResult, CaseStatus, IterationStatus, RunResult};
 use crate::spec::{CaseSpec, ReporterKind, ReporterSpec};
@@ -20,23 +23,6 @@ pub fn clip(s: &str, max: usize) -> String {
 /// The run as pretty JSON.
 pub fn json(result: &RunResult) -> String {
     serde_json::to_string_pretty(result).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-}
-
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // XML 1.0 forbids most control characters even when escaped.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('?'),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 fn secs(ms: u64) -> String {
@@ -69,69 +55,51 @@ pub fn failure_lines(case: &CaseResult) -> Vec<String> {
 
 /// The run as JUnit XML: one `<testcase>` per case, a `<failure>` listing
 /// every violated assertion (with its event), `<skipped>` when cancelled.
-pub fn junit(result: &RunResult) -> String {
-    let mut x = String::new();
-    let failures = result.summary.failed;
-    let skipped = result.summary.cancelled;
-    let _ = writeln!(x, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>");
-    let _ = writeln!(
-        x,
-        "<testsuites name=\"bdk evals\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"{}\">",
-        result.summary.total,
-        secs(result.duration_ms)
-    );
-    let _ = writeln!(
-        x,
-        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"{}\" timestamp=\"{}\">",
-        xml_escape(&result.run_id),
-        result.summary.total,
-        secs(result.duration_ms),
-        result.started_at.to_rfc3339()
-    );
+/// quick-junit escapes markup and drops what XML cannot carry (control
+/// characters, ANSI escapes).
+pub fn junit(result: &RunResult) -> std::io::Result<String> {
+    let mut suite = TestSuite::new(&result.run_id);
+    suite
+        .set_timestamp(result.started_at)
+        .set_time(Duration::from_millis(result.duration_ms));
     for case in &result.cases {
-        let class = if case.file.is_empty() {
-            "evals".to_owned()
-        } else {
-            case.file.clone()
-        };
-        let _ = write!(
-            x,
-            "    <testcase classname=\"{}\" name=\"{}\" time=\"{}\"",
-            xml_escape(&class),
-            xml_escape(&case.id),
-            secs(case.duration_ms)
-        );
-        match case.status {
-            CaseStatus::Passed => {
-                let _ = writeln!(x, "/>");
-            }
+        let status = match case.status {
+            CaseStatus::Passed => TestCaseStatus::success(),
             CaseStatus::Failed => {
                 let lines = failure_lines(case);
-                let message = format!(
-                    "pass rate {:.2} below {:.2}; {} failure(s)",
-                    case.pass_rate,
-                    case.min_pass_rate,
-                    lines.len()
-                );
-                let _ = writeln!(x, ">");
-                let _ = writeln!(
-                    x,
-                    "      <failure message=\"{}\" type=\"assertion\">{}</failure>",
-                    xml_escape(&message),
-                    xml_escape(&lines.join("\n"))
-                );
-                let _ = writeln!(x, "    </testcase>");
+                let mut failure = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                failure
+                    .set_message(format!(
+                        "pass rate {:.2} below {:.2}; {} failure(s)",
+                        case.pass_rate,
+                        case.min_pass_rate,
+                        lines.len()
+                    ))
+                    .set_type("assertion")
+                    .set_description(lines.join("\n"));
+                failure
             }
-            _ => {
-                let _ = writeln!(x, ">");
-                let _ = writeln!(x, "      <skipped message=\"cancelled\"/>");
-                let _ = writeln!(x, "    </testcase>");
+            CaseStatus::Cancelled | CaseStatus::Pending | CaseStatus::Running => {
+                let mut skipped = TestCaseStatus::skipped();
+                skipped.set_message("cancelled");
+                skipped
             }
-        }
+        };
+        let mut test_case = TestCase::new(&case.id, status);
+        test_case
+            .set_classname(if case.file.is_empty() {
+                "evals"
+            } else {
+                &case.file
+            })
+            .set_time(Duration::from_millis(case.duration_ms));
+        suite.add_test_case(test_case);
     }
-    let _ = writeln!(x, "  </testsuite>");
-    let _ = writeln!(x, "</testsuites>");
-    x
+    let mut report = Report::new("bdk evals");
+    report
+        .set_time(Duration::from_millis(result.duration_ms))
+        .add_test_suite(suite);
+    report.to_string().map_err(std::io::Error::other)
 }
 
 /// The summary table printed at the end of `bdk evals`, with every failure
@@ -234,7 +202,7 @@ pub fn write_reports(
         }
         let text = match spec.kind {
             ReporterKind::Json => json(&subset),
-            ReporterKind::Junit => junit(&subset),
+            ReporterKind::Junit => junit(&subset)?,
         };
         let path = root.join(&spec.path);
         if let Some(parent) = path.parent() {
@@ -248,11 +216,120 @@ pub fn write_reports(
 
 #[cfg(test)]
 mod tests {
+    use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
+
     use super::*;
+    use crate::assert::{EventRef, Failure};
+    use crate::runner::{IterationResult, RunOptions};
+
+    fn iteration(status: IterationStatus, failures: Vec<Failure>) -> IterationResult {
+        IterationResult {
+            iteration: 1,
+            status,
+            duration_ms: 5,
+            failures,
+            scores: Vec::new(),
+            assertions: 2,
+            turns: Vec::new(),
+            session_id: None,
+            stopped: Some("timed out after 300 ms".into()),
+        }
+    }
 
     #[test]
-    fn xml_escaping_covers_markup_and_control_characters() {
-        assert_eq!(xml_escape("a<b>&\"'\u{1}"), "a&lt;b&gt;&amp;&quot;&apos;?");
+    fn junit_has_a_case_per_case_and_escapes_what_it_carries() {
+        let specs: Vec<CaseSpec> = ["a/<ok>", "a/fails & \"quotes\"", "a/gone"]
+            .into_iter()
+            .map(|id| CaseSpec::new(id, |_| Box::pin(async { Ok(()) })))
+            .collect();
+        let mut run = RunResult::new("evr_1".into(), RunOptions::default(), &specs);
+        run.duration_ms = 1500;
+        run.cases[0].status = CaseStatus::Passed;
+        run.cases[0].duration_ms = 20;
+        run.cases[1].status = CaseStatus::Failed;
+        run.cases[1].file = "evals/a.eval.toml".into();
+        run.cases[1].min_pass_rate = 1.0;
+        run.cases[1].iterations = vec![iteration(
+            IterationStatus::Timeout,
+            vec![Failure {
+                assertion: "check(\"reply\")".into(),
+                scope: "turn 1".into(),
+                message: "expected <b> & 'x'\u{1}\u{1b}[31m, found ]]>".into(),
+                event: Some(EventRef {
+                    index: 7,
+                    kind: "turn.completed".into(),
+                }),
+            }],
+        )];
+        run.cases[2].status = CaseStatus::Cancelled;
+
+        let xml = junit(&run).unwrap();
+        assert!(
+            xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>"),
+            "{xml}"
+        );
+        assert!(xml.contains("expected &lt;b&gt; &amp;"), "{xml}");
+        assert!(!xml.contains('\u{1}') && !xml.contains('\u{1b}'), "{xml}");
+        assert!(!xml.contains("]]>"), "{xml}");
+
+        let report = Report::deserialize_from_str(&xml).unwrap();
+        assert_eq!(report.name.as_deref(), Some("bdk evals"));
+        assert_eq!(
+            (report.tests, report.failures, report.errors, report.skipped),
+            (3, 1, 0, 1)
+        );
+        assert_eq!(report.time, Some(Duration::from_millis(1500)));
+        let suite = &report.test_suites[0];
+        assert_eq!(suite.name.as_str(), "evr_1");
+        let cases: Vec<(&str, &str)> = suite
+            .test_cases
+            .iter()
+            .map(|c| {
+                (
+                    c.name.as_str(),
+                    c.classname.as_ref().map_or("", |n| n.as_str()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            cases,
+            [
+                ("a/<ok>", "evals"),
+                ("a/fails & \"quotes\"", "evals/a.eval.toml"),
+                ("a/gone", "evals"),
+            ]
+        );
+        assert_eq!(suite.test_cases[0].time, Some(Duration::from_millis(20)));
+        let TestCaseStatus::NonSuccess {
+            kind: NonSuccessKind::Failure,
+            message,
+            ty,
+            description,
+            ..
+        } = &suite.test_cases[1].status
+        else {
+            panic!("not a failure: {:?}", suite.test_cases[1].status);
+        };
+        assert_eq!(
+            message.as_deref(),
+            Some("pass rate 0.00 below 1.00; 2 failure(s)")
+        );
+        assert_eq!(ty.as_deref(), Some("assertion"));
+        assert_eq!(
+            description.as_deref(),
+            Some(
+                "turn 1: check(\"reply\"): expected <b> & 'x', found ]]> (event #7 turn.completed)\nstopped: timed out after 300 ms"
+            )
+        );
+        let TestCaseStatus::Skipped { message, .. } = &suite.test_cases[2].status else {
+            panic!("not skipped: {:?}", suite.test_cases[2].status);
+        };
+        assert_eq!(message.as_deref(), Some("cancelled"));
+    }
+
+    #[test]
+    fn clip_cuts_with_an_ellipsis() {
         assert_eq!(clip("abcdef", 5), "ab...");
+        assert_eq!(clip("abc", 5), "abc");
     }
 }
