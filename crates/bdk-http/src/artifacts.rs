@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::Agent;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::{PathParam, QueryParams};
 
 const DEFAULT_LIMIT: usize = 100;
@@ -45,8 +45,8 @@ pub(crate) async fn list(
         None => DEFAULT_LIMIT,
         Some(n) if (1..=MAX_LIMIT).contains(&n) => n,
         Some(_) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
                 format!("limit must be between 1 and {MAX_LIMIT}"),
             ));
         }
@@ -76,13 +76,13 @@ pub(crate) async fn list(
 
 fn store_error(e: StoreError) -> ApiError {
     match e {
-        StoreError::Invalid { .. } => ApiError::not_found("not_found", "no such artifact"),
+        StoreError::Invalid { .. } => ApiError::new(ErrorCode::NotFound, "no such artifact"),
         other => ApiError::internal(&other),
     }
 }
 
 fn not_found() -> ApiError {
-    ApiError::not_found("not_found", "no such artifact")
+    ApiError::new(ErrorCode::NotFound, "no such artifact")
 }
 
 fn visible(record: &ArtifactRecord, caller: &Caller) -> bool {

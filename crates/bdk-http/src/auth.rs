@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::{Auth, Shared};
 
 /// Headers that mean a proxy relayed the request.
@@ -94,11 +94,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .ok_or_else(|| ApiError::unauthorized("the request was not authenticated"))
+        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+            ApiError::new(ErrorCode::Unauthorized, "the request was not authenticated")
+        })
     }
 }
 
@@ -135,17 +133,21 @@ fn admit(
     match &shared.auth {
         Policy::LocalDevStrict => {
             if !loopback_peer {
-                return Err(ApiError::unauthorized(
+                return Err(ApiError::new(
+                    ErrorCode::Unauthorized,
                     "only direct loopback clients are admitted by the default local-only auth; serve with --bearer-token or --allow-anonymous to accept others",
                 ));
             }
             if let Some(name) = proxy_header(headers) {
-                return Err(ApiError::unauthorized(format!(
-                    "the request carries the proxy header `{name}`; the default local-only auth admits direct loopback clients only (use --bearer-token behind a proxy)"
-                )));
+                return Err(ApiError::new(
+                    ErrorCode::Unauthorized,
+                    format!(
+                        "the request carries the proxy header `{name}`; the default local-only auth admits direct loopback clients only (use --bearer-token behind a proxy)"
+                    ),
+                ));
             }
             if let Err(problem) = check_local_authority(headers, uri) {
-                return Err(ApiError::unauthorized(problem.message()));
+                return Err(ApiError::new(ErrorCode::Unauthorized, problem.message()));
             }
             Ok(Caller {
                 principal: "local".into(),
@@ -154,7 +156,10 @@ fn admit(
         }
         Policy::Bearer(tokens) => {
             let presented = bearer_token(headers).ok_or_else(|| {
-                ApiError::unauthorized("send the token as `Authorization: Bearer <token>`")
+                ApiError::new(
+                    ErrorCode::Unauthorized,
+                    "send the token as `Authorization: Bearer <token>`",
+                )
             })?;
             let presented = digest(presented.as_bytes());
             let mut found: Option<&str> = None;
@@ -165,8 +170,8 @@ fn admit(
                     found = Some(principal);
                 }
             }
-            let principal =
-                found.ok_or_else(|| ApiError::unauthorized("the token is not valid"))?;
+            let principal = found
+                .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "the token is not valid"))?;
             Ok(Caller {
                 principal: principal.to_owned(),
                 sees_all: shared.dev && loopback_peer,

@@ -40,7 +40,7 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 mod config;
 mod delivery;
@@ -157,8 +157,8 @@ pub enum ChannelError {
 impl From<ChannelError> for ApiError {
     fn from(e: ChannelError) -> Self {
         match e {
-            ChannelError::UnknownChannel(_) => ApiError::not_found("not_found", e.to_string()),
-            ChannelError::InvalidKey(_) => ApiError::bad_request("invalid_request", e.to_string()),
+            ChannelError::UnknownChannel(_) => ApiError::new(ErrorCode::NotFound, e.to_string()),
+            ChannelError::InvalidKey(_) => ApiError::new(ErrorCode::InvalidRequest, e.to_string()),
             ChannelError::Host(e) => e.into(),
         }
     }
@@ -451,7 +451,7 @@ async fn handle(state: &RouteState, req: Request) -> Response {
 /// The request pipeline: auth, body, schemas, templates, then the session.
 async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> {
     let Some(route) = state.route() else {
-        return Err(ApiError::not_found("not_found", "no route for this path"));
+        return Err(ApiError::new(ErrorCode::NotFound, "no route for this path"));
     };
     let channel = &state.channel;
     let secrets = &state.channels.inner.secrets;
@@ -474,7 +474,7 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
     let params = if route.path.contains('{') {
         RawPathParams::from_request_parts(&mut parts, &())
             .await
-            .map_err(|e| ApiError::not_found("not_found", format!("no such resource: {e}")))?
+            .map_err(|e| ApiError::new(ErrorCode::NotFound, format!("no such resource: {e}")))?
             .iter()
             .map(|(k, v)| (k.to_owned(), Value::String(v.to_owned())))
             .collect::<Map<String, Value>>()
@@ -489,8 +489,7 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
         .map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
+                    ErrorCode::PayloadTooLarge,
                     "the body is larger than the server's limit",
                 )
             } else {
@@ -509,18 +508,21 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
     let body = parse_body(&headers, &raw)?;
     if let Some(schema) = &route.body_schema {
         schema.validate(&body).map_err(|errors| {
-            ApiError::bad_request("invalid_body", "the body does not match the route's schema")
-                .with("errors", json!(errors))
+            ApiError::new(
+                ErrorCode::InvalidBody,
+                "the body does not match the route's schema",
+            )
+            .with_errors(errors)
         })?;
     }
     let query = parse_query(&uri)?;
     if let Some(schema) = &route.query_schema {
         schema.validate(&query).map_err(|errors| {
-            ApiError::bad_request(
-                "invalid_query",
+            ApiError::new(
+                ErrorCode::InvalidQuery,
                 "the query parameters do not match the route's schema",
             )
-            .with("errors", json!(errors))
+            .with_errors(errors)
         })?;
     }
 
@@ -544,8 +546,8 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
         .transpose()?
         .map(|k| k.trim().to_owned());
     if continuation_key.as_deref() == Some("") {
-        return Err(ApiError::bad_request(
-            "invalid_request",
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
             "`continuation_key` rendered empty for this request",
         ));
     }
@@ -578,7 +580,10 @@ fn refused(channel: &str, reason: &verify::Refused) -> ApiError {
         ),
         other => tracing::debug!(channel, reason = %other, "channel request refused"),
     }
-    ApiError::unauthorized("missing or invalid credentials for this channel route")
+    ApiError::new(
+        ErrorCode::Unauthorized,
+        "missing or invalid credentials for this channel route",
+    )
 }
 
 /// The body as JSON: `null` when empty. A declared content type must be
@@ -601,14 +606,16 @@ fn parse_body(headers: &HeaderMap, raw: &[u8]) -> Result<Value, ApiError> {
             || (essence.starts_with("application/") && essence.ends_with("+json"));
         if !json {
             return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                ErrorCode::UnsupportedMediaType,
                 "send the body as application/json",
             ));
         }
     }
     serde_json::from_slice(raw).map_err(|e| {
-        ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the body is not valid JSON: {e}"),
+        )
     })
 }
 
@@ -616,7 +623,10 @@ fn parse_body(headers: &HeaderMap, raw: &[u8]) -> Result<Value, ApiError> {
 /// last value).
 fn parse_query(uri: &axum::http::Uri) -> Result<Value, ApiError> {
     let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(uri).map_err(|e| {
-        ApiError::bad_request("invalid_request", format!("invalid query string: {e}"))
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("invalid query string: {e}"),
+        )
     })?;
     Ok(Value::Object(
         pairs
@@ -659,8 +669,8 @@ fn render(
         let detail = e
             .detail()
             .map_or_else(|| e.kind().to_string(), str::to_owned);
-        ApiError::bad_request(
-            "invalid_request",
+        ApiError::new(
+            ErrorCode::InvalidRequest,
             format!("cannot render `{key}` for this request: {detail}"),
         )
     })
@@ -673,8 +683,8 @@ fn default_message(body: &Value, query: &Value) -> Result<String, ApiError> {
         Value::String(s) => Ok(s.clone()),
         Value::Null => match query.as_object() {
             Some(q) if !q.is_empty() => Ok(query.to_string()),
-            _ => Err(ApiError::bad_request(
-                "invalid_request",
+            _ => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
                 "the request carries no message: send a body, or give the route a `message` template",
             )),
         },
@@ -699,7 +709,7 @@ mod tests {
         );
         assert_eq!(
             default_message(&Value::Null, &json!({})).unwrap_err().code,
-            "invalid_request"
+            ErrorCode::InvalidRequest
         );
     }
 
@@ -708,11 +718,14 @@ mod tests {
         let mut h = HeaderMap::new();
         assert_eq!(parse_body(&h, b"  ").unwrap(), Value::Null);
         assert_eq!(parse_body(&h, br#"{"a":1}"#).unwrap(), json!({"a": 1}));
-        assert_eq!(parse_body(&h, b"{").unwrap_err().code, "invalid_json");
+        assert_eq!(
+            parse_body(&h, b"{").unwrap_err().code,
+            ErrorCode::InvalidJson
+        );
         h.insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
         assert_eq!(
             parse_body(&h, b"{}").unwrap_err().code,
-            "unsupported_media_type"
+            ErrorCode::UnsupportedMediaType
         );
         h.insert(
             header::CONTENT_TYPE,

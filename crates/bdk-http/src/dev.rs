@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Agent;
 use crate::auth::Caller;
 use crate::channels::{Channels, Receive};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::PathParam;
 
 /// The dispatcher of one agent, handing TOML schedules to `channels` when
@@ -85,8 +85,8 @@ fn dev_only(agent: &Agent) -> Result<(), ApiError> {
     if agent.shared.dev {
         Ok(())
     } else {
-        Err(ApiError::not_found(
-            "not_found",
+        Err(ApiError::new(
+            ErrorCode::NotFound,
             "dev routes are only served under --dev",
         ))
     }
@@ -135,8 +135,8 @@ pub(crate) async fn dispatch_schedule(
             }
             Ok(Json(body))
         }
-        Err(ScheduleError::Unknown(_)) => Err(ApiError::not_found(
-            "not_found",
+        Err(ScheduleError::Unknown(_)) => Err(ApiError::new(
+            ErrorCode::NotFound,
             format!("no schedule named `{id}`"),
         )),
         Err(ScheduleError::Host(e)) => Err(e.into()),

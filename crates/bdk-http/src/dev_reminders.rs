@@ -12,15 +12,15 @@ use serde_json::{Value, json};
 
 use crate::Agent;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::PathParam;
 
 fn dev_only(agent: &Agent) -> Result<(), ApiError> {
     if agent.shared.dev {
         Ok(())
     } else {
-        Err(ApiError::not_found(
-            "not_found",
+        Err(ApiError::new(
+            ErrorCode::NotFound,
             "dev routes are only served under --dev",
         ))
     }
@@ -51,12 +51,12 @@ pub(crate) async fn fire(
             "result": out.result,
             "turnId": out.turn_id,
         }))),
-        Err(ReminderError::NotFound(_)) => Err(ApiError::not_found(
-            "not_found",
+        Err(ReminderError::NotFound(_)) => Err(ApiError::new(
+            ErrorCode::NotFound,
             format!("no reminder with id `{id}`"),
         )),
         Err(e @ ReminderError::NotArmed(_)) => {
-            Err(ApiError::bad_request("invalid_request", e.to_string()))
+            Err(ApiError::new(ErrorCode::InvalidRequest, e.to_string()))
         }
         Err(e) => Err(ApiError::internal(&e)),
     }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::QueryParams;
 use crate::{Agent, Mount, Shared};
 
@@ -84,8 +84,8 @@ pub(crate) async fn logs(
         None => DEFAULT_LOG_LIMIT,
         Some(n) if (1..=MAX_LOG_LIMIT).contains(&n) => n,
         Some(_) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
                 format!("limit must be between 1 and {MAX_LOG_LIMIT}"),
             ));
         }

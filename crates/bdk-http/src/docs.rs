@@ -17,7 +17,7 @@ use axum::routing::get;
 use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd, html};
 
 use crate::discovery::escape;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 include!(concat!(env!("OUT_DIR"), "/docs_pages.rs"));
 
@@ -47,7 +47,7 @@ async fn by_path(path: Result<Path<String>, axum::extract::rejection::PathReject
 }
 
 fn missing() -> ApiError {
-    ApiError::not_found("not_found", "no documentation page at this path")
+    ApiError::new(ErrorCode::NotFound, "no documentation page at this path")
 }
 
 fn lookup(path: &str) -> Option<&'static str> {

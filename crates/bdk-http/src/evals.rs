@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Agent;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::{JsonBody, PathParam};
 
 /// Most entries accepted in `filterIds` or `tags`.
@@ -118,14 +118,14 @@ fn suite_of(loaded: bdk_evals::spec::Loaded) -> Result<Option<Suite>, ApiError> 
     if errors.is_empty() {
         return Ok(loaded.suite);
     }
-    Err(ApiError::bad_request(
-        "invalid_evals",
+    Err(ApiError::new(
+        ErrorCode::InvalidEvals,
         format!(
             "the eval files have {} error(s); run `bdk validate` or see `diagnostics`",
             errors.len()
         ),
     )
-    .with("diagnostics", json!(loaded.diagnostics)))
+    .with_diagnostics(loaded.diagnostics))
 }
 
 /// `GET /v1/dev/evals`: `{ok, evals, config, diagnostics}`.
@@ -184,16 +184,16 @@ pub(crate) struct StartBody {
 
 fn check_selectors(name: &str, values: &[String]) -> Result<(), ApiError> {
     if values.len() > MAX_SELECTORS {
-        return Err(ApiError::bad_request(
-            "invalid_request",
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
             format!("{name} takes at most {MAX_SELECTORS} entries"),
         ));
     }
     if values.iter().any(|v| {
         v.is_empty() || v.chars().count() > MAX_SELECTOR_CHARS || v.chars().any(char::is_control)
     }) {
-        return Err(ApiError::bad_request(
-            "invalid_request",
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
             format!(
                 "{name} entries must be 1-{MAX_SELECTOR_CHARS} characters without control characters"
             ),
@@ -233,15 +233,15 @@ pub(crate) async fn start(
     if let Some(t) = body.timeout_ms
         && !(1..=MAX_TIMEOUT_MS).contains(&t)
     {
-        return Err(ApiError::bad_request(
-            "invalid_request",
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
             format!("timeoutMs must be between 1 and {MAX_TIMEOUT_MS}"),
         ));
     }
     let evals = &agent.evals;
     let Some(suite) = suite_of(evals.load().await?)? else {
-        return Err(ApiError::not_found(
-            "no_matching_evals",
+        return Err(ApiError::new(
+            ErrorCode::NoMatchingEvals,
             "this agent has no evals/ folder",
         ));
     };
@@ -253,8 +253,8 @@ pub(crate) async fn start(
     };
     let cases = runner::select(&suite.cases, &opts);
     if cases.is_empty() {
-        return Err(ApiError::not_found(
-            "no_matching_evals",
+        return Err(ApiError::new(
+            ErrorCode::NoMatchingEvals,
             format!(
                 "no eval case matches the selection ({} case(s) exist)",
                 suite.cases.len()
@@ -268,11 +268,10 @@ pub(crate) async fn start(
     let snapshot = runner::RunResult::new(run_id.clone(), opts.clone(), &cases);
     if let Err(busy) = history.begin(snapshot.clone(), cancel.clone()).await {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "eval_run_active",
+            ErrorCode::EvalRunActive,
             format!("eval run {} is still running; cancel it or wait", busy.0),
         )
-        .with("activeRunId", json!(busy.0)));
+        .with_active_run(busy.0));
     }
     let target = HostTarget::new(evals.host.clone()).with_principal(caller.principal.clone());
     let runner = Runner::new(suite.config.clone(), Arc::new(target))
@@ -310,8 +309,8 @@ async fn current_history(agent: &Agent) -> Result<Arc<RunHistory>, ApiError> {
 }
 
 fn run_not_found(id: &str) -> ApiError {
-    ApiError::not_found(
-        "eval_run_not_found",
+    ApiError::new(
+        ErrorCode::EvalRunNotFound,
         format!("no eval run with id `{}`", crate_clip(id)),
     )
 }
@@ -348,8 +347,7 @@ pub(crate) async fn cancel(
         Err(CancelError::NotFound(_)) => return Err(run_not_found(&id)),
         Err(CancelError::NotRunning(_)) => {
             return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "eval_run_finished",
+                ErrorCode::EvalRunFinished,
                 format!("eval run `{}` is no longer running", crate_clip(&id)),
             ));
         }

@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::header;
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
 use bdk_events::SessionId;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 /// How much of an oversized body is read and thrown away before answering
 /// 413, as a multiple of the limit. Answering while the client is still
@@ -54,8 +54,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             && !is_json(ct)
         {
             return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                ErrorCode::UnsupportedMediaType,
                 "send the body as application/json",
             ));
         }
@@ -65,8 +64,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 return parse(b"{}").map(JsonBody);
             }
             return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                ErrorCode::UnsupportedMediaType,
                 "send the body as application/json (the content-type header is missing)",
             ));
         }
@@ -91,10 +89,11 @@ fn is_json(content_type: &str) -> bool {
 
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| match e.classify() {
-        Category::Data => ApiError::bad_request("invalid_request", format!("invalid body: {e}")),
-        Category::Syntax | Category::Eof | Category::Io => {
-            ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
-        }
+        Category::Data => ApiError::new(ErrorCode::InvalidRequest, format!("invalid body: {e}")),
+        Category::Syntax | Category::Eof | Category::Io => ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the body is not valid JSON: {e}"),
+        ),
     })
 }
 
@@ -118,8 +117,7 @@ pub(crate) async fn read_limited(
                     drop(buf);
                     drain(body, seen, limit.saturating_mul(DRAIN_FACTOR)).await;
                     let mut err = ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "payload_too_large",
+                        ErrorCode::PayloadTooLarge,
                         format!("the body is larger than the limit of {limit} bytes"),
                     );
                     err.close = true;
@@ -196,7 +194,7 @@ impl<S: Send + Sync> FromRequestParts<S> for CallPath {
 fn path_error(e: &PathRejection) -> ApiError {
     // Path segments that do not decode (bad percent-encoding, invalid
     // UTF-8) cannot name anything that exists.
-    ApiError::not_found("not_found", format!("no such resource: {e}"))
+    ApiError::new(ErrorCode::NotFound, format!("no such resource: {e}"))
 }
 
 /// A query string, with JSON rejections (400 `invalid_request`).
@@ -214,7 +212,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
 }
 
 fn query_error(e: &QueryRejection) -> ApiError {
-    ApiError::bad_request("invalid_request", format!("invalid query string: {e}"))
+    ApiError::new(
+        ErrorCode::InvalidRequest,
+        format!("invalid query string: {e}"),
+    )
 }
 
 /// Parses a session id from a path; a malformed one names no session.
@@ -223,8 +224,8 @@ fn session_id(raw: &str) -> Result<SessionId, ApiError> {
 }
 
 fn invalid_session_id() -> ApiError {
-    ApiError::not_found(
-        "invalid_session_id",
+    ApiError::new(
+        ErrorCode::InvalidSessionId,
         "no such session (session ids look like ses_…)",
     )
 }

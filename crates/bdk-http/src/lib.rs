@@ -59,6 +59,7 @@ mod sessions;
 mod stream;
 mod tools;
 
+pub use error::ErrorCode;
 pub use logs::{LogBuffer, LogLine};
 pub use server::{
     Connections, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,

@@ -8,14 +8,14 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bdk_mcp::server::{McpServer, Principal, Surface};
 use http_body_util::Full;
 
 use crate::Agent;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::{BodyLimit, read_limited};
 
 /// `POST /v1/mcp`: one JSON-RPC message for the conversational tools.
@@ -39,9 +39,7 @@ pub(crate) async fn tools(
 /// `GET` and `DELETE` on the MCP endpoints: the server keeps no MCP session,
 /// so there is no server-initiated stream to open and nothing to end.
 pub(crate) async fn stateless() -> Response {
-    let mut resp = ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
+    let mut resp = ApiError::new(ErrorCode::MethodNotAllowed,
         "this MCP endpoint is stateless: POST JSON-RPC messages; there is no stream to open or session to end",
     )
     .into_response();

@@ -34,6 +34,7 @@ use axum::routing::get;
 use serde_json::{Map, Value, json};
 
 use crate::Agent;
+use crate::error::ErrorCode as Code;
 
 /// The generic document, built once.
 static DOCUMENT: LazyLock<Value> = LazyLock::new(build);
@@ -92,215 +93,6 @@ fn with_servers(servers: Value) -> Value {
     let mut doc = document();
     doc["servers"] = servers;
     doc
-}
-
-/// Every `error` code of the API, with its status and meaning. Each code
-/// has exactly one status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Code {
-    InvalidJson,
-    InvalidRequest,
-    InvalidAsOf,
-    InvalidContinuationToken,
-    InvalidToolInput,
-    ToolNotCallable,
-    InvalidBody,
-    InvalidQuery,
-    Unauthorized,
-    Forbidden,
-    ToolNotExposed,
-    ApprovalRequired,
-    NotFound,
-    SessionNotFound,
-    InvalidSessionId,
-    UnknownTool,
-    ApprovalNotFound,
-    MethodNotAllowed,
-    StaleContinuationToken,
-    TaskSession,
-    SessionBusy,
-    RequestTimeout,
-    SessionCorrupt,
-    PayloadTooLarge,
-    UnsupportedMediaType,
-    WorkspaceUnavailable,
-    InvalidEvals,
-    NoMatchingEvals,
-    EvalRunNotFound,
-    EvalRunActive,
-    EvalRunFinished,
-    Internal,
-}
-
-impl Code {
-    const ALL: &[Code] = &[
-        Code::InvalidJson,
-        Code::InvalidRequest,
-        Code::InvalidAsOf,
-        Code::InvalidContinuationToken,
-        Code::InvalidToolInput,
-        Code::ToolNotCallable,
-        Code::InvalidBody,
-        Code::InvalidQuery,
-        Code::Unauthorized,
-        Code::Forbidden,
-        Code::ToolNotExposed,
-        Code::ApprovalRequired,
-        Code::NotFound,
-        Code::SessionNotFound,
-        Code::InvalidSessionId,
-        Code::UnknownTool,
-        Code::ApprovalNotFound,
-        Code::MethodNotAllowed,
-        Code::StaleContinuationToken,
-        Code::TaskSession,
-        Code::SessionBusy,
-        Code::RequestTimeout,
-        Code::SessionCorrupt,
-        Code::PayloadTooLarge,
-        Code::UnsupportedMediaType,
-        Code::WorkspaceUnavailable,
-        Code::InvalidEvals,
-        Code::NoMatchingEvals,
-        Code::EvalRunNotFound,
-        Code::EvalRunActive,
-        Code::EvalRunFinished,
-        Code::Internal,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Code::InvalidJson => "invalid_json",
-            Code::InvalidRequest => "invalid_request",
-            Code::InvalidAsOf => "invalid_as_of",
-            Code::InvalidContinuationToken => "invalid_continuation_token",
-            Code::InvalidToolInput => "invalid_tool_input",
-            Code::ToolNotCallable => "tool_not_callable",
-            Code::InvalidBody => "invalid_body",
-            Code::InvalidQuery => "invalid_query",
-            Code::Unauthorized => "unauthorized",
-            Code::Forbidden => "forbidden",
-            Code::ToolNotExposed => "tool_not_exposed",
-            Code::ApprovalRequired => "approval_required",
-            Code::NotFound => "not_found",
-            Code::SessionNotFound => "session_not_found",
-            Code::InvalidSessionId => "invalid_session_id",
-            Code::UnknownTool => "unknown_tool",
-            Code::ApprovalNotFound => "approval_not_found",
-            Code::MethodNotAllowed => "method_not_allowed",
-            Code::StaleContinuationToken => "stale_continuation_token",
-            Code::TaskSession => "task_session",
-            Code::SessionBusy => "session_busy",
-            Code::RequestTimeout => "request_timeout",
-            Code::SessionCorrupt => "session_corrupt",
-            Code::PayloadTooLarge => "payload_too_large",
-            Code::UnsupportedMediaType => "unsupported_media_type",
-            Code::WorkspaceUnavailable => "workspace_unavailable",
-            Code::InvalidEvals => "invalid_evals",
-            Code::NoMatchingEvals => "no_matching_evals",
-            Code::EvalRunNotFound => "eval_run_not_found",
-            Code::EvalRunActive => "eval_run_active",
-            Code::EvalRunFinished => "eval_run_finished",
-            Code::Internal => "internal",
-        }
-    }
-
-    fn status(self) -> u16 {
-        match self {
-            Code::InvalidJson
-            | Code::InvalidRequest
-            | Code::InvalidAsOf
-            | Code::InvalidContinuationToken
-            | Code::InvalidToolInput
-            | Code::ToolNotCallable
-            | Code::InvalidBody
-            | Code::InvalidQuery
-            | Code::InvalidEvals => 400,
-            Code::Unauthorized => 401,
-            Code::Forbidden | Code::ToolNotExposed | Code::ApprovalRequired => 403,
-            Code::NotFound
-            | Code::SessionNotFound
-            | Code::InvalidSessionId
-            | Code::UnknownTool
-            | Code::ApprovalNotFound
-            | Code::NoMatchingEvals
-            | Code::EvalRunNotFound => 404,
-            Code::MethodNotAllowed => 405,
-            Code::RequestTimeout => 408,
-            Code::StaleContinuationToken
-            | Code::TaskSession
-            | Code::SessionBusy
-            | Code::SessionCorrupt
-            | Code::EvalRunActive
-            | Code::EvalRunFinished => 409,
-            Code::PayloadTooLarge => 413,
-            Code::UnsupportedMediaType => 415,
-            Code::WorkspaceUnavailable | Code::Internal => 500,
-        }
-    }
-
-    fn meaning(self) -> &'static str {
-        match self {
-            Code::InvalidJson => "the body is not valid JSON",
-            Code::InvalidRequest => {
-                "a field or query parameter has the wrong type or value (a blank message, a workspace path that leaves the workspace, a template that cannot be rendered)"
-            }
-            Code::InvalidAsOf => "`asOf` is not an RFC 3339 instant with a zone",
-            Code::InvalidContinuationToken => {
-                "the token is not `<channelId>:<key>` with both parts non-empty, or came together with `sessionId`"
-            }
-            Code::InvalidToolInput => {
-                "the input fails the tool's schema; `errors` lists the violations"
-            }
-            Code::ToolNotCallable => {
-                "an agent-execution tool, which only runs as a script inside the session workspace"
-            }
-            Code::InvalidBody => "the body fails the channel route's `body_schema`; see `errors`",
-            Code::InvalidQuery => {
-                "the query parameters fail the channel route's `query_schema`; see `errors`"
-            }
-            Code::Unauthorized => "no auth policy admitted the request",
-            Code::ToolNotExposed => {
-                "a built-in tool the agent does not expose to direct callers (`[builtin_tools] direct` in agent.toml)"
-            }
-            Code::ApprovalRequired => {
-                "a `needs_approval` tool called without `\"approve\": true` (over MCP it can never be approved)"
-            }
-            Code::Forbidden => "the session belongs to another principal",
-            Code::NotFound => "no route, artifact, documentation page or resource by this name",
-            Code::SessionNotFound => "no session has this id",
-            Code::InvalidSessionId => "the id is malformed, so it names no session",
-            Code::UnknownTool => "no callable tool has this name; `available` lists those that do",
-            Code::ApprovalNotFound => "no call with this id is waiting for a decision",
-            Code::MethodNotAllowed => "the path exists, but not with this method",
-            Code::StaleContinuationToken => "the continuation token is not the current one",
-            Code::TaskSession => "task sessions take no follow-up messages",
-            Code::SessionBusy => {
-                "a session-bound write call while a turn runs, a follow-up or stop whose turn another replica did not give up in time, or a tokenless follow-up that lost a race to another replica; retry"
-            }
-            Code::RequestTimeout => {
-                "the body did not arrive in full within the body timeout of its headers (30 s by default); the connection is closed"
-            }
-            Code::SessionCorrupt => {
-                "the session's stored data (its event log or record) is damaged, for example a line of its log does not parse; no retry helps until an operator repairs or deletes the session, and other sessions are unaffected"
-            }
-            Code::PayloadTooLarge => "the body is over the server's limit (1 MiB by default)",
-            Code::UnsupportedMediaType => "the body is not sent as `application/json`",
-            Code::WorkspaceUnavailable => {
-                "the session workspace cannot be created for a session-bound write call"
-            }
-            Code::InvalidEvals => {
-                "the eval files have errors; `diagnostics` lists them with their fixes"
-            }
-            Code::NoMatchingEvals => {
-                "the selection matches no eval case, or the agent has no `evals/` folder"
-            }
-            Code::EvalRunNotFound => "no eval run in the history has this id",
-            Code::EvalRunActive => "another eval run is still running; `activeRunId` names it",
-            Code::EvalRunFinished => "the eval run already ended",
-            Code::Internal => "a failure inside the server; the details are in the server log",
-        }
-    }
 }
 
 fn schema(name: &str) -> Value {
@@ -406,7 +198,10 @@ impl Op {
         let mut by_status: BTreeMap<u16, Vec<Code>> = BTreeMap::new();
         for code in Code::ALL {
             if self.codes.contains(code) {
-                by_status.entry(code.status()).or_default().push(*code);
+                by_status
+                    .entry(code.status().as_u16())
+                    .or_default()
+                    .push(*code);
             }
         }
         for (status, codes) in by_status {
@@ -429,10 +224,10 @@ impl Op {
 fn error_response(codes: &[Code]) -> Value {
     let description = codes
         .iter()
-        .map(|c| format!("`{}`: {}", c.name(), c.meaning()))
+        .map(|c| format!("`{}`: {}", c.as_str(), c.meaning()))
         .collect::<Vec<_>>()
         .join("; ");
-    let names: Vec<&str> = codes.iter().map(|c| c.name()).collect();
+    let names: Vec<&str> = codes.iter().map(|c| c.as_str()).collect();
     let mut response = json!({
         "description": description,
         "content": {"application/json": {"schema": {
@@ -1674,7 +1469,7 @@ fn schemas() -> Value {
         json!({
             "type": "string",
             "description": "The stable code of an error.",
-            "enum": Code::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "enum": Code::ALL.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
         }),
     );
     put(
@@ -2627,7 +2422,7 @@ mod tests {
 
     #[test]
     fn codes_are_unique() {
-        let mut names: Vec<&str> = Code::ALL.iter().map(|c| c.name()).collect();
+        let mut names: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
         names.sort_unstable();
         let before = names.len();
         names.dedup();

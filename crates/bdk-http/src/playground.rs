@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 
 use crate::Agent;
 use crate::discovery::escape;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 
 /// The policy of every playground answer. `connect-src 'self'` is what
 /// keeps the app on the public API of the server that served it.
@@ -150,7 +150,7 @@ async fn asset(
     match found {
         Some((asset, etag)) => respond(&headers, asset.content_type, etag, asset.body.to_vec()),
         None => {
-            ApiError::not_found("not_found", "no playground asset by this name").into_response()
+            ApiError::new(ErrorCode::NotFound, "no playground asset by this name").into_response()
         }
     }
 }

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::Agent;
 use crate::auth::{Caller, request_host};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::{CallPath, JsonBody, QueryParams, SessionPath};
 
 /// Longest accepted caller-chosen delivery id.
@@ -74,8 +74,8 @@ fn parse_as_of(raw: &str) -> Result<DateTime<Utc>, ApiError> {
     DateTime::parse_from_rfc3339(raw)
         .map(|d| d.with_timezone(&Utc))
         .map_err(|e| {
-            ApiError::bad_request(
-                "invalid_as_of",
+            ApiError::new(
+                ErrorCode::InvalidAsOf,
                 format!(
                     "asOf must be an RFC 3339 instant with a zone, like 2026-01-15T09:00:00Z ({e})"
                 ),
@@ -86,8 +86,8 @@ fn parse_as_of(raw: &str) -> Result<DateTime<Utc>, ApiError> {
 fn check_delivery_id(id: Option<&str>) -> Result<(), ApiError> {
     match id {
         Some(d) if d.is_empty() || d.len() > MAX_DELIVERY_ID || d.chars().any(char::is_control) => {
-            Err(ApiError::bad_request(
-                "invalid_request",
+            Err(ApiError::new(
+                ErrorCode::InvalidRequest,
                 format!(
                     "deliveryId must be 1-{MAX_DELIVERY_ID} characters without control characters"
                 ),
@@ -182,8 +182,8 @@ pub(crate) async fn follow_up(
     JsonBody(body): JsonBody<FollowUpBody>,
 ) -> Result<Json<Value>, ApiError> {
     let Some(message) = body.message else {
-        return Err(ApiError::bad_request(
-            "invalid_request",
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
             "message is required",
         ));
     };
@@ -228,8 +228,8 @@ pub(crate) async fn events(
         None | Some("ndjson") => false,
         Some("json") => true,
         Some(other) => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
                 format!("format must be `json` or `ndjson`, not `{other}`"),
             ));
         }
@@ -330,8 +330,8 @@ pub(crate) async fn resolve_approval(
         Some("approve") => true,
         Some("deny") => false,
         _ => {
-            return Err(ApiError::bad_request(
-                "invalid_request",
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
                 "decision must be \"approve\" or \"deny\"",
             ));
         }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::Agent;
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::extract::{JsonBody, PathParam};
 
 /// Body of `POST /v1/tools/:name`.
@@ -86,22 +86,22 @@ pub(crate) async fn describe(
 
 fn unknown_tool(name: &str, server: &[(ToolSpec, ToolSource)]) -> ApiError {
     let available: Vec<&str> = server.iter().map(|(t, _)| t.name.as_str()).collect();
-    ApiError::not_found(
-        "unknown_tool",
+    ApiError::new(
+        ErrorCode::UnknownTool,
         format!(
             "unknown tool `{name}`; available tools: {}",
             available.join(", ")
         ),
     )
-    .with("available", json!(available))
+    .with_available(available.into_iter().map(str::to_owned).collect())
 }
 
 /// A channel continuation token: `<channelId>:<key>`, both parts non-empty.
 fn check_token(token: &str) -> Result<(), ApiError> {
     match token.split_once(':') {
         Some((channel, key)) if !channel.is_empty() && !key.is_empty() => Ok(()),
-        _ => Err(ApiError::bad_request(
-            "invalid_continuation_token",
+        _ => Err(ApiError::new(
+            ErrorCode::InvalidContinuationToken,
             "a continuation token looks like <channelId>:<key>, both parts non-empty",
         )),
     }
@@ -115,8 +115,8 @@ pub(crate) async fn call(
     JsonBody(body): JsonBody<CallBody>,
 ) -> Result<Json<Value>, ApiError> {
     if body.session_id.is_some() && body.continuation_token.is_some() {
-        return Err(ApiError::bad_request(
-            "invalid_continuation_token",
+        return Err(ApiError::new(
+            ErrorCode::InvalidContinuationToken,
             "pass sessionId or continuationToken, not both",
         ));
     }
@@ -125,7 +125,10 @@ pub(crate) async fn call(
     }
     let session_id = match &body.session_id {
         Some(raw) => Some(SessionId::parse(raw).ok_or_else(|| {
-            ApiError::not_found("session_not_found", format!("session {raw} not found"))
+            ApiError::new(
+                ErrorCode::SessionNotFound,
+                format!("session {raw} not found"),
+            )
         })?),
         None => None,
     };

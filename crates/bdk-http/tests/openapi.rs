@@ -5,8 +5,8 @@
 //! - The source of `src/` is scanned for every route registration
 //!   (`.route("<path>", get(..).post(..))`, the channel router, nests) and
 //!   the document must list exactly those paths, methods and mounts.
-//! - The error-code enum must be exactly the codes the source can produce,
-//!   each under the status the source gives it.
+//! - The error-code enum must be exactly the codes of `ErrorCode`, each
+//!   under its status.
 //! - The app is served on 127.0.0.1:0, in both layouts, and every
 //!   documented operation is requested: none may fall through to the
 //!   unknown-route 404 or the wrong-method 405, every status must be
@@ -164,19 +164,6 @@ impl Source {
             .unwrap_or_else(|| panic!("{}: no `fn {name}`", self.name));
         let open = start + self.masked[start..].find('{').unwrap();
         (open + 1, self.closing(open))
-    }
-
-    /// Every string literal in `start..end`, with its opening offset.
-    fn literals(&self, start: usize, end: usize) -> Vec<(usize, String)> {
-        let mut out = Vec::new();
-        let mut i = start;
-        while let Some(off) = self.masked[i..end].find('"') {
-            let pos = i + off;
-            let lit = self.literal_at(pos).unwrap();
-            i = pos + lit.len() + 2;
-            out.push((pos, lit));
-        }
-        out
     }
 
     fn slice(&self, (a, b): (usize, usize)) -> &str {
@@ -596,121 +583,6 @@ fn every_registered_route_is_documented_and_nothing_else() {
 // Error codes
 // ---------------------------------------------------------------------------
 
-fn status_of(name: &str) -> u16 {
-    match name {
-        "BAD_REQUEST" => 400,
-        "UNAUTHORIZED" => 401,
-        "FORBIDDEN" => 403,
-        "NOT_FOUND" => 404,
-        "METHOD_NOT_ALLOWED" => 405,
-        "REQUEST_TIMEOUT" => 408,
-        "CONFLICT" => 409,
-        "PAYLOAD_TOO_LARGE" => 413,
-        "UNSUPPORTED_MEDIA_TYPE" => 415,
-        "INTERNAL_SERVER_ERROR" => 500,
-        other => panic!("unknown status constant StatusCode::{other}"),
-    }
-}
-
-/// Every code the source can put in an error body, with its status.
-fn source_codes() -> BTreeMap<String, BTreeSet<u16>> {
-    let mut codes: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
-    let mut add = |code: String, status: u16| {
-        codes.entry(code).or_default().insert(status);
-    };
-    for src in sources() {
-        if src.name == "openapi.rs" {
-            continue;
-        }
-        // Unit tests compare codes; they produce none.
-        let cut = src.find_all("#[cfg(test)]").first().copied();
-        let live = |pos: usize| cut.is_none_or(|c| pos < c);
-        let mut sites: Vec<(usize, &str, usize)> = Vec::new();
-        for (needle, code_arg) in [
-            ("ApiError::new(", 1),
-            ("ApiError::bad_request(", 0),
-            ("ApiError::not_found(", 0),
-        ] {
-            sites.extend(
-                src.find_all(needle)
-                    .into_iter()
-                    .map(|p| (p, needle, code_arg)),
-            );
-        }
-        if src.name == "error.rs" {
-            sites.extend(
-                src.find_all("Self::new(")
-                    .into_iter()
-                    .map(|p| (p, "Self::new(", 1)),
-            );
-        }
-        for (pos, needle, code_arg) in sites {
-            if !live(pos) {
-                continue;
-            }
-            let args = src.call_args(pos, needle);
-            let Some(code) = src.literal_at(args[code_arg].0) else {
-                // Codes passed through: the helpers themselves and the
-                // mapping of core errors, both in error.rs and read below.
-                assert_eq!(
-                    src.name, "error.rs",
-                    "{}: an error code that is not a literal",
-                    src.name
-                );
-                continue;
-            };
-            let status = match needle {
-                "ApiError::bad_request(" => 400,
-                "ApiError::not_found(" => 404,
-                _ => {
-                    let s = src.slice(args[0]);
-                    status_of(s.strip_prefix("StatusCode::").unwrap_or_else(|| {
-                        panic!("{}: status `{s}` for `{code}` is not a constant", src.name)
-                    }))
-                }
-            };
-            add(code, status);
-        }
-        for pos in src.find_all("ApiError::unauthorized(") {
-            if live(pos) {
-                add("unauthorized".to_owned(), 401);
-            }
-        }
-    }
-
-    // Core errors: the arms of `impl From<HostError> for ApiError`.
-    let error = Source::read(&src_dir().join("error.rs"), "error.rs");
-    let start = error.find_all("impl From<HostError> for ApiError")[0];
-    let open = start + error.masked[start..].find('{').unwrap();
-    let end = error.closing(open);
-    let fallback = start + error.masked[start..end].find("_ =>").unwrap();
-    let mut mapped = BTreeSet::new();
-    for (pos, code) in error.literals(start, fallback) {
-        let after = &error.masked[pos..end];
-        let at = after.find("StatusCode::").unwrap() + "StatusCode::".len();
-        let name: String = after[at..]
-            .chars()
-            .take_while(|c| c.is_ascii_uppercase() || *c == '_')
-            .collect();
-        add(code.clone(), status_of(&name));
-        mapped.insert(code);
-    }
-    // Every code the core can give either has its own status or is
-    // deliberately answered as `internal`.
-    let host = Source::read(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../bdk-core/src/host.rs"),
-        "bdk-core/src/host.rs",
-    );
-    let (a, b) = host.fn_body("code");
-    for (_, code) in host.literals(a, b) {
-        assert!(
-            mapped.contains(&code) || code == "internal",
-            "the core error code `{code}` has no status in error.rs"
-        );
-    }
-    codes
-}
-
 /// Every (code, status) pair the document's error answers list.
 fn documented_codes(doc: &Value) -> BTreeMap<String, BTreeSet<u16>> {
     let mut codes: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
@@ -740,11 +612,14 @@ fn documented_codes(doc: &Value) -> BTreeMap<String, BTreeSet<u16>> {
 }
 
 #[test]
-fn error_codes_match_the_source() {
+fn error_codes_match_the_error_code_table() {
     let doc = bdk_http::openapi::document();
-    let source = source_codes();
-    assert!(source.contains_key("invalid_session_id"), "{source:?}");
-    assert!(source.contains_key("session_not_found"), "{source:?}");
+    let table: BTreeMap<String, u16> = bdk_http::ErrorCode::ALL
+        .iter()
+        .map(|c| (c.as_str().to_owned(), c.status().as_u16()))
+        .collect();
+    assert!(table.contains_key("invalid_session_id"), "{table:?}");
+    assert!(table.contains_key("session_not_found"), "{table:?}");
 
     let enum_codes: BTreeSet<String> = doc["components"]["schemas"]["ErrorCode"]["enum"]
         .as_array()
@@ -752,21 +627,18 @@ fn error_codes_match_the_source() {
         .iter()
         .map(|c| c.as_str().unwrap().to_owned())
         .collect();
-    let source_set: BTreeSet<String> = source.keys().cloned().collect();
+    let table_codes: BTreeSet<String> = table.keys().cloned().collect();
     assert_eq!(
-        enum_codes, source_set,
-        "the ErrorCode enum differs from the codes the source produces"
+        enum_codes, table_codes,
+        "the ErrorCode schema differs from the ErrorCode table"
     );
 
-    for (code, statuses) in &source {
-        assert_eq!(statuses.len(), 1, "`{code}` is sent with several statuses");
-    }
     let documented = documented_codes(&doc);
     for (code, statuses) in &documented {
         assert_eq!(
-            Some(statuses),
-            source.get(code),
-            "`{code}`: documented statuses differ from the source"
+            statuses,
+            &BTreeSet::from([table[code]]),
+            "`{code}`: documented statuses differ from the table"
         );
     }
     // Every code appears on at least one operation.
