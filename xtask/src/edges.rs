@@ -115,6 +115,12 @@ const OWNED: &[Owned] = &[
         also: &[],
         owners: &["bdk-core", "bdk-models", "bdk-mcp", "bdk-evals", "bdk-cli"],
     },
+    // The OpenAPI document is generated from bdk-http's routers.
+    Owned {
+        family: "aide",
+        also: &[],
+        owners: &["bdk-http"],
+    },
 ];
 
 impl Owned {

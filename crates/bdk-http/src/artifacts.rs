@@ -1,5 +1,5 @@
 //! Artifact routes: list (`GET /v1/artifacts`) and download
-//! (`GET /v1/artifacts/:id/content`).
+//! (`GET /v1/artifacts/{id}/content`).
 //!
 //! Ownership follows the session list: a caller sees its own artifacts, or
 //! every artifact when it sees every session. An artifact the caller may
@@ -15,24 +15,48 @@ use axum::response::{IntoResponse, Response};
 use bdk_events::SessionId;
 use bdk_events::ids::is_safe_segment;
 use bdk_store::{ArtifactFilter, ArtifactRecord, StoreError};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::Agent;
+use crate::api::True;
 use crate::auth::Caller;
+use crate::described;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::{PathParam, QueryParams};
+use crate::extract::{PathParams, QueryParams};
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;
 
 /// Query of the list route.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(inline)]
 pub(crate) struct ListQuery {
+    /// Only artifacts of this kind.
     kind: Option<String>,
+    /// Only artifacts of this session.
     session_id: Option<String>,
+    /// At most this many artifacts (1-1000, default 100).
+    #[schemars(range(min = 1, max = 1000), extend("default" = 100))]
     limit: Option<usize>,
+}
+
+/// The path of an artifact.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+pub(crate) struct ArtifactPath {
+    /// The artifact id (`art_…`).
+    id: String,
+}
+
+/// The artifacts the caller may see, newest first.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ArtifactsResponse")]
+pub(crate) struct Artifacts {
+    ok: True,
+    #[schemars(with = "Vec<described::Artifact>")]
+    artifacts: Vec<ArtifactRecord>,
 }
 
 /// `GET /v1/artifacts?kind=&sessionId=&limit=`: newest first.
@@ -40,7 +64,7 @@ pub(crate) async fn list(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
     QueryParams(query): QueryParams<ListQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Artifacts>, ApiError> {
     let limit = match query.limit {
         None => DEFAULT_LIMIT,
         Some(n) if (1..=MAX_LIMIT).contains(&n) => n,
@@ -56,7 +80,12 @@ pub(crate) async fn list(
         Some(raw) => match SessionId::parse(raw) {
             Some(id) => Some(id),
             // A malformed id matches no artifact.
-            None => return Ok(Json(json!({"ok": true, "artifacts": []}))),
+            None => {
+                return Ok(Json(Artifacts {
+                    ok: True,
+                    artifacts: Vec::new(),
+                }));
+            }
         },
     };
     let filter = ArtifactFilter {
@@ -71,7 +100,10 @@ pub(crate) async fn list(
         .artifact_list(&filter)
         .await
         .map_err(store_error)?;
-    Ok(Json(json!({"ok": true, "artifacts": artifacts})))
+    Ok(Json(Artifacts {
+        ok: True,
+        artifacts,
+    }))
 }
 
 fn store_error(e: StoreError) -> ApiError {
@@ -89,11 +121,11 @@ fn visible(record: &ArtifactRecord, caller: &Caller) -> bool {
     caller.sees_all || record.principal.as_deref() == Some(caller.principal.as_str())
 }
 
-/// `GET /v1/artifacts/:id/content`: the bytes, as an attachment.
+/// `GET /v1/artifacts/{id}/content`: the bytes, as an attachment.
 pub(crate) async fn content(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
-    PathParam(id): PathParam,
+    PathParams(ArtifactPath { id }): PathParams<ArtifactPath>,
 ) -> Result<Response, ApiError> {
     if !is_safe_segment(&id) {
         return Err(not_found());

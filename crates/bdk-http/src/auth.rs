@@ -30,6 +30,18 @@ pub(crate) enum Policy {
     Anonymous,
 }
 
+/// The name of an auth policy, as `/v1/meta` reports it.
+#[derive(Clone, Copy, Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) enum PolicyName {
+    /// Loopback clients only (the default).
+    LocalDevStrict,
+    /// `--bearer-token`.
+    Bearer,
+    /// `--allow-anonymous`.
+    Anonymous,
+}
+
 impl Policy {
     pub(crate) fn new(auth: &Auth) -> Self {
         match auth {
@@ -45,11 +57,11 @@ impl Policy {
     }
 
     /// The policy's name as `/v1/meta` reports it.
-    pub(crate) fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> PolicyName {
         match self {
-            Policy::LocalDevStrict => "localDevStrict",
-            Policy::Bearer(_) => "bearer",
-            Policy::Anonymous => "anonymous",
+            Policy::LocalDevStrict => PolicyName::LocalDevStrict,
+            Policy::Bearer(_) => PolicyName::Bearer,
+            Policy::Anonymous => PolicyName::Anonymous,
         }
     }
 
@@ -75,6 +87,10 @@ pub(crate) struct Caller {
     /// auth), not only its own.
     pub(crate) sees_all: bool,
 }
+
+/// The caller adds nothing to an operation's description: the auth chain
+/// around the protected routes answers `401` (see `api::protected`).
+impl aide::OperationInput for Caller {}
 
 impl Caller {
     /// The principal to check reads against: `None` (see everything) for a

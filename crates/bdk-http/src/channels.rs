@@ -24,6 +24,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use aide::axum::ApiRouter;
+use aide::axum::routing::ApiMethodDocs;
+use aide::openapi::{Operation, SecurityRequirement};
+use aide::transform::TransformOperation;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -35,11 +39,14 @@ use bdk_core::host::{FollowUp, Host, HostError, StartSession};
 use bdk_core::project::ChannelManifest;
 use bdk_events::ids::new_id;
 use bdk_events::{Admission, DeliveryId, SessionId, SessionMode, TurnId};
-use serde::Serialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
+use crate::api::{Describe, True, schema_of};
+use crate::described;
 use crate::error::{ApiError, ErrorCode};
 
 mod config;
@@ -122,18 +129,21 @@ pub struct Receive {
 }
 
 /// How a message was accepted.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Accepted {
     /// The session.
+    #[schemars(with = "described::SessionId")]
     pub session_id: SessionId,
-    /// Its continuation token, `<channel>:<key>`.
+    /// Its continuation token, `<channel>:<key>`; channel tokens never
+    /// rotate.
     pub continuation_token: String,
     /// The message's delivery id.
     pub delivery_id: String,
     /// The turn the message started; `None` when it was queued behind a
     /// running turn (coalesce).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<described::TurnId>")]
     pub turn_id: Option<TurnId>,
     /// True when this message created the session.
     pub created: bool,
@@ -433,19 +443,133 @@ impl RouteState {
     }
 }
 
-/// The `202` body.
-#[derive(Serialize)]
+/// The `202` body: the message was accepted.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ChannelAccepted")]
 struct Reply {
-    ok: bool,
+    ok: True,
     #[serde(flatten)]
     accepted: Accepted,
 }
 
 async fn handle(state: &RouteState, req: Request) -> Response {
     match accept(state, req).await {
-        Ok(accepted) => (StatusCode::ACCEPTED, Json(Reply { ok: true, accepted })).into_response(),
+        Ok(accepted) => (StatusCode::ACCEPTED, Json(Reply { ok: True, accepted })).into_response(),
         Err(e) => e.into_response(),
     }
+}
+
+/// The path of a channel's own URL.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+#[expect(
+    dead_code,
+    reason = "describes the generic channel path; the router has the real ones"
+)]
+struct ChannelPath {
+    /// The channel: the file name of `agent/channels/<channel>.toml`.
+    #[schemars(regex(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]*$"))]
+    channel: String,
+}
+
+/// The path of a route below a channel's URL.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+#[expect(
+    dead_code,
+    reason = "describes the generic channel path; the router has the real ones"
+)]
+struct ChannelRoutePath {
+    /// The channel: the file name of `agent/channels/<channel>.toml`.
+    #[schemars(regex(pattern = "^[A-Za-z0-9][A-Za-z0-9_-]*$"))]
+    channel: String,
+    /// The route's `path` from the manifest, without its leading `/`. It
+    /// may span several segments (`task/{id}`), despite the single-segment
+    /// template.
+    path: String,
+}
+
+/// The channel routes for the OpenAPI document: they depend on the agent's
+/// manifests, so they are described generically, as
+/// `/v1/channels/{channel}` and `/v1/channels/{channel}/{path}` with every
+/// method a route may declare (`/v1/info` lists an agent's real ones).
+pub(crate) fn documented<S: Clone + Send + Sync + 'static>() -> ApiRouter<S> {
+    let mut router = ApiRouter::new();
+    for method in config::METHODS {
+        let lower = method.as_str().to_ascii_lowercase();
+        let Some(name) = ["get", "post", "put", "patch", "delete"]
+            .into_iter()
+            .find(|m| *m == lower)
+        else {
+            continue;
+        };
+        router = router
+            .api_route_docs(
+                "/v1/channels/{channel}",
+                ApiMethodDocs::new(name, operation(name, false)),
+            )
+            .api_route_docs(
+                "/v1/channels/{channel}/{path}",
+                ApiMethodDocs::new(name, operation(name, true)),
+            );
+    }
+    router
+}
+
+/// One generic channel operation.
+fn operation(method: &str, below: bool) -> Operation {
+    let upper = method.to_ascii_uppercase();
+    let suffix = if below { "Route" } else { "Root" };
+    let mut op = Operation::default();
+    let t = TransformOperation::new(&mut op).doc(
+        &format!("{method}Channel{suffix}"),
+        "channels",
+        &format!("A channel route declared with `method = \"{upper}\"`"),
+        "Turns the request into a message for a session: authenticate (the server's policy, the route's own bearer token, or an HMAC signature of the raw body), validate the body and query against the route's schemas, render the message, continuation key and delivery id from the route's templates, then continue the session whose token is `<channel>:<key>` or start one. The turn runs in the background. Only the methods and paths the agent's channel manifests declare exist; the others answer `404 not_found` or `405 method_not_allowed`.",
+    );
+    let t = if below {
+        t.input::<crate::extract::PathParams<ChannelRoutePath>>()
+    } else {
+        t.input::<crate::extract::PathParams<ChannelPath>>()
+    };
+    let accepted = schema_of::<Reply>();
+    let _ = t
+        .raw_response(
+            202,
+            json!({
+                "description": "The message was accepted.",
+                "content": {"application/json": {"schema": accepted}},
+            }),
+        )
+        .errors(&[
+            ErrorCode::InvalidJson,
+            ErrorCode::InvalidBody,
+            ErrorCode::InvalidQuery,
+            ErrorCode::InvalidRequest,
+            ErrorCode::Unauthorized,
+            ErrorCode::Forbidden,
+            ErrorCode::SessionNotFound,
+            ErrorCode::SessionCorrupt,
+            ErrorCode::MethodNotAllowed,
+            ErrorCode::TaskSession,
+            ErrorCode::RequestTimeout,
+            ErrorCode::PayloadTooLarge,
+            ErrorCode::UnsupportedMediaType,
+        ]);
+    if method != "get" && method != "delete" {
+        op.request_body = serde_json::from_value(json!({
+            "required": false,
+            "description": "Any JSON value, checked against the route's `body_schema` when it has one. An empty body reads as `null`.",
+            "content": {"application/json": {"schema": {}}},
+        }))
+        .ok();
+    }
+    op.security = ["bearerAuth", "channelBearer", "channelSignature"]
+        .into_iter()
+        .map(|scheme| SecurityRequirement::from_iter([(scheme.to_owned(), Vec::new())]))
+        .chain([SecurityRequirement::new()])
+        .collect();
+    op
 }
 
 /// The request pipeline: auth, body, schemas, templates, then the session.

@@ -1,4 +1,4 @@
-//! `GET /v1/session/:id/cost`: per-turn token usage and an estimated cost,
+//! `GET /v1/session/{sessionId}/cost`: per-turn token usage and an estimated cost,
 //! folded from the session's `turn.completed` and `turn.failed` events.
 //!
 //! The folding and the prices live in the core
@@ -12,28 +12,47 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use bdk_models::prices::session_cost;
-use serde_json::{Value, json};
+use bdk_models::prices::{CostTotals, TurnCost, session_cost};
+use bdk_events::SessionId;
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use crate::Agent;
+use crate::api::True;
 use crate::auth::Caller;
+use crate::described;
 use crate::error::ApiError;
 use crate::extract::SessionPath;
+
+/// A session's token usage and estimated cost: one entry per ended turn,
+/// and the totals.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "CostResponse")]
+pub(crate) struct Cost {
+    ok: True,
+    #[schemars(with = "described::SessionId")]
+    session_id: SessionId,
+    #[schemars(with = "Vec<described::CostTurn>")]
+    turns: Vec<TurnCost>,
+    #[schemars(with = "described::CostTotals")]
+    totals: CostTotals,
+}
 
 /// The handler.
 pub(crate) async fn cost(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
     SessionPath(id): SessionPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Cost>, ApiError> {
     let events = agent.host.events(&id, 0, caller.read_scope()).await?;
     let report = session_cost(&events, agent.host.prices());
-    Ok(Json(json!({
-        "ok": true,
-        "sessionId": id,
-        "turns": report.turns,
-        "totals": report.totals,
-    })))
+    Ok(Json(Cost {
+        ok: True,
+        session_id: id,
+        turns: report.turns,
+        totals: report.totals,
+    }))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Schedules in the HTTP app: the dev routes (`GET /v1/dev/schedules`, each
 //! schedule's next fire, last run and skipped fires; `POST
-//! /v1/dev/schedules/:id`, a dispatch by hand) and the production cadence
+//! /v1/dev/schedules/{id}`, a dispatch by hand) and the production cadence
 //! task.
 //!
 //! Both go through one [`Dispatcher`] per agent, whose channel hand-off is
@@ -14,15 +14,55 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use bdk_core::host::Host;
-use bdk_scheduler::{Clock, Dispatcher, Handoff, HandoffFn, ScheduleError, Scheduler};
-use serde_json::{Value, json};
+use bdk_events::SessionId;
+use bdk_scheduler::{
+    Clock, Dispatcher, Handoff, HandoffFn, ScheduleError, ScheduleStatus, Scheduler, ToolRun,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::Agent;
+use crate::api::True;
 use crate::auth::Caller;
 use crate::channels::{Channels, Receive};
+use crate::described;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::PathParam;
+use crate::extract::PathParams;
+
+/// The path of a schedule.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+pub(crate) struct SchedulePath {
+    /// The schedule name (its path under `agent/schedules/` without the
+    /// extension).
+    id: String,
+}
+
+/// Every discovered schedule and its state.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ScheduleList")]
+pub(crate) struct Schedules {
+    ok: True,
+    #[schemars(with = "Vec<described::ScheduleStatus>")]
+    schedules: Vec<ScheduleStatus>,
+}
+
+/// The sessions a fire by hand started or continued.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "ScheduleDispatched")]
+pub(crate) struct Dispatched {
+    ok: True,
+    /// The schedule name.
+    schedule_id: String,
+    #[schemars(with = "Vec<described::SessionId>")]
+    session_ids: Vec<SessionId>,
+    /// A tool schedule's call, error results included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<described::ScheduleToolCall>")]
+    tool_call: Option<ToolRun>,
+}
 
 /// The dispatcher of one agent, handing TOML schedules to `channels` when
 /// the agent serves any.
@@ -99,7 +139,7 @@ fn dev_only(agent: &Agent) -> Result<(), ApiError> {
 pub(crate) async fn list_schedules(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Schedules>, ApiError> {
     dev_only(&agent)?;
     let now = agent
         .shared
@@ -110,31 +150,28 @@ pub(crate) async fn list_schedules(
         bdk_scheduler::schedule_status(agent.host.store(), &agent.host.project().schedules, now)
             .await
             .map_err(|e| ApiError::internal(&e))?;
-    Ok(Json(json!({"ok": true, "schedules": schedules})))
+    Ok(Json(Schedules {
+        ok: True,
+        schedules,
+    }))
 }
 
-/// `POST /v1/dev/schedules/:id`: fires one schedule now, exactly once,
+/// `POST /v1/dev/schedules/{id}`: fires one schedule now, exactly once,
 /// through the production path. 404 for an unknown schedule, and for every
 /// request when the server does not run with `--dev`.
 pub(crate) async fn dispatch_schedule(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
-    PathParam(id): PathParam,
-) -> Result<Json<Value>, ApiError> {
+    PathParams(SchedulePath { id }): PathParams<SchedulePath>,
+) -> Result<Json<Dispatched>, ApiError> {
     dev_only(&agent)?;
     match agent.schedules.dispatch_schedule(&id).await {
-        Ok(done) => {
-            let mut body = json!({
-                "ok": true,
-                "scheduleId": done.schedule_id,
-                "sessionIds": done.session_ids,
-            });
-            // A tool schedule answers with its call, error results included.
-            if let Some(call) = done.tool_call {
-                body["toolCall"] = json!(call);
-            }
-            Ok(Json(body))
-        }
+        Ok(done) => Ok(Json(Dispatched {
+            ok: True,
+            schedule_id: done.schedule_id,
+            session_ids: done.session_ids,
+            tool_call: done.tool_call,
+        })),
         Err(ScheduleError::Unknown(_)) => Err(ApiError::new(
             ErrorCode::NotFound,
             format!("no schedule named `{id}`"),

@@ -1,5 +1,5 @@
 //! The reminder dev routes: `GET /v1/dev/reminders` lists every reminder of
-//! the agent and `POST /v1/dev/reminders/:id` fires one now through the same
+//! the agent and `POST /v1/dev/reminders/{id}` fires one now through the same
 //! delivery path as its timer. Like the other dev routes they only answer
 //! under `--dev`; otherwise they answer 404 like routes that do not exist.
 
@@ -7,13 +7,49 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use bdk_core::reminders::ReminderError;
-use serde_json::{Value, json};
+use bdk_core::reminders::{Reminder, ReminderError};
+use bdk_events::TurnId;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use crate::Agent;
+use crate::api::True;
 use crate::auth::Caller;
+use crate::described;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::PathParam;
+use crate::extract::PathParams;
+
+/// The path of a reminder.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+pub(crate) struct ReminderPath {
+    /// The reminder id (`rem_...`).
+    id: String,
+}
+
+/// Every reminder of the agent.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ReminderList")]
+pub(crate) struct Reminders {
+    ok: True,
+    #[schemars(with = "Vec<described::Reminder>")]
+    reminders: Vec<Reminder>,
+}
+
+/// The reminder after a fire by hand.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "ReminderFired")]
+pub(crate) struct Fired {
+    ok: True,
+    #[schemars(with = "described::Reminder")]
+    reminder: Reminder,
+    #[schemars(with = "described::FireResult")]
+    result: String,
+    /// The turn the fire started; null when it started none.
+    #[schemars(with = "Option<described::TurnId>")]
+    turn_id: Option<TurnId>,
+}
 
 fn dev_only(agent: &Agent) -> Result<(), ApiError> {
     if agent.shared.dev {
@@ -30,27 +66,30 @@ fn dev_only(agent: &Agent) -> Result<(), ApiError> {
 pub(crate) async fn list(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Reminders>, ApiError> {
     dev_only(&agent)?;
     let reminders = agent.host.list_reminders(None);
-    Ok(Json(json!({"ok": true, "reminders": reminders})))
+    Ok(Json(Reminders {
+        ok: True,
+        reminders,
+    }))
 }
 
-/// `POST /v1/dev/reminders/:id`: fires an armed reminder once, now. A
+/// `POST /v1/dev/reminders/{id}`: fires an armed reminder once, now. A
 /// recurring reminder keeps its next scheduled fire; a one-shot completes.
 pub(crate) async fn fire(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
-    PathParam(id): PathParam,
-) -> Result<Json<Value>, ApiError> {
+    PathParams(ReminderPath { id }): PathParams<ReminderPath>,
+) -> Result<Json<Fired>, ApiError> {
     dev_only(&agent)?;
     match agent.host.dispatch_reminder(&id).await {
-        Ok(out) => Ok(Json(json!({
-            "ok": true,
-            "reminder": out.reminder,
-            "result": out.result,
-            "turnId": out.turn_id,
-        }))),
+        Ok(out) => Ok(Json(Fired {
+            ok: True,
+            reminder: out.reminder,
+            result: out.result,
+            turn_id: out.turn_id,
+        })),
         Err(ReminderError::NotFound(_)) => Err(ApiError::new(
             ErrorCode::NotFound,
             format!("no reminder with id `{id}`"),

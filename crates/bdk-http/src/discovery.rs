@@ -4,17 +4,23 @@
 
 use std::sync::Arc;
 
+use aide::axum::ApiRouter;
+use aide::axum::routing::get_with;
+use axum::Json;
 use axum::extract::State;
 use axum::response::Html;
-use axum::routing::get;
-use axum::{Json, Router};
+use bdk_core::host::MemoryStats;
 use bdk_core::project::info::{add_tools, surface};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::auth::Caller;
+use crate::api::{Describe, True, open};
+use crate::auth::{Caller, PolicyName};
+use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::QueryParams;
+use crate::logs::LogLine;
 use crate::{Agent, Mount, Shared};
 
 /// Lines one `/v1/logs` poll returns when the caller names no limit.
@@ -22,56 +28,114 @@ const DEFAULT_LOG_LIMIT: usize = 200;
 /// The most lines one poll may ask for.
 const MAX_LOG_LIMIT: usize = 1000;
 
+/// The server is up.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "Health")]
+pub(crate) struct Health {
+    ok: True,
+}
+
 /// `GET /v1/health`: liveness, no auth.
-pub(crate) async fn health() -> Json<Value> {
-    Json(json!({"ok": true}))
+pub(crate) async fn health() -> Json<Health> {
+    Json(Health { ok: True })
+}
+
+/// What a browser client reads before its first call: the agent's name,
+/// base path, auth policy and server settings.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Meta {
+    ok: True,
+    /// The agent's name.
+    agent: String,
+    /// Null in single mode.
+    slug: Option<String>,
+    /// From `agent.toml`.
+    description: Option<String>,
+    /// The server runs with `--dev`.
+    dev: bool,
+    /// `/<slug>`, or empty in single mode.
+    base_path: String,
+    auth: PolicyName,
+    /// The playground is mounted.
+    playground: bool,
+    /// The server's version.
+    version: &'static str,
 }
 
 /// `GET /v1/meta`: what a browser client needs before its first call, no auth.
-pub(crate) async fn meta(State(agent): State<Arc<Agent>>) -> Json<Value> {
+pub(crate) async fn meta(State(agent): State<Arc<Agent>>) -> Json<Meta> {
     let project = agent.host.project();
-    Json(json!({
-        "ok": true,
-        "agent": project.name,
-        "slug": agent.slug,
-        "description": project.config.description,
-        "dev": agent.shared.dev,
-        "basePath": agent.prefix,
-        "auth": agent.shared.auth.name(),
-        "playground": agent.shared.playground,
-        "version": env!("CARGO_PKG_VERSION"),
-    }))
+    Json(Meta {
+        ok: True,
+        agent: project.name.clone(),
+        slug: agent.slug.clone(),
+        description: project.config.description.clone(),
+        dev: agent.shared.dev,
+        base_path: agent.prefix.clone(),
+        auth: agent.shared.auth.name(),
+        playground: agent.shared.playground,
+        version: env!("CARGO_PKG_VERSION"),
+    })
 }
+
+/// The agent's surface: the JSON `bdk info --json` prints (it has no `ok`
+/// field), which the core builds.
+#[derive(Serialize, JsonSchema)]
+#[serde(transparent)]
+#[schemars(inline)]
+pub(crate) struct Info(#[schemars(with = "described::Info")] Value);
 
 /// `GET /v1/info`: the project surface, the same JSON as `bdk info --json`,
 /// with the host's advertised MCP tools and native tools beside the
 /// manifest tools.
-pub(crate) async fn info(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
+pub(crate) async fn info(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Info> {
     let project = agent.host.project();
     let mut surface = surface(project, &agent.diagnostics);
     add_tools(&mut surface, project, &agent.host.tool_sources());
     surface["connectionErrors"] = json!(agent.host.connection_errors());
-    Json(surface)
+    Json(Info(surface))
+}
+
+/// What the agent holds in memory for sessions.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "MemoryResponse")]
+pub(crate) struct Memory {
+    ok: True,
+    #[serde(flatten)]
+    #[schemars(with = "described::MemoryStats")]
+    stats: MemoryStats,
 }
 
 /// `GET /v1/memory`: what the agent's host holds in memory for sessions
 /// (see [`bdk_core::host::MemoryStats`]).
-pub(crate) async fn memory(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
-    let mut out = json!({"ok": true});
-    if let (Value::Object(out), Ok(Value::Object(stats))) =
-        (&mut out, serde_json::to_value(agent.host.memory()))
-    {
-        out.extend(stats);
-    }
-    Json(out)
+pub(crate) async fn memory(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Memory> {
+    Json(Memory {
+        ok: True,
+        stats: agent.host.memory(),
+    })
 }
 
 /// Query of `/v1/logs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(inline)]
 pub(crate) struct LogsQuery {
+    /// Only lines with a greater cursor.
     #[serde(default)]
     after: u64,
+    /// At most this many lines (1-1000, default 200).
+    #[schemars(range(min = 1, max = 1000), extend("default" = 200))]
     limit: Option<usize>,
+}
+
+/// Recent server log lines.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "LogsResponse")]
+pub(crate) struct Logs {
+    ok: True,
+    lines: Vec<LogLine>,
+    /// Pass it as `after` to poll for newer lines.
+    next: u64,
 }
 
 /// `GET /v1/logs?after=N&limit=M`: recent server log lines and the next cursor.
@@ -79,7 +143,7 @@ pub(crate) async fn logs(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
     QueryParams(query): QueryParams<LogsQuery>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Logs>, ApiError> {
     let limit = match query.limit {
         None => DEFAULT_LOG_LIMIT,
         Some(n) if (1..=MAX_LOG_LIMIT).contains(&n) => n,
@@ -91,7 +155,11 @@ pub(crate) async fn logs(
         }
     };
     let (lines, next) = agent.shared.logs.after(query.after, limit);
-    Ok(Json(json!({"ok": true, "lines": lines, "next": next})))
+    Ok(Json(Logs {
+        ok: True,
+        lines,
+        next,
+    }))
 }
 
 /// One agent in the host index.
@@ -114,44 +182,92 @@ impl IndexEntry {
         }
     }
 
-    fn json(&self, playground: bool) -> Value {
-        let mut v = json!({
-            "slug": self.slug,
-            "name": self.name,
-            "description": self.description,
-            "model": self.model,
-            "basePath": format!("/{}", self.slug),
-        });
-        if playground {
-            v["playgroundPath"] = json!(format!("/{}/playground", self.slug));
+    fn view(&self, playground: bool) -> AgentEntry {
+        AgentEntry {
+            slug: self.slug.clone(),
+            name: self.name.clone(),
+            description: self.description.clone(),
+            model: self.model.clone(),
+            base_path: format!("/{}", self.slug),
+            playground_path: playground.then(|| format!("/{}/playground", self.slug)),
         }
-        v
     }
 }
 
-struct HostIndex {
+/// One agent of the server.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AgentEntry {
+    slug: String,
+    name: String,
+    /// From `agent.toml`.
+    description: Option<String>,
+    /// From `agent.toml`.
+    model: Option<String>,
+    /// `/<slug>`.
+    base_path: String,
+    /// When the playground is mounted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    playground_path: Option<String>,
+}
+
+/// The agents this server hosts.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "AgentsResponse")]
+pub(crate) struct Agents {
+    ok: True,
+    agents: Vec<AgentEntry>,
+}
+
+/// The state of the host routes.
+pub(crate) struct HostIndex {
     agents: Vec<IndexEntry>,
     shared: Arc<Shared>,
 }
 
-/// The root routes of a multi-agent app. None of them runs auth: they only
-/// say which agents exist.
-pub(crate) fn host_routes(agents: Vec<IndexEntry>, shared: Arc<Shared>) -> Router {
-    let state = Arc::new(HostIndex { agents, shared });
-    Router::new()
-        .route("/", get(index_html))
-        .route("/v1/agents", get(agents_json))
-        .route("/v1/health", get(health))
-        .with_state(state)
+/// The root routes of a multi-agent app, described. None of them runs
+/// auth: they only say which agents exist.
+pub(crate) fn host_api() -> ApiRouter<Arc<HostIndex>> {
+    let routes = ApiRouter::new()
+        .api_route(
+            "/",
+            get_with(index_html, |op| {
+                op.doc(
+                    "getIndex",
+                    "host",
+                    "The agents, as a web page",
+                    "An HTML list of the agents this server hosts (multi-agent layout only).",
+                )
+            }),
+        )
+        .api_route(
+            "/v1/agents",
+            get_with(agents_json, |op| {
+                op.doc(
+                    "listAgents",
+                    "host",
+                    "The agents, as JSON",
+                    "The agents this server hosts (multi-agent layout only).",
+                )
+            }),
+        )
+        .api_route("/v1/health", get_with(health, crate::routes::health_doc));
+    open(routes)
 }
 
-async fn agents_json(State(index): State<Arc<HostIndex>>) -> Json<Value> {
-    let agents: Vec<Value> = index
+/// The root routes of a multi-agent app, serving `agents`.
+pub(crate) fn host_routes(agents: Vec<IndexEntry>, shared: Arc<Shared>) -> axum::Router {
+    let state = Arc::new(HostIndex { agents, shared });
+    axum::Router::from(host_api()).with_state(state)
+}
+
+async fn agents_json(State(index): State<Arc<HostIndex>>) -> Json<Agents> {
+    let agents = index
         .agents
         .iter()
-        .map(|a| a.json(index.shared.playground))
+        .map(|a| a.view(index.shared.playground))
         .collect();
-    Json(json!({"ok": true, "agents": agents}))
+    Json(Agents { ok: True, agents })
 }
 
 async fn index_html(State(index): State<Arc<HostIndex>>) -> Html<String> {

@@ -10,27 +10,98 @@
 //! place in the repository and points it at the served copy. Headings get
 //! the ids GitHub gives them, so `page.md#section` links land too.
 
-use axum::Router;
+use aide::axum::ApiRouter;
+use aide::axum::routing::get_with;
 use axum::extract::Path;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use axum::routing::get;
 use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd, html};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
 
+use crate::api::{Describe, open};
 use crate::discovery::escape;
 use crate::error::{ApiError, ErrorCode};
 
 include!(concat!(env!("OUT_DIR"), "/docs_pages.rs"));
 
-/// The docs routes.
-pub(crate) fn routes() -> Router {
-    Router::new()
-        .route("/docs", get(|| async { Redirect::permanent("/docs/") }))
-        .route("/docs/", get(|| async { page("README.md") }))
-        .route("/docs/{*path}", get(by_path))
+/// The path of a page.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+struct PagePath {
+    /// The page, for example `http-api` or `http-api.md`; it may span
+    /// several segments.
+    path: String,
 }
 
-async fn by_path(path: Result<Path<String>, axum::extract::rejection::PathRejection>) -> Response {
-    let Ok(Path(path)) = path else {
+fn html_doc(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": {"text/html": {"schema": {"type": "string"}}},
+    })
+}
+
+/// The docs routes. None runs auth.
+pub(crate) fn routes() -> ApiRouter {
+    let routes = ApiRouter::new()
+        .api_route(
+            "/docs",
+            get_with(redirect, |op| {
+                op.doc(
+                    "docsRedirect",
+                    "docs",
+                    "The documentation",
+                    "Redirects to `/docs/`. Absent with `--no-docs`.",
+                )
+                .raw_response(
+                    308,
+                    json!({
+                        "description": "A permanent redirect.",
+                        "headers": {"Location": {"schema": {"type": "string", "const": "/docs/"}}},
+                    }),
+                )
+            }),
+        )
+        .api_route(
+            "/docs/",
+            get_with(index, |op| {
+                op.doc(
+                    "docsIndex",
+                    "docs",
+                    "The documentation index",
+                    "The documentation's index page, rendered from Markdown. Absent with `--no-docs`.",
+                )
+                .raw_response(200, html_doc("The index page."))
+            }),
+        )
+        .api_route(
+            "/docs/{*path}",
+            get_with(by_path, |op| {
+                op.doc(
+                    "docsPage",
+                    "docs",
+                    "One documentation page",
+                    "A page of the documentation, named with or without `.md`, rendered from Markdown. Absent with `--no-docs`.",
+                )
+                .raw_response(200, html_doc("The page."))
+                .errors(&[ErrorCode::NotFound])
+            }),
+        );
+    open(routes)
+}
+
+async fn redirect() -> Redirect {
+    Redirect::permanent("/docs/")
+}
+
+async fn index() -> Response {
+    page("README.md")
+}
+
+async fn by_path(
+    path: Result<Path<PagePath>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    let Ok(Path(PagePath { path })) = path else {
         return missing().into_response();
     };
     let candidates = if path.ends_with('/') {

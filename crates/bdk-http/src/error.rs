@@ -8,13 +8,18 @@
 //! details go to the log.
 
 use std::any::Any;
+use std::borrow::Cow;
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bdk_core::Diagnostic;
 use bdk_core::host::HostError;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Serialize;
+
+use crate::api::False;
+use crate::described;
 
 /// Declares [`ErrorCode`]: per code its variant, wire string, HTTP status
 /// and one-line meaning, written once.
@@ -108,6 +113,21 @@ impl Serialize for ErrorCode {
     }
 }
 
+impl JsonSchema for ErrorCode {
+    fn schema_name() -> Cow<'static, str> {
+        "ErrorCode".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        json_schema!({
+            "type": "string",
+            "description": "The stable code of an error.",
+            "enum": codes,
+        })
+    }
+}
+
 /// An error response.
 #[derive(Debug)]
 pub(crate) struct ApiError {
@@ -121,7 +141,7 @@ pub(crate) struct ApiError {
 }
 
 /// The fields a few codes add beside `ok`, `error` and `message`.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ErrorExtra {
     /// With `unknown_tool`: the tools that can be called.
@@ -133,6 +153,7 @@ pub(crate) struct ErrorExtra {
     pub(crate) errors: Option<Vec<String>>,
     /// With `invalid_evals`: the problems of the eval files.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<Vec<described::Diagnostic>>")]
     pub(crate) diagnostics: Option<Vec<Diagnostic>>,
     /// With `eval_run_active`: the run in progress.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -140,10 +161,12 @@ pub(crate) struct ErrorExtra {
 }
 
 /// The body of every error answer.
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    ok: bool,
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "Error")]
+pub(crate) struct ErrorBody<'a> {
+    ok: False,
     error: ErrorCode,
+    /// For people; may change between versions.
     message: &'a str,
     #[serde(flatten)]
     extra: Option<&'a ErrorExtra>,
@@ -245,7 +268,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let body = ErrorBody {
-            ok: false,
+            ok: False,
             error: self.code,
             message: &self.message,
             extra: self.extra.as_deref(),

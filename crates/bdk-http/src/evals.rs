@@ -21,25 +21,96 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use bdk_core::Severity;
 use bdk_core::host::Host;
+use bdk_core::{Diagnostic, Severity};
 use bdk_evals::history::{CancelError, RunHistory};
 use bdk_evals::runner::{
-    self, CaseResult, IterationResult, Progress, RunOptions, RunStatus, Runner,
+    self, CaseResult, IterationResult, Progress, RunOptions, RunResult, RunStatus, Runner,
 };
 use bdk_evals::target::HostTarget;
 use bdk_evals::{EvalConfig, Suite};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::{Mutex, OnceCell, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::Agent;
+use crate::api::{Accepted, True};
 use crate::auth::Caller;
+use crate::described;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::{JsonBody, PathParam};
+use crate::extract::{JsonBody, PathParams};
+
+/// The cases discovered under `evals/` and the eval config.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "EvalList")]
+pub(crate) struct EvalList {
+    ok: True,
+    #[schemars(with = "Vec<described::EvalCase>")]
+    evals: Vec<Value>,
+    config: ConfigView,
+    #[schemars(with = "Vec<described::Diagnostic>")]
+    diagnostics: Vec<Diagnostic>,
+}
+
+/// The eval config in force.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "EvalConfig")]
+pub(crate) struct ConfigView {
+    #[schemars(range(min = 1, max = 200))]
+    max_concurrency: u32,
+    timeout_ms: Option<u64>,
+    /// The judge model, when the suite has one.
+    judge: Option<String>,
+    #[schemars(range(min = 1))]
+    max_playground_runs: u32,
+    persist_runs: bool,
+    /// Whether this server keeps runs in its store.
+    durable_runs: bool,
+}
+
+/// Recent eval runs, newest first.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "EvalRunList")]
+pub(crate) struct RunList {
+    ok: True,
+    #[schemars(with = "Vec<described::EvalRun>")]
+    runs: Vec<RunResult>,
+    /// The run in progress, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active_run_id: Option<String>,
+}
+
+/// The run started; poll it by id.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "EvalRunStarted")]
+pub(crate) struct RunStarted {
+    ok: True,
+    run_id: String,
+    #[schemars(with = "described::EvalRun")]
+    run: RunResult,
+}
+
+/// One eval run.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "EvalRunView")]
+pub(crate) struct RunView {
+    ok: True,
+    #[schemars(with = "described::EvalRun")]
+    run: RunResult,
+}
+
+/// The path of an eval run.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+pub(crate) struct RunPath {
+    /// The run id (`evr_...`).
+    id: String,
+}
 
 /// Most entries accepted in `filterIds` or `tags`.
 const MAX_SELECTORS: usize = 500;
@@ -97,16 +168,16 @@ impl Evals {
     }
 }
 
-fn config_json(config: Option<&EvalConfig>, durable: bool) -> Value {
+fn config_view(config: Option<&EvalConfig>, durable: bool) -> ConfigView {
     let c = config.cloned().unwrap_or_default();
-    json!({
-        "maxConcurrency": c.max_concurrency,
-        "timeoutMs": c.timeout_ms,
-        "judge": c.judge.map(|j| j.model),
-        "maxPlaygroundRuns": c.max_playground_runs,
-        "persistRuns": c.persist_runs,
-        "durableRuns": durable,
-    })
+    ConfigView {
+        max_concurrency: c.max_concurrency,
+        timeout_ms: c.timeout_ms,
+        judge: c.judge.map(|j| j.model),
+        max_playground_runs: c.max_playground_runs,
+        persist_runs: c.persist_runs,
+        durable_runs: durable,
+    }
 }
 
 fn suite_of(loaded: bdk_evals::spec::Loaded) -> Result<Option<Suite>, ApiError> {
@@ -132,28 +203,28 @@ fn suite_of(loaded: bdk_evals::spec::Loaded) -> Result<Option<Suite>, ApiError> 
 pub(crate) async fn list(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EvalList>, ApiError> {
     let loaded = agent.evals.load().await?;
     let config = loaded.suite.as_ref().map(|s| s.config.clone());
     let history = agent.evals.history(config.as_ref()).await;
-    let evals: Vec<Value> = loaded
+    let evals = loaded
         .suite
         .as_ref()
         .map(|s| s.cases.iter().map(bdk_evals::CaseSpec::listing).collect())
         .unwrap_or_default();
-    Ok(Json(json!({
-        "ok": true,
-        "evals": evals,
-        "config": config_json(config.as_ref(), history.durable()),
-        "diagnostics": loaded.diagnostics,
-    })))
+    Ok(Json(EvalList {
+        ok: True,
+        evals,
+        config: config_view(config.as_ref(), history.durable()),
+        diagnostics: loaded.diagnostics,
+    }))
 }
 
 /// `GET /v1/dev/evals/runs`: `{ok, runs, activeRunId?}`, newest first.
 pub(crate) async fn runs(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RunList>, ApiError> {
     let history = match agent.evals.history.get() {
         Some(h) => Arc::clone(h),
         None => {
@@ -165,20 +236,28 @@ pub(crate) async fn runs(
         }
     };
     let (runs, active) = history.list();
-    let mut out = json!({"ok": true, "runs": runs});
-    if let Some(id) = active {
-        out["activeRunId"] = json!(id);
-    }
-    Ok(Json(out))
+    Ok(Json(RunList {
+        ok: True,
+        runs,
+        active_run_id: active,
+    }))
 }
 
-/// Body of `POST /v1/dev/evals/runs`.
-#[derive(Debug, Default, Deserialize)]
+/// Body of `POST /v1/dev/evals/runs`: the selection. Entries of
+/// `filterIds` (case ids, or id prefixes ending at a `/`) and of `tags` are
+/// alternatives; when both are given a case must match one of each.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "EvalRunRequest")]
 pub(crate) struct StartBody {
+    #[schemars(length(max = 500), inner(length(min = 1, max = 300)))]
     filter_ids: Option<Vec<String>>,
+    #[schemars(length(max = 500), inner(length(min = 1, max = 300)))]
     tags: Option<Vec<String>>,
+    /// Per-case timeout; a case's or file's own timeout wins.
+    #[schemars(range(min = 1, max = 3_600_000))]
     timeout_ms: Option<u64>,
+    /// Keep whole replies of passing turns.
     verbose: Option<bool>,
 }
 
@@ -225,7 +304,7 @@ pub(crate) async fn start(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
     JsonBody(body): JsonBody<StartBody>,
-) -> Result<Response, ApiError> {
+) -> Result<Accepted<RunStarted>, ApiError> {
     let filter_ids = body.filter_ids.unwrap_or_default();
     let tags = body.tags.unwrap_or_default();
     check_selectors("filterIds", &filter_ids)?;
@@ -288,11 +367,11 @@ pub(crate) async fn start(
         history.finish(result).await;
         finished.send_modify(|n| *n = n.wrapping_add(1));
     });
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({"ok": true, "runId": snapshot.run_id, "run": snapshot})),
-    )
-        .into_response())
+    Ok(Accepted(RunStarted {
+        ok: True,
+        run_id: snapshot.run_id.clone(),
+        run: snapshot,
+    }))
 }
 
 async fn current_history(agent: &Agent) -> Result<Arc<RunHistory>, ApiError> {
@@ -323,11 +402,11 @@ fn crate_clip(id: &str) -> String {
 pub(crate) async fn run(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
-    PathParam(id): PathParam,
-) -> Result<Json<Value>, ApiError> {
+    PathParams(RunPath { id }): PathParams<RunPath>,
+) -> Result<Json<RunView>, ApiError> {
     let history = current_history(&agent).await?;
     match history.get(&id) {
-        Some(run) => Ok(Json(json!({"ok": true, "run": run}))),
+        Some(run) => Ok(Json(RunView { ok: True, run })),
         None => Err(run_not_found(&id)),
     }
 }
@@ -338,8 +417,8 @@ pub(crate) async fn run(
 pub(crate) async fn cancel(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
-    PathParam(id): PathParam,
-) -> Result<Json<Value>, ApiError> {
+    PathParams(RunPath { id }): PathParams<RunPath>,
+) -> Result<Json<RunView>, ApiError> {
     let history = current_history(&agent).await?;
     let mut finished = agent.evals.finished.subscribe();
     match history.cancel(&id) {
@@ -367,7 +446,7 @@ pub(crate) async fn cancel(
     };
     let _ = tokio::time::timeout(CANCEL_WAIT, settled).await;
     match history.get(&id) {
-        Some(run) => Ok(Json(json!({"ok": true, "run": run}))),
+        Some(run) => Ok(Json(RunView { ok: True, run })),
         None => Err(run_not_found(&id)),
     }
 }

@@ -7,6 +7,10 @@
 
 use std::time::Duration;
 
+use aide::OperationInput;
+use aide::generate::GenContext;
+use aide::openapi::{MediaType, Operation, RequestBody, SchemaObject};
+use aide::operation::{ParamLocation, add_parameters, parameters_from_schema, set_body};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::header;
@@ -14,9 +18,13 @@ use axum::http::request::Parts;
 use bdk_events::SessionId;
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
+use schemars::JsonSchema;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
+use crate::api::add_errors;
+use crate::described;
 use crate::error::{ApiError, ErrorCode};
 
 /// How much of an oversized body is read and thrown away before answering
@@ -69,6 +77,39 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             ));
         }
         parse(&bytes).map(JsonBody)
+    }
+}
+
+/// The body's schema, as optional JSON (an empty body reads as `{}`), and
+/// the errors reading it can give.
+impl<T: JsonSchema> OperationInput for JsonBody<T> {
+    fn operation_input(ctx: &mut GenContext, operation: &mut Operation) {
+        let json_schema = ctx.schema.subschema_for::<T>();
+        let media = MediaType {
+            schema: Some(SchemaObject {
+                json_schema,
+                example: None,
+                external_docs: None,
+            }),
+            ..MediaType::default()
+        };
+        let body = RequestBody {
+            content: [("application/json".to_owned(), media)]
+                .into_iter()
+                .collect(),
+            ..RequestBody::default()
+        };
+        set_body(ctx, operation, body);
+        add_errors(
+            operation,
+            &[
+                ErrorCode::InvalidJson,
+                ErrorCode::InvalidRequest,
+                ErrorCode::RequestTimeout,
+                ErrorCode::PayloadTooLarge,
+                ErrorCode::UnsupportedMediaType,
+            ],
+        );
     }
 }
 
@@ -147,21 +188,72 @@ async fn drain(mut body: axum::body::Body, mut seen: usize, cap: usize) {
     let _ = tokio::time::timeout(DRAIN_TIME, read_rest).await;
 }
 
-/// A path parameter as a string, with JSON rejections.
-pub(crate) struct PathParam(pub(crate) String);
+/// Path parameters, deserialized by name into `T` (whose fields name the
+/// route's `{parameters}` and describe them), with JSON rejections: a
+/// segment that does not decode names nothing, `404 not_found`.
+pub(crate) struct PathParams<T>(pub(crate) T);
 
-impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathParams<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        match Path::<String>::from_request_parts(parts, state).await {
-            Ok(Path(s)) => Ok(PathParam(s)),
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(t)) => Ok(PathParams(t)),
             Err(e) => Err(path_error(&e)),
         }
     }
 }
 
-/// A session id from the path (`{id}`). Anything that is not a well-formed
+impl<T: JsonSchema> OperationInput for PathParams<T> {
+    fn operation_input(ctx: &mut GenContext, operation: &mut Operation) {
+        let schema = ctx.schema.subschema_for::<T>();
+        let params = parameters_from_schema(ctx, schema, ParamLocation::Path);
+        add_parameters(ctx, operation, params);
+        add_errors(operation, &[ErrorCode::NotFound]);
+    }
+}
+
+/// The parameters of a session route.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(inline)]
+struct SessionParams {
+    /// The session. A malformed id is `404 invalid_session_id`.
+    #[schemars(with = "described::SessionId")]
+    #[expect(
+        dead_code,
+        reason = "a description of the path; the extractor parses the id itself"
+    )]
+    session_id: String,
+}
+
+/// The parameters of a parked call's route.
+#[derive(Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(inline)]
+struct CallParams {
+    /// The session. A malformed id is `404 invalid_session_id`.
+    #[schemars(with = "described::SessionId")]
+    #[expect(
+        dead_code,
+        reason = "a description of the path; the extractor parses the id itself"
+    )]
+    session_id: String,
+    /// The parked call, as listed by the approvals route.
+    #[expect(
+        dead_code,
+        reason = "a description of the path; the extractor reads it itself"
+    )]
+    call_id: String,
+}
+
+fn describe_path<T: JsonSchema>(ctx: &mut GenContext, operation: &mut Operation) {
+    let schema = ctx.schema.subschema_for::<T>();
+    let params = parameters_from_schema(ctx, schema, ParamLocation::Path);
+    add_parameters(ctx, operation, params);
+}
+
+/// A session id from the path (`{sessionId}`). Anything that is not a well-formed
 /// session id, including segments that do not decode, names no session:
 /// 404 `invalid_session_id`.
 pub(crate) struct SessionPath(pub(crate) SessionId);
@@ -177,7 +269,15 @@ impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
     }
 }
 
-/// A session id and a call id from the path (`{id}/approvals/{call_id}`).
+impl OperationInput for SessionPath {
+    fn operation_input(ctx: &mut GenContext, operation: &mut Operation) {
+        describe_path::<SessionParams>(ctx, operation);
+        add_errors(operation, &[ErrorCode::InvalidSessionId]);
+    }
+}
+
+/// A session id and a call id from the path
+/// (`{sessionId}/approvals/{callId}`).
 pub(crate) struct CallPath(pub(crate) SessionId, pub(crate) String);
 
 impl<S: Send + Sync> FromRequestParts<S> for CallPath {
@@ -188,6 +288,16 @@ impl<S: Send + Sync> FromRequestParts<S> for CallPath {
             Ok(Path((raw, call_id))) => Ok(CallPath(session_id(&raw)?, call_id)),
             Err(e) => Err(path_error(&e)),
         }
+    }
+}
+
+impl OperationInput for CallPath {
+    fn operation_input(ctx: &mut GenContext, operation: &mut Operation) {
+        describe_path::<CallParams>(ctx, operation);
+        add_errors(
+            operation,
+            &[ErrorCode::InvalidSessionId, ErrorCode::NotFound],
+        );
     }
 }
 
@@ -208,6 +318,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
             Ok(Query(q)) => Ok(QueryParams(q)),
             Err(e) => Err(query_error(&e)),
         }
+    }
+}
+
+impl<T: JsonSchema> OperationInput for QueryParams<T> {
+    fn operation_input(ctx: &mut GenContext, operation: &mut Operation) {
+        let schema = ctx.schema.subschema_for::<T>();
+        let params = parameters_from_schema(ctx, schema, ParamLocation::Query);
+        add_parameters(ctx, operation, params);
+        add_errors(operation, &[ErrorCode::InvalidRequest]);
     }
 }
 

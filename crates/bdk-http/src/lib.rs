@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use axum::{Extension, Router};
 use bdk_core::Diagnostic;
 use bdk_core::host::Host;
@@ -39,10 +38,12 @@ use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
+mod api;
 mod artifacts;
 mod auth;
 pub mod channels;
 mod cost;
+mod described;
 mod dev;
 mod dev_reminders;
 mod discovery;
@@ -54,6 +55,7 @@ mod logs;
 mod mcp;
 pub mod openapi;
 mod playground;
+mod routes;
 mod server;
 mod sessions;
 mod stream;
@@ -357,53 +359,13 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
         dev::start_cadence(&agent, Arc::clone(clock), &shared.shutdown);
     }
 
-    let protected = Router::new()
-        .route("/v1/session", post(sessions::start))
-        .route(
-            "/v1/session/{id}",
-            post(sessions::follow_up).delete(sessions::delete),
-        )
-        .route("/v1/session/{id}/stream", get(stream::stream))
-        .route("/v1/session/{id}/events", get(sessions::events))
-        .route("/v1/session/{id}/stop", post(sessions::stop))
-        .route("/v1/session/{id}/cost", get(cost::cost))
-        .route("/v1/session/{id}/approvals", get(sessions::approvals))
-        .route(
-            "/v1/session/{id}/approvals/{call_id}",
-            post(sessions::resolve_approval),
-        )
-        .route("/v1/sessions", get(sessions::list))
-        .route("/v1/tools", get(tools::list))
-        .route("/v1/tools/{name}", get(tools::describe).post(tools::call))
-        .route("/v1/info", get(discovery::info))
-        .route("/v1/logs", get(discovery::logs))
-        .route("/v1/memory", get(discovery::memory))
-        .route("/v1/artifacts", get(artifacts::list))
-        .route("/v1/artifacts/{id}/content", get(artifacts::content))
-        .route("/v1/dev/schedules", get(dev::list_schedules))
-        .route("/v1/dev/schedules/{id}", post(dev::dispatch_schedule))
-        .route("/v1/dev/reminders", get(dev_reminders::list))
-        .route("/v1/dev/reminders/{id}", post(dev_reminders::fire))
-        .route("/v1/dev/evals", get(evals::list))
-        .route("/v1/dev/evals/runs", get(evals::runs).post(evals::start))
-        .route("/v1/dev/evals/runs/{id}", get(evals::run))
-        .route("/v1/dev/evals/runs/{id}/cancel", post(evals::cancel))
-        .route(
-            "/v1/mcp",
-            post(mcp::agent).get(mcp::stateless).delete(mcp::stateless),
-        )
-        .route(
-            "/v1/mcp/tools",
-            post(mcp::tools).get(mcp::stateless).delete(mcp::stateless),
-        )
-        .route_layer(axum::middleware::from_fn_with_state(
-            Arc::clone(shared),
-            auth::authenticate,
-        ));
-    let open = Router::new()
-        .route("/v1/health", get(discovery::health))
-        .route("/v1/meta", get(discovery::meta))
-        .route("/v1/openapi.json", get(openapi::agent_document));
+    // The route table (`routes`) is also what the OpenAPI document is
+    // generated from.
+    let protected = routes::protected_routes().route_layer(axum::middleware::from_fn_with_state(
+        Arc::clone(shared),
+        auth::authenticate,
+    ));
+    let open = routes::open_routes();
     // The web playground (`--no-playground` leaves it out).
     let open = if shared.playground {
         open.merge(playground::routes())
@@ -411,7 +373,7 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
         open
     };
 
-    let mut router = protected.merge(open).with_state(Arc::clone(&agent));
+    let mut router = Router::from(protected.merge(open)).with_state(Arc::clone(&agent));
 
     // Custom channel routes, under `/v1/channels/<id>`. Routes declared with
     // `auth = "default"` run this app's auth chain; bearer and HMAC routes

@@ -12,10 +12,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 /// One log line.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LogLine {
     /// Position in the buffer's history; the first line pushed is 1.
+    #[schemars(range(min = 1))]
     pub cursor: u64,
     /// When it was pushed.
     pub at: DateTime<Utc>,

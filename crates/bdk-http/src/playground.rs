@@ -21,14 +21,18 @@
 
 use std::sync::{Arc, LazyLock};
 
-use axum::Router;
+use aide::axum::ApiRouter;
+use aide::axum::routing::get_with;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::Agent;
+use crate::api::{Describe, open};
 use crate::discovery::escape;
 use crate::error::{ApiError, ErrorCode};
 
@@ -117,11 +121,69 @@ fn etag_of(body: &[u8]) -> String {
     format!("\"{hex}\"")
 }
 
-/// The playground routes of one agent, relative to its base path.
-pub(crate) fn routes() -> Router<Arc<Agent>> {
-    Router::new()
-        .route("/playground", get(page))
-        .route("/playground/assets/{file}", get(asset))
+/// The path of an asset.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+struct AssetPath {
+    /// The file name, for example `app.js`.
+    file: String,
+}
+
+/// The headers of every playground answer worth documenting.
+fn headers_doc() -> Value {
+    json!({
+        "ETag": {"schema": {"type": "string"}, "description": "A strong validator; send it back in `If-None-Match` to get `304`."},
+        "Content-Security-Policy": {"schema": {"type": "string"}, "description": "Scripts, styles and fetches from this origin only."},
+    })
+}
+
+/// The playground routes of one agent, relative to its base path. None runs
+/// auth.
+pub(crate) fn routes() -> ApiRouter<Arc<Agent>> {
+    let not_modified = json!({"description": "The copy named by `If-None-Match` is current."});
+    let routes = ApiRouter::new()
+        .api_route(
+            "/playground",
+            get_with(page, |op| {
+                op.doc(
+                    "getPlayground",
+                    "playground",
+                    "The web playground",
+                    "The playground's page for this agent. It holds no agent data, so it runs no auth; the app calls the routes of this API with the token typed into its navbar. A `sessionId` query opens that session. Absent with `--no-playground`.",
+                )
+                .raw_response(
+                    200,
+                    json!({
+                        "description": "The page.",
+                        "headers": headers_doc(),
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }),
+                )
+                .raw_response(304, not_modified.clone())
+            }),
+        )
+        .api_route(
+            "/playground/assets/{file}",
+            get_with(asset, |op| {
+                op.doc(
+                    "getPlaygroundAsset",
+                    "playground",
+                    "One file of the web playground",
+                    "A script, style sheet or icon of the playground, embedded in the binary. Any other name is `404 not_found`. Absent with `--no-playground`.",
+                )
+                .raw_response(
+                    200,
+                    json!({
+                        "description": "The file, as `text/javascript`, `text/css` or `image/svg+xml`.",
+                        "headers": headers_doc(),
+                        "content": {"*/*": {"schema": {"type": "string"}}},
+                    }),
+                )
+                .raw_response(304, not_modified)
+                .errors(&[ErrorCode::NotFound])
+            }),
+        );
+    open(routes)
 }
 
 /// `GET /playground`: the page, told where the agent's API lives.
@@ -138,10 +200,10 @@ async fn page(State(agent): State<Arc<Agent>>, headers: HeaderMap) -> Response {
 
 /// `GET /playground/assets/{file}`: one embedded file, or 404.
 async fn asset(
-    file: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    file: Result<Path<AssetPath>, axum::extract::rejection::PathRejection>,
     headers: HeaderMap,
 ) -> Response {
-    let found = file.ok().and_then(|Path(name)| {
+    let found = file.ok().and_then(|Path(AssetPath { file: name })| {
         ASSETS
             .iter()
             .position(|a| a.name == name)

@@ -1,4 +1,4 @@
-//! `GET /v1/session/:id/stream`: the live NDJSON feed of a session.
+//! `GET /v1/session/{sessionId}/stream`: the live NDJSON feed of a session.
 //!
 //! The body is a stream polled by the connection itself: there is no task
 //! behind it. It replays from `startIndex`, follows live appends, writes a
@@ -12,6 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use aide::OperationOutput;
+use aide::generate::GenContext;
+use aide::openapi::{Operation, Response as DocResponse, StatusCode as DocStatus};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
@@ -19,11 +22,15 @@ use axum::response::{IntoResponse, Response};
 use bdk_store::EventStream;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
+use schemars::JsonSchema;
 use serde::Deserialize;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::Agent;
+use crate::api::response;
 use crate::auth::Caller;
+use crate::described;
 use crate::error::ApiError;
 use crate::extract::{QueryParams, SessionPath};
 
@@ -57,11 +64,61 @@ impl Drop for Gauge {
 }
 
 /// Query of the stream route.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(inline)]
 pub(crate) struct StreamQuery {
+    /// The first event index to send; an index past the end waits for that
+    /// event.
     #[serde(default)]
     start_index: u64,
+}
+
+/// The streaming answer: NDJSON envelopes, then live ones.
+pub(crate) struct Ndjson(Body);
+
+impl IntoResponse for Ndjson {
+    fn into_response(self) -> Response {
+        let mut response = self.0.into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        // Reverse proxies that buffer responses would hold events back.
+        headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        response
+    }
+}
+
+impl OperationOutput for Ndjson {
+    type Inner = ();
+
+    fn operation_response(ctx: &mut GenContext, _: &mut Operation) -> Option<DocResponse> {
+        let envelope = ctx.schema.subschema_for::<described::Envelope>();
+        response(json!({
+            "description": "An NDJSON stream: one `Envelope` per line. While nothing happens an empty line is written every 15 seconds; skip blank lines.",
+            "headers": {
+                "Cache-Control": {"schema": {"type": "string", "const": "no-cache"}},
+                "X-Accel-Buffering": {
+                    "description": "Asks reverse proxies not to buffer the stream.",
+                    "schema": {"type": "string", "const": "no"},
+                },
+            },
+            "content": {"application/x-ndjson": {"schema": envelope}},
+        }))
+    }
+
+    fn inferred_responses(
+        ctx: &mut GenContext,
+        operation: &mut Operation,
+    ) -> Vec<(Option<DocStatus>, DocResponse)> {
+        Self::operation_response(ctx, operation)
+            .map(|r| (Some(DocStatus::Code(200)), r))
+            .into_iter()
+            .collect()
+    }
 }
 
 /// The handler: checks the session and its owner, then answers with the
@@ -71,26 +128,16 @@ pub(crate) async fn stream(
     caller: Caller,
     SessionPath(id): SessionPath,
     QueryParams(query): QueryParams<StreamQuery>,
-) -> Result<Response, ApiError> {
+) -> Result<Ndjson, ApiError> {
     let events = agent
         .host
         .subscribe(&id, query.start_index, caller.read_scope())
         .await?;
-    let body = ndjson_body(
+    Ok(Ndjson(ndjson_body(
         events,
         agent.shared.shutdown.clone(),
         agent.shared.heartbeat,
-    );
-    let mut response = body.into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-ndjson"),
-    );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    // Reverse proxies that buffer responses would hold events back.
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(response)
+    )))
 }
 
 struct Feed {

@@ -1,5 +1,5 @@
-//! Tool routes: the catalog (`GET /v1/tools`, `GET /v1/tools/:name`) and
-//! direct calls with no model turn (`POST /v1/tools/:name`).
+//! Tool routes: the catalog (`GET /v1/tools`, `GET /v1/tools/{name}`) and
+//! direct calls with no model turn (`POST /v1/tools/{name}`).
 //!
 //! A direct call binds to a session by `sessionId` or by continuation token
 //! (never both); the host decides the rest (owner check, busy session,
@@ -9,67 +9,147 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use bdk_core::host::{CallOrigin, DirectCall};
-use bdk_core::tool::{ToolSource, ToolSpec};
+use bdk_core::host::{CallOrigin, DirectCall, DirectOutcome};
+use bdk_core::mcp::ConnectionError;
+use bdk_core::tool::{Effect, Execution, ToolSource, ToolSpec};
 use bdk_events::SessionId;
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::Agent;
+use crate::api::True;
 use crate::auth::Caller;
+use crate::described;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::{JsonBody, PathParam};
+use crate::extract::{JsonBody, PathParams};
 
-/// Body of `POST /v1/tools/:name`.
-#[derive(Debug, Default, Deserialize)]
+/// Body of `POST /v1/tools/{name}`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "ToolCallRequest")]
 pub(crate) struct CallBody {
+    /// The tool input; omitted or null means `{}`.
     #[serde(default)]
     input: Value,
+    /// Run inside this session: its workspace, its owner check, the call
+    /// recorded on its stream.
     session_id: Option<String>,
+    /// Or bind by token, `<channelId>:<key>` (as `/v1/sessions` shows it).
+    /// Not together with `sessionId`; a token that matches no session runs
+    /// the call in a temporary workspace with the token as its identity.
     continuation_token: Option<String>,
-    /// The caller approves a `needs_approval` tool by calling it.
+    /// Approve a `needs_approval` tool by calling it; recorded with the
+    /// caller's principal (`action.approval_*` events in a bound session,
+    /// the server log otherwise). Without it such a tool answers 403
+    /// `approval_required`.
     #[serde(default)]
     approve: bool,
 }
 
-fn view(spec: &ToolSpec, source: &ToolSource) -> Value {
-    json!({
-        "name": spec.name,
-        "title": spec.title,
-        "source": source,
-        "description": spec.description,
-        "effect": spec.effect,
-        "execution": spec.execution,
-        "needsApproval": spec.needs_approval,
-        "timeoutMs": spec.timeout_ms,
-        "inputSchema": spec.input_schema,
-        "outputSchema": spec.output_schema,
-    })
+/// The path of the tool routes.
+#[derive(Deserialize, JsonSchema)]
+#[schemars(inline)]
+pub(crate) struct ToolPath {
+    /// The tool's name, as in the catalog.
+    name: String,
+}
+
+/// A tool as the catalog describes it.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Tool {
+    name: String,
+    /// The display title the tool declares (`title` in its manifest, the
+    /// MCP server's title, `NativeTool::title`); null when it declares none.
+    title: Option<String>,
+    #[schemars(with = "described::ToolSource")]
+    source: ToolSource,
+    description: String,
+    #[schemars(with = "described::Effect")]
+    effect: Effect,
+    #[schemars(with = "described::Execution")]
+    execution: Execution,
+    needs_approval: bool,
+    /// The tool's own timeout; null for the default.
+    timeout_ms: Option<u64>,
+    /// The JSON Schema of the input.
+    input_schema: Value,
+    /// The JSON Schema of the output, or null when none is declared.
+    output_schema: Option<Value>,
+}
+
+impl Tool {
+    fn new(spec: &ToolSpec, source: ToolSource) -> Tool {
+        Tool {
+            name: spec.name.clone(),
+            title: spec.title.clone(),
+            source,
+            description: spec.description.clone(),
+            effect: spec.effect,
+            execution: spec.execution,
+            needs_approval: spec.needs_approval,
+            timeout_ms: spec.timeout_ms,
+            input_schema: spec.input_schema.clone(),
+            output_schema: spec.output_schema.clone(),
+        }
+    }
+}
+
+/// The tool catalog.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(rename = "ToolsResponse")]
+pub(crate) struct Tools {
+    ok: True,
+    tools: Vec<Tool>,
+    /// MCP connections that could not start or list their tools; their
+    /// tools are missing from `tools`.
+    #[schemars(with = "Vec<described::ConnectionError>")]
+    connection_errors: Vec<ConnectionError>,
+}
+
+/// One tool.
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ToolResponse")]
+pub(crate) struct OneTool {
+    ok: True,
+    tool: Tool,
+}
+
+/// The answer of a direct call: the tool ran (a tool that fails is still a
+/// 200, with `isError: true`).
+#[derive(Serialize, JsonSchema)]
+#[schemars(rename = "ToolCallResponse")]
+pub(crate) struct Called {
+    ok: True,
+    #[serde(flatten)]
+    #[schemars(with = "described::DirectOutcome")]
+    outcome: DirectOutcome,
 }
 
 /// `GET /v1/tools`: the server tools a caller can run directly or bind to a
 /// session (built-ins only when the agent exposes them).
-pub(crate) async fn list(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Value> {
-    let tools: Vec<Value> = agent
+pub(crate) async fn list(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Tools> {
+    let tools = agent
         .host
         .direct_tool_sources(CallOrigin::Remote)
         .iter()
-        .map(|(spec, source)| view(spec, source))
+        .map(|(spec, source)| Tool::new(spec, source.clone()))
         .collect();
-    Json(json!({
-        "ok": true,
-        "tools": tools,
-        "connectionErrors": agent.host.connection_errors(),
-    }))
+    Json(Tools {
+        ok: True,
+        tools,
+        connection_errors: agent.host.connection_errors(),
+    })
 }
 
-/// `GET /v1/tools/:name`: one tool, server or agent-execution.
+/// `GET /v1/tools/{name}`: one tool, server or agent-execution.
 pub(crate) async fn describe(
     State(agent): State<Arc<Agent>>,
     _caller: Caller,
-    PathParam(name): PathParam,
-) -> Result<Json<Value>, ApiError> {
+    PathParams(ToolPath { name }): PathParams<ToolPath>,
+) -> Result<Json<OneTool>, ApiError> {
     let server = agent.host.direct_tool_sources(CallOrigin::Remote);
     let agent_tools = agent.host.agent_tools();
     let found = server
@@ -77,9 +157,9 @@ pub(crate) async fn describe(
         .map(|(spec, source)| (spec, source.clone()))
         .chain(agent_tools.iter().map(|spec| (spec, ToolSource::Manifest)))
         .find(|(t, _)| t.name == name)
-        .map(|(spec, source)| view(spec, &source));
+        .map(|(spec, source)| Tool::new(spec, source));
     match found {
-        Some(tool) => Ok(Json(json!({"ok": true, "tool": tool}))),
+        Some(tool) => Ok(Json(OneTool { ok: True, tool })),
         None => Err(unknown_tool(&name, &server)),
     }
 }
@@ -107,13 +187,13 @@ fn check_token(token: &str) -> Result<(), ApiError> {
     }
 }
 
-/// `POST /v1/tools/:name`: run a server tool with no model turn.
+/// `POST /v1/tools/{name}`: run a server tool with no model turn.
 pub(crate) async fn call(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
-    PathParam(name): PathParam,
+    PathParams(ToolPath { name }): PathParams<ToolPath>,
     JsonBody(body): JsonBody<CallBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Called>, ApiError> {
     if body.session_id.is_some() && body.continuation_token.is_some() {
         return Err(ApiError::new(
             ErrorCode::InvalidContinuationToken,
@@ -149,11 +229,7 @@ pub(crate) async fn call(
             approve: body.approve,
         })
         .await?;
-    let mut out = serde_json::to_value(&outcome).map_err(|e| ApiError::internal(&e))?;
-    if let Value::Object(map) = &mut out {
-        map.insert("ok".into(), Value::Bool(true));
-    }
-    Ok(Json(out))
+    Ok(Json(Called { ok: True, outcome }))
 }
 
 #[cfg(test)]

@@ -285,6 +285,16 @@ fn is_channel_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// The methods a route may declare (the OpenAPI document lists each one
+/// under the generic channel paths).
+pub(crate) const METHODS: &[Method] = &[
+    Method::GET,
+    Method::POST,
+    Method::PUT,
+    Method::PATCH,
+    Method::DELETE,
+];
+
 fn parse_route(
     channel: &str,
     index: usize,
@@ -293,14 +303,10 @@ fn parse_route(
     templates: &mut Environment<'static>,
 ) -> Result<RouteConfig, String> {
     let raw: RawRoute = serde_json::from_value(value).map_err(|e| e.to_string())?;
-    let method = match raw.method.as_str() {
-        "GET" => Method::GET,
-        "POST" => Method::POST,
-        "PUT" => Method::PUT,
-        "PATCH" => Method::PATCH,
-        "DELETE" => Method::DELETE,
-        other => return Err(format!("unsupported method `{other}`")),
+    let Some(method) = METHODS.iter().find(|m| m.as_str() == raw.method) else {
+        return Err(format!("unsupported method `{}`", raw.method));
     };
+    let method = method.clone();
     check_path(&raw.path)?;
     // A route without its own `auth` takes the channel's whole auth block,
     // so a secret set beside the channel's `auth` is never mixed with a
