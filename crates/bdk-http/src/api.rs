@@ -9,8 +9,6 @@
 //! [`crate::openapi`] turns into responses and security requirements, the
 //! `ok: true` of every success body, and the `202` answer.
 
-use std::borrow::Cow;
-
 use aide::OperationOutput;
 use aide::generate::{GenContext, in_context};
 use aide::openapi::{Operation, PathItem, Response, StatusCode as DocStatus};
@@ -18,7 +16,7 @@ use aide::transform::TransformOperation;
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -31,53 +29,7 @@ pub(crate) const ERRORS: &str = "x-bdk-errors";
 /// generator turns it into an empty `security` requirement.
 pub(crate) const OPEN: &str = "x-bdk-open";
 
-/// The `ok: true` of every success body.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct True;
-
-impl Serialize for True {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_bool(true)
-    }
-}
-
-impl JsonSchema for True {
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn schema_name() -> Cow<'static, str> {
-        "True".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "const": true })
-    }
-}
-
-/// The `ok: false` of every error body.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct False;
-
-impl Serialize for False {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_bool(false)
-    }
-}
-
-impl JsonSchema for False {
-    fn inline_schema() -> bool {
-        true
-    }
-
-    fn schema_name() -> Cow<'static, str> {
-        "False".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "const": false })
-    }
-}
+pub(crate) use crate::literal::True;
 
 /// A JSON answer with status `202 Accepted`.
 pub(crate) struct Accepted<T>(pub(crate) T);

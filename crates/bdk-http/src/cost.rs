@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use bdk_models::prices::{CostTotals, TurnCost, session_cost};
 use bdk_events::SessionId;
+use bdk_models::prices::{CostTotals, TurnCost, session_cost};
 use schemars::JsonSchema;
 use serde::Serialize;
 

@@ -18,8 +18,8 @@ use bdk_core::host::HostError;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Serialize;
 
-use crate::api::False;
 use crate::described;
+use crate::literal::False;
 
 /// Declares [`ErrorCode`]: per code its variant, wire string, HTTP status
 /// and one-line meaning, written once.

@@ -51,6 +51,7 @@ mod docs;
 mod error;
 mod evals;
 mod extract;
+mod literal;
 mod logs;
 mod mcp;
 pub mod openapi;
