@@ -5,6 +5,14 @@
 //! This is a small exact matcher rather than a shim over the `cron` crate,
 //! whose grammar differs from crontab in three ways that matter here (seconds
 //! first, weekdays numbered from 1 = Sunday, and both day fields ANDed). The
+//! `croner` crate (3.0) gets the crontab semantics right but fits worse than
+//! these 300 lines: it accepts a larger grammar than the one bdk documents
+//! and the seeds use (a seconds field, `L`/`W`/`#`, `@daily`), so `bdk
+//! validate` would pass schedules other tools refuse; its parse errors do not
+//! say which field is wrong ("Number out of bounds"), where `bdk validate`
+//! names it; and an expression that never fires (`0 0 31 2 *`) parses and
+//! only fails at the first search. Validating here and evaluating there would
+//! be two grammars to keep in step. The
 //! grammar: per field `*`, a number, a range `a-b`, a step `*/n` or `a-b/n`,
 //! or a comma-separated list of those; months and weekdays also take
 //! three-letter English names (any case); weekday 7 is Sunday, like 0.

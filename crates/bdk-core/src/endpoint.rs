@@ -1038,62 +1038,25 @@ async fn tag_artifact(binding: &Binding, args: Value) -> Result<Value, OpError> 
     }
 }
 
-const BASE64_ALPHABET: &[u8; 64] =
-    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+/// Standard base64 (RFC 4648): padded when written; read with or without
+/// padding (clients differ), anything else refused.
+const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
 
-/// Standard base64 (RFC 4648) with padding. Kept here rather than pulling a
-/// crate in for two small functions.
 fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let mut group = [0u8; 3];
-        for (slot, b) in group.iter_mut().zip(chunk) {
-            *slot = *b;
-        }
-        let n = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                let index = (n >> (18 - 6 * i)) & 63;
-                out.push(char::from(BASE64_ALPHABET[index as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    base64::Engine::encode(&BASE64, bytes)
 }
 
-/// Decodes standard base64; padding is optional, anything else is refused.
-fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
-    let data = text.trim_end_matches('=');
-    let padding = text.len() - data.len();
-    if padding > 2 || (padding > 0 && !text.len().is_multiple_of(4)) {
-        return Err("wrong padding".to_owned());
+fn base64_decode(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    // The crate's padding-indifferent mode also takes a partial pad (`Zg=`);
+    // a pad, when there is one, must complete the last group.
+    if text.ends_with('=') && !text.len().is_multiple_of(4) {
+        return Err(base64::DecodeError::InvalidPadding);
     }
-    if data.len() % 4 == 1 {
-        return Err("truncated input".to_owned());
-    }
-    let mut out = Vec::with_capacity(data.len() / 4 * 3 + 2);
-    let mut acc: u32 = 0;
-    let mut bits = 0u32;
-    for (offset, c) in data.bytes().enumerate() {
-        let value = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return Err(format!("invalid character at offset {offset}")),
-        };
-        acc = (acc << 6) | u32::from(value);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push(((acc >> bits) & 0xff) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Ok(out)
+    base64::Engine::decode(&BASE64, text)
 }
 
 #[cfg(test)]

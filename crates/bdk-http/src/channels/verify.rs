@@ -79,7 +79,7 @@ pub(crate) fn hmac(
         .trim()
         .strip_prefix("sha256=")
         .ok_or(Refused::Mismatch)?;
-    let tag = decode_hex(hex).ok_or(Refused::Mismatch)?;
+    let tag = ::hex::decode(hex).map_err(|_| Refused::Mismatch)?;
     let mut mac =
         hmac::Hmac::<Sha256>::new_from_slice(secret.as_bytes()).map_err(|_| Refused::Mismatch)?;
     mac.update(body);
@@ -95,27 +95,9 @@ pub fn sign(secret: &[u8], body: &[u8]) -> String {
     // would only ever fail verification.
     if let Ok(mut mac) = hmac::Hmac::<Sha256>::new_from_slice(secret) {
         mac.update(body);
-        for b in mac.finalize().into_bytes() {
-            out.push_str(&format!("{b:02x}"));
-        }
+        out.push_str(&::hex::encode(mac.finalize().into_bytes()));
     }
     out
-}
-
-fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    };
-    s.as_bytes()
-        .chunks(2)
-        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
-        .collect()
 }
 
 #[cfg(test)]
