@@ -2,24 +2,24 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use bdk_core::host::{CallOrigin, DirectCall, FollowUp, Host, HostError, StartSession};
+use anyhow::Result;
+use bdk_core::host::{CallOrigin, DirectCall, FollowUp, HostError, StartSession};
 use bdk_core::project::info::{add_tools, surface};
 use bdk_core::trajectory::summarize;
-use bdk_core::{Diagnostic, Discovery, Project, Severity, discover};
+use bdk_core::{Project, discover};
 use bdk_events::{Envelope, Event, SessionId, SessionMode};
 use bdk_store::{FsStore, Store};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::{Command, init, lock};
-
-pub(crate) const OK: u8 = 0;
-pub(crate) const FAILED: u8 = 1;
-pub(crate) const UNUSABLE: u8 = 2;
+use crate::args::Command;
+use crate::init;
+use crate::support::{
+    FAILED, OK, Opened, UNUSABLE, counts, open_host_or_remote, parse_session_id, print_diagnostics,
+    print_json,
+};
 
 /// Runs one command and returns the process exit code.
 pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
@@ -135,56 +135,6 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
         Err(e) => {
             errln!("error: {e:#}");
             ExitCode::from(FAILED)
-        }
-    }
-}
-
-pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
-    outln!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
-}
-
-pub(crate) fn print_diagnostics(diagnostics: &[Diagnostic], to_stderr: bool) {
-    for d in diagnostics {
-        let level = match d.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-        };
-        let text = format!("{level}: {}: {}\n  fix: {}", d.file, d.message, d.fix);
-        if to_stderr {
-            errln!("{text}");
-        } else {
-            outln!("{text}");
-        }
-    }
-}
-
-pub(crate) fn counts(diagnostics: &[Diagnostic]) -> (usize, usize) {
-    let errors = diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .count();
-    (errors, diagnostics.len() - errors)
-}
-
-/// Discovers the project for a command that runs it: errors stop it (exit
-/// 2), warnings are printed to stderr.
-fn load(dir: &Path) -> std::result::Result<Project, u8> {
-    let Discovery {
-        project,
-        diagnostics,
-    } = discover(dir);
-    let (errors, _) = counts(&diagnostics);
-    print_diagnostics(&diagnostics, true);
-    match project {
-        Some(p) if errors == 0 => Ok(p),
-        _ => {
-            errln!(
-                "error: {} has {errors} validation error(s); run `bdk validate {}` for details",
-                dir.display(),
-                dir.display()
-            );
-            Err(UNUSABLE)
         }
     }
 }
@@ -332,13 +282,6 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
     Ok(OK)
 }
 
-pub(crate) fn parse_session_id(id: &str) -> std::result::Result<SessionId, u8> {
-    SessionId::parse(id).ok_or_else(|| {
-        errln!("error: `{id}` is not a session id (expected ses_...)");
-        UNUSABLE
-    })
-}
-
 /// The longest `bdk info` waits for one MCP connection to list its tools
 /// (a connection's own shorter `timeout_ms` ends it sooner).
 const INFO_MCP_WAIT: Duration = Duration::from_secs(15);
@@ -393,108 +336,6 @@ async fn mcp_listing(
         .collect();
     hub.shutdown().await;
     (errors, tools)
-}
-
-/// The MCP hub of `project`, when it has connections: advertised tools are
-/// listed before the host serves a command, so `bdk run` and `bdk call`
-/// see the whole catalog.
-pub(crate) async fn mcp_hub(
-    project: &Project,
-    wait: bool,
-    sandbox: Option<&bdk_core::containment::Sandbox>,
-) -> Option<Arc<dyn bdk_core::mcp::McpHub>> {
-    use bdk_core::mcp::McpHub;
-    if project.mcp_connections.is_empty() {
-        return None;
-    }
-    let containment =
-        bdk_core::containment::Containment::new(sandbox.cloned(), project.config.sandbox.clone());
-    let hub = bdk_mcp::client::McpConnections::start_contained(project, containment);
-    if wait {
-        hub.ready().await;
-    }
-    Some(hub)
-}
-
-/// Where a command's work runs: in this process, or through the server that
-/// holds the state root.
-pub(crate) enum Opened {
-    Local(Host, lock::StateLock),
-    Remote(crate::remote::Remote),
-}
-
-/// Opens the project's host here, or, when `bdk serve` holds the state root,
-/// its API. `Err(code)` is an exit code (the project does not validate).
-pub(crate) async fn open_host_or_remote(
-    dir: &Path,
-    state_root: &Path,
-    record: Option<&Path>,
-) -> Result<std::result::Result<Opened, u8>> {
-    let project = match load(dir) {
-        Ok(p) => p,
-        Err(code) => return Ok(Err(code)),
-    };
-    match crate::remote::access(state_root)? {
-        crate::remote::Access::Local(guard) => Ok(build_host(project, state_root, record, guard)
-            .await?
-            .map(|(host, guard)| Opened::Local(host, guard))),
-        crate::remote::Access::Remote(remote) => {
-            if record.is_some() {
-                errln!(
-                    "error: --record writes the model steps of this process, but the running server takes the turns; stop the server to record"
-                );
-                return Ok(Err(UNUSABLE));
-            }
-            Ok(Ok(Opened::Remote(remote)))
-        }
-    }
-}
-
-pub(crate) async fn open_host(
-    dir: &Path,
-    state_root: &Path,
-    record: Option<&Path>,
-) -> Result<std::result::Result<(Host, lock::StateLock), u8>> {
-    let project = match load(dir) {
-        Ok(p) => p,
-        Err(code) => return Ok(Err(code)),
-    };
-    let guard = lock::acquire(state_root)?;
-    build_host(project, state_root, record, guard).await
-}
-
-async fn build_host(
-    project: Project,
-    state_root: &Path,
-    record: Option<&Path>,
-    guard: lock::StateLock,
-) -> Result<std::result::Result<(Host, lock::StateLock), u8>> {
-    let store = FsStore::open(state_root)
-        .with_context(|| format!("failed to open the state root {}", state_root.display()))?;
-    let protected = crate::sandbox::Protected(vec![project.root.clone(), state_root.to_path_buf()]);
-    let sandbox = crate::sandbox::for_project(&project, &protected, false)?;
-    let hub = mcp_hub(&project, true, sandbox.as_ref()).await;
-    let mut builder = Host::builder(project, Arc::new(store));
-    if let Some(sandbox) = sandbox {
-        builder = builder.sandbox(sandbox);
-    }
-    if let Some(hub) = hub {
-        builder = builder.mcp(hub);
-    }
-    if let Some(path) = record {
-        builder = builder.record_to(path);
-    }
-    let host = match builder.build().await {
-        Ok(h) => h,
-        // A recording file that cannot be opened or is not a recording is
-        // a bad argument, not a runtime failure.
-        Err(e @ HostError::InvalidRequest(_)) if record.is_some() => {
-            errln!("error: --record: {e}");
-            return Ok(Err(UNUSABLE));
-        }
-        Err(e) => return Err(anyhow::Error::new(e).context("failed to start the agent runtime")),
-    };
-    Ok(Ok((host, guard)))
 }
 
 /// The arguments of `bdk run`.

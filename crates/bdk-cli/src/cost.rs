@@ -17,7 +17,7 @@ use bdk_models::prices::{CostTotals, PRICES_AS_OF, PriceTable, SessionCost, sess
 use bdk_store::{FsStore, SessionRecord, Store};
 use serde_json::{Value, json};
 
-use crate::commands::{FAILED, OK, parse_session_id, print_json};
+use crate::support::{FAILED, OK, parse_session_id, print_json};
 
 /// Runs `bdk cost`.
 pub async fn run(dir: &Path, state_root: &Path, session: Option<&str>, json: bool) -> Result<u8> {

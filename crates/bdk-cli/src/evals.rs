@@ -13,8 +13,8 @@ use bdk_evals::runner::{CaseResult, CaseStatus, IterationResult, Progress, RunOp
 use bdk_evals::target::{HostTarget, HttpTarget, Target};
 use tokio_util::sync::CancellationToken;
 
-use crate::ProjectArgs;
-use crate::commands::{FAILED, OK, UNUSABLE, print_diagnostics};
+use crate::support::ProjectArgs;
+use crate::support::{FAILED, OK, UNUSABLE, print_diagnostics};
 
 /// Arguments of `bdk evals`.
 #[derive(clap::Args, Debug)]
@@ -187,14 +187,14 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
         },
         None => {
             let root = args.project.state_root(&dir);
-            match crate::commands::open_host_or_remote(&dir, &root, None).await? {
-                Ok(crate::commands::Opened::Local(host, lock)) => {
+            match crate::support::open_host_or_remote(&dir, &root, None).await? {
+                Ok(crate::support::Opened::Local(host, lock)) => {
                     host_guard = Some((host.clone(), lock));
                     Arc::new(HostTarget::new(host))
                 }
                 // A running server holds the state root: run the cases
                 // through it, as `--url` would.
-                Ok(crate::commands::Opened::Remote(remote)) => {
+                Ok(crate::support::Opened::Remote(remote)) => {
                     match HttpTarget::new(remote.base(), args.token.clone()) {
                         Ok(t) => Arc::new(t),
                         Err(e) => {

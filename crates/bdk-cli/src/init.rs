@@ -18,7 +18,7 @@ pub fn run(dir: &Path) -> Result<u8> {
                 "error: {} is not empty; pass a new directory, e.g. `bdk init my-agent`",
                 dir.display()
             );
-            return Ok(crate::commands::UNUSABLE);
+            return Ok(crate::support::UNUSABLE);
         }
     }
     if EXAMPLE_FILES.is_empty() {

@@ -6,14 +6,16 @@
 //! (a turn failed, a tool returned an error, a runtime error); 2 the request
 //! was unusable (bad arguments, validation errors, unreadable input).
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
+
+use crate::args::{Cli, Command};
 
 #[macro_use]
 mod output;
 
+mod args;
 mod commands;
 mod cost;
 mod evals;
@@ -27,224 +29,8 @@ mod remote;
 mod sandbox;
 mod serve;
 mod store;
+mod support;
 mod telemetry;
-
-/// Build, run and inspect BDK agents.
-#[derive(Parser, Debug)]
-#[command(name = "bdk", version, about, propagate_version = true)]
-struct Cli {
-    /// How log lines on stderr are written: `text` or `json` (one JSON
-    /// object a line).
-    #[arg(
-        long,
-        global = true,
-        value_enum,
-        default_value_t = logs::LogFormat::Text,
-        env = "BDK_LOG_FORMAT"
-    )]
-    log_format: logs::LogFormat,
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// Where the project and its state live.
-#[derive(clap::Args, Debug, Clone)]
-struct ProjectArgs {
-    /// The project directory (the one holding `agent/`).
-    #[arg(long, short = 'd', value_name = "DIR")]
-    dir: Option<PathBuf>,
-    /// Where sessions are stored (default: `<DIR>/.bdk`).
-    #[arg(long, value_name = "DIR", env = "BDK_STATE_ROOT")]
-    state_root: Option<PathBuf>,
-}
-
-impl ProjectArgs {
-    fn dir(&self, positional: Option<&Path>) -> PathBuf {
-        positional
-            .map(Path::to_path_buf)
-            .or_else(|| self.dir.clone())
-            .unwrap_or_else(|| PathBuf::from("."))
-    }
-
-    fn state_root(&self, dir: &Path) -> PathBuf {
-        self.state_root.clone().unwrap_or_else(|| dir.join(".bdk"))
-    }
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Scaffold a new agent project (the offline weather example).
-    Init {
-        /// Where to create it (must be empty or absent).
-        #[arg(default_value = ".")]
-        dir: PathBuf,
-    },
-    /// Check the project and print every problem with its fix.
-    Validate {
-        /// The project directory (same as --dir).
-        #[arg(value_name = "DIR")]
-        path: Option<PathBuf>,
-        #[command(flatten)]
-        project: ProjectArgs,
-        /// Print diagnostics as JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Print the discovered surface: tools, skills, subagents, ...
-    Info {
-        /// The project directory (same as --dir).
-        #[arg(value_name = "DIR")]
-        path: Option<PathBuf>,
-        #[command(flatten)]
-        project: ProjectArgs,
-        /// Print JSON (the shape `GET /v1/info` serves).
-        #[arg(long)]
-        json: bool,
-    },
-    /// Run one turn and print its trajectory as JSON.
-    Run {
-        #[command(flatten)]
-        project: ProjectArgs,
-        /// The user message.
-        #[arg(long, short = 'm')]
-        message: String,
-        /// Continue this session instead of starting one.
-        #[arg(long)]
-        session: Option<String>,
-        /// Execute reads, stub writes.
-        #[arg(long)]
-        dry_run: bool,
-        /// Pin "now" for tools (RFC 3339 with a zone, e.g. 2026-01-15T09:00:00Z).
-        #[arg(long)]
-        as_of: Option<String>,
-        /// Record every model step (request and streamed response) to FILE as
-        /// JSON lines, appending to an existing recording; play it back with
-        /// `model = "replay/<FILE>"`.
-        #[arg(long, value_name = "FILE")]
-        record: Option<PathBuf>,
-        /// Export traces and metrics over OTLP/gRPC to URL (e.g.
-        /// http://localhost:4317); `OTEL_EXPORTER_OTLP_ENDPOINT` also turns it on.
-        #[arg(long, value_name = "URL")]
-        otlp_endpoint: Option<String>,
-    },
-    /// Call a server tool without a model turn.
-    Call {
-        /// The tool.
-        tool: String,
-        #[command(flatten)]
-        project: ProjectArgs,
-        /// The input as JSON.
-        #[arg(long, short = 'i', default_value = "{}")]
-        input: String,
-        /// Bind the call to a session (its workspace, recorded in its events).
-        #[arg(long)]
-        session: Option<String>,
-        /// Approve a `needs_approval` tool yourself (recorded as approved by
-        /// `local`); without it such a tool is refused.
-        #[arg(long)]
-        approve: bool,
-    },
-    /// Summarise a saved event file in the shape `run` prints.
-    Trajectory {
-        /// An NDJSON events file (a trace, or a session's events.ndjson).
-        #[arg(long, short = 'e')]
-        events: PathBuf,
-    },
-    /// List stored sessions.
-    Sessions {
-        #[command(flatten)]
-        project: ProjectArgs,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Serve agents over HTTP: `/<slug>/v1/*` per agent, host routes at `/`.
-    Serve {
-        /// Project directories (default: the current directory).
-        #[arg(value_name = "DIR")]
-        dirs: Vec<PathBuf>,
-        /// Development mode: every session is listed to loopback callers.
-        #[arg(long)]
-        dev: bool,
-        /// Port; 0 picks any free port; a busy port falls back to the next free one.
-        #[arg(long, default_value_t = 3000)]
-        port: u16,
-        /// Interface to bind.
-        #[arg(long, default_value = "127.0.0.1")]
-        host: String,
-        /// `single` serves one agent at `/v1/*`; `multi` (default) mounts each under its slug.
-        #[arg(long, value_parser = ["single", "multi"], default_value = "multi")]
-        mode: String,
-        /// State root (an agent's state goes under `<root>/<slug>` in multi mode).
-        #[arg(long, value_name = "DIR", env = "BDK_STATE_ROOT")]
-        state_root: Option<PathBuf>,
-        /// Require `Authorization: Bearer`; `principal=token` names the caller (repeatable).
-        #[arg(long = "bearer-token", value_name = "TOKEN", env = "BDK_BEARER_TOKEN")]
-        bearer_tokens: Vec<String>,
-        /// Admit every caller (no auth).
-        #[arg(long)]
-        allow_anonymous: bool,
-        /// Do not serve the web playground.
-        #[arg(long)]
-        no_playground: bool,
-        /// Do not serve `/docs`.
-        #[arg(long)]
-        no_docs: bool,
-        /// Do not fire schedules.
-        #[arg(long)]
-        no_schedules: bool,
-        /// Export traces and metrics over OTLP/gRPC to URL (e.g.
-        /// http://localhost:4317); `OTEL_EXPORTER_OTLP_ENDPOINT` also turns it on.
-        #[arg(long, value_name = "URL")]
-        otlp_endpoint: Option<String>,
-        /// Where sessions and state live: `fs` (default, the state root) or a
-        /// `postgres://` URL shared by several replicas (schema `bdk_<slug>`).
-        #[arg(long, value_name = "fs|URL", env = "BDK_STORE")]
-        store: Option<String>,
-        #[command(flatten)]
-        connections: serve::ConnectionArgs,
-        /// Refuse to start when the system cannot enforce every protection
-        /// of the tool sandbox (Landlock, PID namespaces, privilege drop),
-        /// instead of warning.
-        #[arg(long, env = "BDK_REQUIRE_SANDBOX")]
-        require_sandbox: bool,
-        /// Memory for the conversations of resting sessions, per agent
-        /// (`64MiB`, `512KiB`, bytes); least recently used first out, rebuilt
-        /// from the events on the next turn. `0` keeps none.
-        #[arg(long, value_name = "SIZE", env = "BDK_SESSION_CACHE", default_value = "4MiB", value_parser = serve::parse_size)]
-        session_cache: u64,
-    },
-    /// Token usage and estimated cost per session, with totals.
-    Cost {
-        #[command(flatten)]
-        project: ProjectArgs,
-        /// Only this session.
-        #[arg(long)]
-        session: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Serve the agent as an MCP server on stdin/stdout (`ask`, `check` and
-    /// its server tools), for desktop MCP clients. Logs go to stderr.
-    Mcp {
-        #[command(flatten)]
-        project: ProjectArgs,
-    },
-    /// Run the project's evals (`evals/**/*.eval.toml`) and report; exits 1
-    /// when a case fails.
-    Evals(evals::EvalsArgs),
-    /// Show one stored session.
-    Session {
-        /// The session id.
-        id: String,
-        #[command(flatten)]
-        project: ProjectArgs,
-        /// Print the raw NDJSON events instead of the summary.
-        #[arg(long)]
-        events: bool,
-    },
-}
 
 fn main() -> ExitCode {
     // This executable is also the sandbox launcher of the tools it runs: a

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use bdk_mcp::server::{McpServer, Principal, Surface};
 
-use crate::commands::{OK, open_host};
+use crate::support::{OK, open_host};
 
 /// How long running turns get to finish once the client has gone.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

@@ -269,8 +269,8 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     let mut slugs = std::collections::BTreeSet::new();
     for dir in &dirs {
         let discovery = bdk_core::discover(dir);
-        crate::commands::print_diagnostics(&discovery.diagnostics, true);
-        let (errors, _) = crate::commands::counts(&discovery.diagnostics);
+        crate::support::print_diagnostics(&discovery.diagnostics, true);
+        let (errors, _) = crate::support::counts(&discovery.diagnostics);
         let Some(project) = discovery.project.filter(|_| errors == 0) else {
             errln!(
                 "error: {} has validation errors; not serving",
@@ -353,7 +353,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         locks.push(held);
         // Advertised MCP tools are listed in the background: serving starts
         // at once and the tools join the catalog as their servers answer.
-        let hub = crate::commands::mcp_hub(&project, false, sandbox.as_ref()).await;
+        let hub = crate::support::mcp_hub(&project, false, sandbox.as_ref()).await;
         // Under --dev reminders stay armed but fire only through
         // POST /v1/dev/reminders/:id, like schedules.
         let mut builder = Host::builder(project, store)
