@@ -21,8 +21,8 @@ use std::time::Duration;
 pub use bdk_sandbox::{Sandbox, Support, run_if_launcher};
 use tokio_util::sync::CancellationToken;
 
+use crate::process::{self, ProcessEnd, ProcessSpec};
 use crate::project::{SandboxConfig, SandboxMode};
-use crate::tool::subprocess::{self, ProcessEnd, ProcessSpec};
 
 /// A program the host runs once on an author's behalf (a channel's command
 /// delivery, a handler): one input on stdin, a bounded stdout.
@@ -161,7 +161,7 @@ impl Containment {
         };
         let mut env = self.env(&[]);
         env.extend(program.env);
-        env.extend(subprocess::temp_env(scratch.path()));
+        env.extend(process::temp_env(scratch.path()));
         let mut read = vec![program.cwd.clone()];
         read.extend(program.read);
         let grants = Grants {
@@ -179,7 +179,7 @@ impl Containment {
             timeout: program.timeout,
             sandbox: self.call(&grants),
         };
-        let end = subprocess::run_process(spec, cancel).await;
+        let end = process::run_process(spec, cancel).await;
         drop(scratch);
         match end {
             ProcessEnd::Exited {

@@ -40,11 +40,9 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::tool::{NewArtifact, ToolContext, ToolServices};
 
-/// The variable naming the endpoint's socket in a tool's environment.
-pub const SOCKET_ENV: &str = "BDK_HOST_SOCKET";
+pub mod grant;
 
-/// The variable holding the call's token in a tool's environment.
-pub const TOKEN_ENV: &str = "BDK_HOST_TOKEN";
+pub use grant::{EndpointGrant, SOCKET_ENV, TOKEN_ENV};
 
 /// The longest request line accepted. A longer line is answered with
 /// `line_too_long` and the connection is closed, because the rest of the line
@@ -96,26 +94,6 @@ pub enum EndpointError {
         /// The cause.
         source: io::Error,
     },
-}
-
-/// A capability on the host endpoint for one running call: the socket to
-/// connect to and the token to send. Dropping it revokes the token.
-pub struct EndpointGrant {
-    /// The socket path (`BDK_HOST_SOCKET`).
-    pub socket: PathBuf,
-    /// The call's token (`BDK_HOST_TOKEN`).
-    pub token: String,
-    _revoke: Revoke,
-}
-
-impl std::fmt::Debug for EndpointGrant {
-    // The token is a credential: keep it out of logs.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EndpointGrant")
-            .field("socket", &self.socket)
-            .field("token", &"<redacted>")
-            .finish()
-    }
 }
 
 /// Removes a token from the table when the grant goes.
@@ -229,14 +207,11 @@ impl Endpoint {
                 services,
             }),
         );
-        Ok(EndpointGrant {
-            socket,
+        let revoke = Revoke {
+            shared: Arc::clone(&self.shared),
             token: token.clone(),
-            _revoke: Revoke {
-                shared: Arc::clone(&self.shared),
-                token,
-            },
-        })
+        };
+        Ok(EndpointGrant::new(socket, token, Box::new(revoke)))
     }
 
     /// The socket path, once the endpoint listens.
@@ -893,7 +868,7 @@ async fn reminders_op(binding: &Binding, op: &str, args: Value) -> Result<Value,
         }
     };
     result.map_err(|e| match e {
-        crate::reminders::ReminderError::Store(e) => store_error(op, e),
+        crate::reminders::records::ReminderError::Store(e) => store_error(op, e),
         other => OpError::InvalidArgs(other.to_string()),
     })
 }

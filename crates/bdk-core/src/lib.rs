@@ -17,6 +17,7 @@ pub mod hooks;
 pub mod host;
 pub mod mcp;
 pub mod models;
+mod process;
 pub mod project;
 pub mod reminders;
 pub mod replica;

@@ -20,7 +20,8 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
 use crate::containment::{Containment, Grants, ScratchDir};
-use crate::tool::subprocess::{self, ProcessEnd, ProcessSpec};
+use crate::process::{self, ProcessEnd, ProcessSpec};
+use crate::tool::subprocess;
 use crate::tool::{
     Effect, Execution, NewArtifact, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec,
 };
@@ -829,7 +830,7 @@ async fn shell(
         .map_err(|e| ToolOutput::error(format!("failed to create the command's temp dir: {e}")))?;
     let mut env = containment.env(&[]);
     env.extend(subprocess::context_env(ctx));
-    env.extend(subprocess::temp_env(scratch.path()));
+    env.extend(process::temp_env(scratch.path()));
     let grants = Grants {
         write: vec![ctx.workspace_dir.clone(), scratch.path().to_path_buf()],
         ..Grants::default()
@@ -844,7 +845,7 @@ async fn shell(
         timeout: Duration::from_millis(timeout_ms),
         sandbox: containment.call(&grants),
     };
-    match subprocess::run_process(spec, &ctx.cancel).await {
+    match process::run_process(spec, &ctx.cancel).await {
         ProcessEnd::Exited {
             status,
             stdout,

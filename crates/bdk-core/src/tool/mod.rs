@@ -9,97 +9,35 @@
 //!   `task`, which the agent loop handles itself).
 //!
 //! [`schema`] validates input against a tool's JSON Schema before execution.
+//!
+//! This file holds the ports a call sees: [`Tool`], the [`ToolContext`] it
+//! runs in and the [`ToolServices`] the host offers through it, among them
+//! the agent's MCP connections ([`McpHub`], re-exported as [`crate::mcp`])
+//! and the session's reminders ([`SessionReminders`]). The plain data lives
+//! in [`spec`]. Everything here names only leaves ([`spec`],
+//! `endpoint::grant`, `reminders::records`), so the modules that implement
+//! these ports (the host, the endpoint, `bdk-mcp`) depend on tools and never
+//! the other way round.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use bdk_events::{SessionId, SessionMode};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::endpoint::grant::EndpointGrant;
+use crate::reminders::records::SessionReminders;
 
 pub mod builtin;
 pub mod native;
 pub mod schema;
+pub mod spec;
 pub mod subprocess;
 
-/// Whether a tool only reads or may change something.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Effect {
-    /// Reads only: runs concurrently with other reads, executes in dry runs,
-    /// may be retried after a transient failure.
-    Read,
-    /// May change something (the default when undeclared): runs in order,
-    /// stubbed in dry runs.
-    #[default]
-    Write,
-}
-
-/// Where a tool runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Execution {
-    /// On the serving host (callable directly).
-    #[default]
-    Server,
-    /// As a script in the session workspace; not callable on the host.
-    Agent,
-}
-
-/// What the runtime knows about a tool.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolSpec {
-    /// The name the model sees.
-    pub name: String,
-    /// A display title for people (listings, the playground), when the tool
-    /// declares one; the model sees `name` and `description` only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    /// What it does and when to use it.
-    pub description: String,
-    /// JSON Schema of the input.
-    pub input_schema: Value,
-    /// JSON Schema of the output, when declared.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_schema: Option<Value>,
-    /// Read or write.
-    pub effect: Effect,
-    /// Server or agent.
-    pub execution: Execution,
-    /// Calls park until a person approves them.
-    #[serde(default)]
-    pub needs_approval: bool,
-    /// Execution timeout.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-}
-
-impl ToolSpec {
-    /// The timeout to apply, falling back to `default`.
-    pub fn timeout(&self, default: Duration) -> Duration {
-        self.timeout_ms.map_or(default, Duration::from_millis)
-    }
-}
-
-/// Read-only facts about the session a call runs in.
-#[derive(Clone, Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionInfo {
-    /// The session id, or `None` for an unbound direct call.
-    pub id: Option<SessionId>,
-    /// The channel (`http`, `cli`, ...).
-    pub channel: String,
-    /// Chat or task.
-    pub mode: SessionMode,
-    /// The owning principal.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub principal: Option<String>,
-}
+pub use spec::{Effect, Execution, NewArtifact, SessionInfo, ToolOutput, ToolSource, ToolSpec};
 
 /// Everything a tool call may use.
 #[derive(Clone)]
@@ -126,25 +64,6 @@ pub struct ToolContext {
     pub services: Option<Arc<dyn ToolServices>>,
 }
 
-/// An artifact to tag: what [`ToolServices::tag_artifact`] stores and
-/// records in `artifact.tagged`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct NewArtifact {
-    /// What it is (`report`, `patch`, ...).
-    pub kind: String,
-    /// Its display name.
-    pub name: String,
-    /// The workspace-relative path of the file it was read from; `None` for
-    /// content given inline.
-    pub path: Option<String>,
-    /// The bytes.
-    pub content: Vec<u8>,
-    /// The media type.
-    pub content_type: String,
-    /// Extra facts (a JSON object).
-    pub metadata: Value,
-}
-
 /// Host services a built-in or native tool may need.
 #[async_trait]
 pub trait ToolServices: Send + Sync {
@@ -161,87 +80,19 @@ pub trait ToolServices: Send + Sync {
     /// subprocess tool can reach host services over a socket; the token it
     /// carries is revoked when the grant is dropped. `None` when the caller
     /// offers no endpoint.
-    async fn endpoint(&self, _ctx: &ToolContext) -> Option<crate::endpoint::EndpointGrant> {
+    async fn endpoint(&self, _ctx: &ToolContext) -> Option<EndpointGrant> {
         None
     }
 
     /// The agent's MCP connections (`host.mcp`), when the caller has them.
-    fn mcp(&self) -> Option<Arc<dyn crate::mcp::McpHub>> {
+    fn mcp(&self) -> Option<Arc<dyn McpHub>> {
         None
     }
 
     /// The reminders of the call's session (`host.reminders`), when the
     /// call is bound to a session of a host.
-    fn reminders(&self) -> Option<Arc<dyn crate::reminders::SessionReminders>> {
+    fn reminders(&self) -> Option<Arc<dyn SessionReminders>> {
         None
-    }
-}
-
-/// The outcome of a call: what the model sees.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolOutput {
-    /// The result: any JSON value (a string is passed verbatim).
-    pub content: Value,
-    /// True when the call failed; `content` describes the failure.
-    pub is_error: bool,
-}
-
-impl ToolOutput {
-    /// A successful result.
-    pub fn ok(content: impl Into<Value>) -> Self {
-        Self {
-            content: content.into(),
-            is_error: false,
-        }
-    }
-
-    /// A failed result with a message.
-    pub fn error(message: impl Into<String>) -> Self {
-        Self {
-            content: Value::String(message.into()),
-            is_error: true,
-        }
-    }
-
-    /// The result as text for the model: strings verbatim, other JSON serialized.
-    pub fn to_text(&self) -> String {
-        match &self.content {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        }
-    }
-}
-
-/// Where a tool comes from, as listings show it (`"builtin"`,
-/// `"manifest"`, `"native"`, `"mcp:<connection>"`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum ToolSource {
-    /// A built-in tool of the runtime (workspace files, shell, artifacts,
-    /// reminders, `load_skill`).
-    Builtin,
-    /// A manifest of the agent folder (`agent/tools/<name>.toml`).
-    Manifest,
-    /// A Rust tool given to the host builder.
-    Native,
-    /// A tool advertised by the MCP connection of this name.
-    Mcp(String),
-}
-
-impl std::fmt::Display for ToolSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ToolSource::Builtin => f.write_str("builtin"),
-            ToolSource::Manifest => f.write_str("manifest"),
-            ToolSource::Native => f.write_str("native"),
-            ToolSource::Mcp(connection) => write!(f, "mcp:{connection}"),
-        }
-    }
-}
-
-impl Serialize for ToolSource {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
     }
 }
 
@@ -267,4 +118,68 @@ pub trait Tool: Send + Sync + 'static {
     fn is_transient(&self, _output: &ToolOutput) -> bool {
         false
     }
+}
+
+// ---------------------------------------------------------------------------
+// The MCP port
+
+/// A connection that could not be started or could not list its tools.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionError {
+    /// The connection name (manifest file stem).
+    pub name: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Why an MCP operation failed before a tool could answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpError {
+    /// No connection has this name.
+    #[error("unknown MCP connection `{0}`")]
+    UnknownConnection(String),
+    /// The connection could not be started or failed while talking.
+    #[error("MCP connection `{name}` failed: {message}")]
+    Connection {
+        /// The connection name.
+        name: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// The agent's MCP connections, as host code sees them (`host.mcp`).
+#[async_trait]
+pub trait McpHub: Send + Sync + 'static {
+    /// The connection names, sorted.
+    fn names(&self) -> Vec<String>;
+
+    /// The tools a connection offers, starting it when needed.
+    async fn list_tools(&self, name: &str) -> Result<Vec<ToolSpec>, McpError>;
+
+    /// Calls a tool of a connection. A tool's own failure, a timeout, a
+    /// crash or a malformed answer is an error [`ToolOutput`]; `Err` only
+    /// names an unknown connection.
+    async fn call_tool(&self, name: &str, tool: &str, args: Value) -> Result<ToolOutput, McpError>;
+
+    /// Connections that failed to start or to list their tools.
+    fn connection_errors(&self) -> Vec<ConnectionError>;
+
+    /// The tools of connections with `advertise_tools = true`, as far as
+    /// they are listed by now.
+    fn advertised_tools(&self) -> Vec<Arc<dyn Tool>>;
+
+    /// A counter that grows whenever [`McpHub::advertised_tools`] or
+    /// [`McpHub::connection_errors`] change (a listing finished, a server
+    /// sent `tools/list_changed`), so the host knows when to rebuild.
+    fn generation(&self) -> u64;
+
+    /// Waits until the first listing of every advertising connection has
+    /// finished (successfully or not). Bounded by the connections' timeouts.
+    async fn ready(&self);
+
+    /// Closes every connection and stops child processes.
+    async fn shutdown(&self);
 }
