@@ -69,6 +69,7 @@ use bdk_models::replay::{Recording, RecordingModel, ReplayModel};
 use bdk_models::{Message, Model, ModelError};
 
 mod queued;
+mod reminder;
 mod slots;
 pub use queued::QUEUE_NAMESPACE;
 use queued::Queued;
@@ -594,8 +595,9 @@ impl HostBuilder {
             .await
             .map_err(|e| HostError::InvalidRequest(format!("cannot load reminders: {e}")))?;
         if self.reminder_timers {
+            let weak = host.downgrade();
             tokio::spawn(reminders::run_timer(
-                host.downgrade(),
+                move || weak.upgrade(),
                 host.inner.shutdown.child_token(),
             ));
         }

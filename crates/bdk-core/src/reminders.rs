@@ -5,6 +5,10 @@
 //! fires due reminders through the host on the host's [`Clock`] (re-exported
 //! here from [`crate::clock`]; `cron` schedules use [`crate::cron::CronExpr`]).
 //!
+//! The engine reaches the host only through `ReminderHost` (its store,
+//! tools and sessions), which the host implements; the host's public
+//! reminder methods (`Host::create_reminder`, ...) call the functions here.
+//!
 //! The engine lives in core rather than in `bdk-scheduler` because the
 //! built-in `reminders_*` tools and the host endpoint are core features, and
 //! core must not depend on a crate above it.
@@ -15,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use bdk_events::ids::new_id;
-use bdk_events::{Admission, SessionId, SessionMode};
+use bdk_events::{SessionId, SessionMode};
 use bdk_store::Store;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
@@ -32,13 +36,50 @@ pub use records::{
 };
 use records::{next_fire, parse_cron};
 
-use crate::host::{CallOrigin, DirectCall, FollowUp, Host, HostError, WeakHost};
+use crate::tool::ToolSpec;
 
 /// The shortest accepted `every` period.
 const MIN_EVERY: TimeDelta = TimeDelta::minutes(1);
 /// How often a replica re-reads the reminder table for reminders that other
 /// replicas created.
 const RESYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------
+// The host port
+
+/// What reminders need of the host they fire through: the engine it owns,
+/// its store and tools, and a way to reach a session (a coalesced follow-up,
+/// or a direct call of a handler tool). The host implements it
+/// (`host/reminder.rs`), so this module names no host type.
+#[async_trait]
+pub(crate) trait ReminderHost: Send + Sync + 'static {
+    /// The host's reminder table and timer channel.
+    fn reminder_engine(&self) -> Arc<Engine>;
+    /// The host's store.
+    fn store(&self) -> &Arc<dyn Store>;
+    /// True when replicas share the store (a coordination is configured):
+    /// the stored record, not this host's copy, decides.
+    fn shares_store(&self) -> bool;
+    /// The tools the agent has (a handler must be one of them).
+    fn tools(&self) -> Vec<ToolSpec>;
+    /// The mode of a session; `SessionNotFound` when there is none.
+    async fn session_mode(&self, session: &SessionId) -> ReminderResult<SessionMode>;
+    /// Sends `message` into the session with `coalesce` admission; the turn
+    /// it started, if it started one.
+    async fn send_coalesced(
+        &self,
+        session: &SessionId,
+        message: String,
+    ) -> Result<Option<bdk_events::TurnId>, String>;
+    /// Calls the handler tool, bound to the session, as the agent's own
+    /// machinery; whether the tool failed, and its result.
+    async fn call_handler(
+        &self,
+        session: &SessionId,
+        handler: &str,
+        args: Value,
+    ) -> Result<(bool, Value), String>;
+}
 
 // ---------------------------------------------------------------------------
 // Engine
@@ -195,15 +236,18 @@ impl Engine {
 /// The single timer task of a host: sleeps on the clock until the earliest
 /// next fire (or a change), then fires what is due, each fire in its own
 /// task so a slow handler never holds up the others.
-pub(crate) async fn run_timer(host: WeakHost, cancel: CancellationToken) {
+pub(crate) async fn run_timer<H: ReminderHost>(
+    host: impl Fn() -> Option<H> + Send + Sync + 'static,
+    cancel: CancellationToken,
+) {
     // Replicas pick up reminders created elsewhere on this cadence (real
     // time: it bounds how stale a replica's table is, not when fires happen).
-    let shared = host.upgrade().is_some_and(|h| h.coordination().is_some());
+    let shared = host().is_some_and(|h| h.shares_store());
     let mut resync = tokio::time::interval(RESYNC_EVERY);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     resync.tick().await;
     loop {
-        let Some(engine) = host.upgrade().map(|h| h.reminder_engine()) else {
+        let Some(engine) = host().map(|h| h.reminder_engine()) else {
             return;
         };
         let next = engine.next_due();
@@ -213,8 +257,8 @@ pub(crate) async fn run_timer(host: WeakHost, cancel: CancellationToken) {
             () = engine.wake.notified() => continue,
             _ = resync.tick(), if shared => {
                 drop(engine);
-                if let Some(h) = host.upgrade()
-                    && let Err(e) = h.resync_reminders().await
+                if let Some(h) = host()
+                    && let Err(e) = resync_reminders(&h).await
                 {
                     tracing::warn!(error = %e, "could not resync reminders from the store");
                 }
@@ -229,12 +273,11 @@ pub(crate) async fn run_timer(host: WeakHost, cancel: CancellationToken) {
         }
         let now = engine.clock().now();
         drop(engine);
-        for id in host
-            .upgrade()
+        for id in host()
             .map(|h| h.reminder_engine().take_due(now))
             .unwrap_or_default()
         {
-            let Some(h) = host.upgrade() else { return };
+            let Some(h) = host() else { return };
             // The fire is owned by the timer's token: shutdown abandons a
             // delivery still in flight, which then fires again on the next
             // start because its record still names the missed time.
@@ -242,7 +285,7 @@ pub(crate) async fn run_timer(host: WeakHost, cancel: CancellationToken) {
             tokio::spawn(async move {
                 tokio::select! {
                     () = cancel.cancelled() => {}
-                    fired = h.fire_reminder(&id, true) => {
+                    fired = fire_reminder(&h, &id, true) => {
                         if let Err(e) = fired {
                             tracing::warn!(reminder_id = %id, error = %e, "reminder fire failed");
                         }
@@ -264,457 +307,443 @@ fn prompt_text(prompt: &str, until: Option<&str>) -> String {
     }
 }
 
-impl Host {
-    /// Creates a reminder bound to the chat session `session`.
-    pub async fn create_reminder(
-        &self,
-        session: &SessionId,
-        req: NewReminder,
-    ) -> ReminderResult<Reminder> {
-        let record = match self.session(session, None).await {
-            Ok(r) => r,
-            Err(HostError::SessionNotFound(id)) => return Err(ReminderError::SessionNotFound(id)),
-            Err(HostError::Store(e)) => return Err(ReminderError::Store(e)),
-            Err(e) => return Err(ReminderError::Delivery(e.to_string())),
-        };
-        if record.mode == SessionMode::Task {
-            return Err(ReminderError::TaskSession(session.to_string()));
+/// Creates a reminder bound to the chat session `session`.
+pub(crate) async fn create_reminder<H: ReminderHost>(
+    host: &H,
+    session: &SessionId,
+    req: NewReminder,
+) -> ReminderResult<Reminder> {
+    if host.session_mode(session).await? == SessionMode::Task {
+        return Err(ReminderError::TaskSession(session.to_string()));
+    }
+    let now = host.reminder_engine().clock().now();
+    let given: Vec<(ScheduleKind, &String)> = [
+        (ScheduleKind::Delay, &req.delay),
+        (ScheduleKind::Every, &req.every),
+        (ScheduleKind::Cron, &req.cron),
+        (ScheduleKind::At, &req.at),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+    .collect();
+    let [(kind, spec)] = given.as_slice() else {
+        return Err(ReminderError::InvalidRequest(
+            "give exactly one of delay, every, cron or at".into(),
+        ));
+    };
+    let first = match kind {
+        ScheduleKind::Delay => now + parse_duration(spec)?,
+        ScheduleKind::Every => {
+            let period = parse_duration(spec)?;
+            if period < MIN_EVERY {
+                return Err(ReminderError::InvalidSchedule(format!(
+                    "every `{spec}` is shorter than 1 minute"
+                )));
+            }
+            now + period
         }
-        let now = self.reminder_engine().clock().now();
-        let given: Vec<(ScheduleKind, &String)> = [
-            (ScheduleKind::Delay, &req.delay),
-            (ScheduleKind::Every, &req.every),
-            (ScheduleKind::Cron, &req.cron),
-            (ScheduleKind::At, &req.at),
-        ]
-        .into_iter()
-        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
-        .collect();
-        let [(kind, spec)] = given.as_slice() else {
+        ScheduleKind::Cron => parse_cron(spec)?
+            .next_after(now)
+            .ok_or_else(|| ReminderError::InvalidSchedule(format!("cron `{spec}` never fires")))?,
+        ScheduleKind::At => {
+            let at = parse_at(spec)?;
+            if at <= now {
+                return Err(ReminderError::InvalidSchedule(format!(
+                    "at `{spec}` is not in the future"
+                )));
+            }
+            at
+        }
+    };
+    let prompt = req.prompt.filter(|p| !p.trim().is_empty());
+    match (&prompt, &req.handler) {
+        (Some(_), None) | (None, Some(_)) => {}
+        _ => {
             return Err(ReminderError::InvalidRequest(
-                "give exactly one of delay, every, cron or at".into(),
+                "give exactly one of prompt or handler".into(),
             ));
-        };
-        let first = match kind {
-            ScheduleKind::Delay => now + parse_duration(spec)?,
-            ScheduleKind::Every => {
-                let period = parse_duration(spec)?;
-                if period < MIN_EVERY {
-                    return Err(ReminderError::InvalidSchedule(format!(
-                        "every `{spec}` is shorter than 1 minute"
-                    )));
-                }
-                now + period
-            }
-            ScheduleKind::Cron => parse_cron(spec)?.next_after(now).ok_or_else(|| {
-                ReminderError::InvalidSchedule(format!("cron `{spec}` never fires"))
-            })?,
-            ScheduleKind::At => {
-                let at = parse_at(spec)?;
-                if at <= now {
-                    return Err(ReminderError::InvalidSchedule(format!(
-                        "at `{spec}` is not in the future"
-                    )));
-                }
-                at
-            }
-        };
-        let prompt = req.prompt.filter(|p| !p.trim().is_empty());
-        match (&prompt, &req.handler) {
-            (Some(_), None) | (None, Some(_)) => {}
-            _ => {
-                return Err(ReminderError::InvalidRequest(
-                    "give exactly one of prompt or handler".into(),
-                ));
-            }
         }
-        if let Some(handler) = &req.handler {
-            match self.tools().iter().find(|t| &t.name == handler) {
-                None => return Err(ReminderError::UnknownHandler(handler.clone())),
-                // Nobody is there to approve a call when a reminder fires:
-                // an approval tool as handler would either never run or run
-                // unapproved.
-                Some(tool) if tool.needs_approval => {
-                    return Err(ReminderError::InvalidRequest(format!(
-                        "handler `{handler}` needs approval, which a reminder cannot get when it fires; use the prompt form so the model calls it in a turn"
-                    )));
-                }
-                Some(_) => {}
+    }
+    if let Some(handler) = &req.handler {
+        match host.tools().iter().find(|t| &t.name == handler) {
+            None => return Err(ReminderError::UnknownHandler(handler.clone())),
+            // Nobody is there to approve a call when a reminder fires:
+            // an approval tool as handler would either never run or run
+            // unapproved.
+            Some(tool) if tool.needs_approval => {
+                return Err(ReminderError::InvalidRequest(format!(
+                    "handler `{handler}` needs approval, which a reminder cannot get when it fires; use the prompt form so the model calls it in a turn"
+                )));
             }
+            Some(_) => {}
         }
-        let reminder = Reminder {
-            id: new_id("rem"),
-            session_id: session.clone(),
-            kind: kind.clone(),
-            schedule: (*spec).clone(),
-            prompt,
-            until: req.until.filter(|u| !u.trim().is_empty()),
-            handler: req.handler,
-            args: req.args.unwrap_or_else(|| json!({})),
-            status: ReminderStatus::Armed,
-            reason: None,
-            fire_count: 0,
-            next_fire_at: Some(first),
-            last_fired_at: None,
-            last_error: None,
-            created_at: now,
-        };
-        let engine = self.reminder_engine();
-        engine.persist(&reminder).await?;
-        engine.install(reminder.clone());
-        Ok(reminder)
     }
+    let reminder = Reminder {
+        id: new_id("rem"),
+        session_id: session.clone(),
+        kind: kind.clone(),
+        schedule: (*spec).clone(),
+        prompt,
+        until: req.until.filter(|u| !u.trim().is_empty()),
+        handler: req.handler,
+        args: req.args.unwrap_or_else(|| json!({})),
+        status: ReminderStatus::Armed,
+        reason: None,
+        fire_count: 0,
+        next_fire_at: Some(first),
+        last_fired_at: None,
+        last_error: None,
+        created_at: now,
+    };
+    let engine = host.reminder_engine();
+    engine.persist(&reminder).await?;
+    engine.install(reminder.clone());
+    Ok(reminder)
+}
 
-    /// The time the reminder timer wakes next: the earliest armed fire,
-    /// dropping stale entries on the way. This is the lookup the timer does
-    /// after every change, exposed so the runtime benchmark can time it with
-    /// many reminders armed.
-    #[doc(hidden)]
-    pub fn next_reminder_fire(&self) -> Option<DateTime<Utc>> {
-        self.reminder_engine().next_due()
-    }
+/// The time the reminder timer wakes next: the earliest armed fire,
+/// dropping stale entries on the way. This is the lookup the timer does
+/// after every change, exposed so the runtime benchmark can time it with
+/// many reminders armed.
+pub(crate) fn next_reminder_fire<H: ReminderHost>(host: &H) -> Option<DateTime<Utc>> {
+    host.reminder_engine().next_due()
+}
 
-    /// All reminders, or those of one session, oldest first.
-    pub fn list_reminders(&self, session: Option<&SessionId>) -> Vec<Reminder> {
-        self.reminder_engine().list(session)
-    }
+/// All reminders, or those of one session, oldest first.
+pub(crate) fn list_reminders<H: ReminderHost>(
+    host: &H,
+    session: Option<&SessionId>,
+) -> Vec<Reminder> {
+    host.reminder_engine().list(session)
+}
 
-    /// One reminder.
-    pub fn reminder(&self, id: &str) -> Option<Reminder> {
-        self.reminder_engine().get(id)
-    }
+/// One reminder.
+pub(crate) fn reminder<H: ReminderHost>(host: &H, id: &str) -> Option<Reminder> {
+    host.reminder_engine().get(id)
+}
 
-    /// Cancels an armed reminder (scoped to `session` when given).
-    pub async fn cancel_reminder(
-        &self,
-        id: &str,
-        session: Option<&SessionId>,
-    ) -> ReminderResult<Reminder> {
-        let engine = self.reminder_engine();
-        let mut r = self
-            .current_reminder(id)
-            .await?
-            .filter(|r| session.is_none_or(|s| &r.session_id == s))
-            .ok_or_else(|| ReminderError::NotFound(id.to_owned()))?;
-        if r.status != ReminderStatus::Armed {
-            return Err(ReminderError::NotArmed(id.to_owned()));
-        }
-        r.status = ReminderStatus::Cancelled;
-        r.next_fire_at = None;
-        engine.persist(&r).await?;
-        engine.install(r.clone());
-        Ok(r)
-    }
-
-    /// A reminder as this host should act on it: its own copy, or, when
-    /// replicas share the store, the stored record (another replica may have
-    /// created, fired or cancelled it since).
-    async fn current_reminder(&self, id: &str) -> ReminderResult<Option<Reminder>> {
-        let engine = self.reminder_engine();
-        if self.coordination().is_some() {
-            return engine.reload(id).await;
-        }
-        Ok(engine.get(id))
-    }
-
-    /// Arms the reminders that other hosts sharing the store (replicas)
-    /// created since this host loaded its table, so that a reminder still
-    /// fires when the replica that created it is gone. Returns how many it
-    /// added. `bdk serve` runs it periodically on replicas.
-    pub async fn resync_reminders(&self) -> ReminderResult<usize> {
-        let engine = self.reminder_engine();
-        let mut added = 0;
-        for key in engine.store.kv_list(KV_NAMESPACE, "").await? {
-            if engine.get(&key).is_some() {
-                continue;
-            }
-            match engine.reload(&key).await {
-                Ok(Some(_)) => added += 1,
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(key = %key, error = %e, "skipping an unreadable stored reminder")
-                }
-            }
-        }
-        Ok(added)
-    }
-
-    /// Fires a reminder now through the production path (the dev route).
-    /// A recurring reminder keeps its next scheduled fire.
-    pub async fn dispatch_reminder(&self, id: &str) -> ReminderResult<FireOutcome> {
-        self.fire_reminder(id, false).await
-    }
-
-    /// Delivers one fire. `scheduled` fires advance the schedule; manual
-    /// ones leave a recurring reminder's next fire where it was.
-    pub(crate) async fn fire_reminder(
-        &self,
-        id: &str,
-        scheduled: bool,
-    ) -> ReminderResult<FireOutcome> {
-        let engine = self.reminder_engine();
-        let mut r = if scheduled {
-            engine.get(id)
-        } else {
-            self.current_reminder(id).await?
-        }
+/// Cancels an armed reminder (scoped to `session` when given).
+pub(crate) async fn cancel_reminder<H: ReminderHost>(
+    host: &H,
+    id: &str,
+    session: Option<&SessionId>,
+) -> ReminderResult<Reminder> {
+    let engine = host.reminder_engine();
+    let mut r = current_reminder(host, id)
+        .await?
+        .filter(|r| session.is_none_or(|s| &r.session_id == s))
         .ok_or_else(|| ReminderError::NotFound(id.to_owned()))?;
-        if r.status != ReminderStatus::Armed {
-            return Err(ReminderError::NotArmed(id.to_owned()));
+    if r.status != ReminderStatus::Armed {
+        return Err(ReminderError::NotArmed(id.to_owned()));
+    }
+    r.status = ReminderStatus::Cancelled;
+    r.next_fire_at = None;
+    engine.persist(&r).await?;
+    engine.install(r.clone());
+    Ok(r)
+}
+
+/// A reminder as this host should act on it: its own copy, or, when
+/// replicas share the store, the stored record (another replica may have
+/// created, fired or cancelled it since).
+async fn current_reminder<H: ReminderHost>(host: &H, id: &str) -> ReminderResult<Option<Reminder>> {
+    let engine = host.reminder_engine();
+    if host.shares_store() {
+        return engine.reload(id).await;
+    }
+    Ok(engine.get(id))
+}
+
+/// Arms the reminders that other hosts sharing the store (replicas)
+/// created since this host loaded its table, so that a reminder still
+/// fires when the replica that created it is gone. Returns how many it
+/// added. `bdk serve` runs it periodically on replicas.
+pub(crate) async fn resync_reminders<H: ReminderHost>(host: &H) -> ReminderResult<usize> {
+    let engine = host.reminder_engine();
+    let mut added = 0;
+    for key in engine.store.kv_list(KV_NAMESPACE, "").await? {
+        if engine.get(&key).is_some() {
+            continue;
         }
-        // A reminder outlives nothing: when its conversation is gone (the
-        // session was deleted, through the host or straight from the store),
-        // firing could only fail, again on every cadence, so it is disarmed.
-        if self.store().get_session(&r.session_id).await?.is_none() {
-            let r = self.disarm(r, SESSION_DELETED).await?;
+        match engine.reload(&key).await {
+            Ok(Some(_)) => added += 1,
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(key = %key, error = %e, "skipping an unreadable stored reminder")
+            }
+        }
+    }
+    Ok(added)
+}
+
+/// Fires a reminder now through the production path (the dev route).
+/// A recurring reminder keeps its next scheduled fire.
+pub(crate) async fn dispatch_reminder<H: ReminderHost>(
+    host: &H,
+    id: &str,
+) -> ReminderResult<FireOutcome> {
+    fire_reminder(host, id, false).await
+}
+
+/// Delivers one fire. `scheduled` fires advance the schedule; manual
+/// ones leave a recurring reminder's next fire where it was.
+pub(crate) async fn fire_reminder<H: ReminderHost>(
+    host: &H,
+    id: &str,
+    scheduled: bool,
+) -> ReminderResult<FireOutcome> {
+    let engine = host.reminder_engine();
+    let mut r = if scheduled {
+        engine.get(id)
+    } else {
+        current_reminder(host, id).await?
+    }
+    .ok_or_else(|| ReminderError::NotFound(id.to_owned()))?;
+    if r.status != ReminderStatus::Armed {
+        return Err(ReminderError::NotArmed(id.to_owned()));
+    }
+    // A reminder outlives nothing: when its conversation is gone (the
+    // session was deleted, through the host or straight from the store),
+    // firing could only fail, again on every cadence, so it is disarmed.
+    if host.store().get_session(&r.session_id).await?.is_none() {
+        let r = disarm(host, r, SESSION_DELETED).await?;
+        return Ok(FireOutcome {
+            reminder: r,
+            result: "disarmed".to_owned(),
+            turn_id: None,
+        });
+    }
+    // A scheduled fire claims its due time first, durably: of several
+    // hosts sharing the store (replicas), exactly one delivers it. The
+    // losers take the winner's record, which has moved on.
+    if scheduled && let Some(due) = r.next_fire_at {
+        let key = claim_key(&r.id, due);
+        let claim = serde_json::json!({ "claimedAt": engine.clock().now() });
+        if !engine
+            .store
+            .kv_put_if_absent(CLAIMS_NAMESPACE, &key, claim)
+            .await?
+        {
+            let mut current = engine.reload(id).await?.unwrap_or(r);
+            // The winner may still be delivering and not have recorded
+            // the next fire yet: move this host's copy past the claimed
+            // time so its timer does not spin on it.
+            if current.next_fire_at == Some(due) {
+                current.next_fire_at = next_fire(&current.kind, &current.schedule, due)
+                    .ok()
+                    .flatten();
+                engine.install(current.clone());
+            }
             return Ok(FireOutcome {
-                reminder: r,
-                result: "disarmed".to_owned(),
+                reminder: current,
+                result: "skip".to_owned(),
                 turn_id: None,
             });
         }
-        // A scheduled fire claims its due time first, durably: of several
-        // hosts sharing the store (replicas), exactly one delivers it. The
-        // losers take the winner's record, which has moved on.
-        if scheduled && let Some(due) = r.next_fire_at {
-            let key = claim_key(&r.id, due);
-            let claim = serde_json::json!({ "claimedAt": engine.clock().now() });
-            if !engine
-                .store
-                .kv_put_if_absent(CLAIMS_NAMESPACE, &key, claim)
-                .await?
-            {
-                let mut current = engine.reload(id).await?.unwrap_or(r);
-                // The winner may still be delivering and not have recorded
-                // the next fire yet: move this host's copy past the claimed
-                // time so its timer does not spin on it.
-                if current.next_fire_at == Some(due) {
-                    current.next_fire_at = next_fire(&current.kind, &current.schedule, due)
-                        .ok()
-                        .flatten();
-                    engine.install(current.clone());
+        engine.prune_claims(&r.id, &key).await;
+        // Replicas: this host's copy may be stale (cancelled, or moved
+        // on, by another replica since this host loaded it). The stored
+        // record decides.
+        if host.shares_store() {
+            match engine.reload(id).await? {
+                Some(current)
+                    if current.status == ReminderStatus::Armed
+                        && current.next_fire_at == Some(due) =>
+                {
+                    r = current;
                 }
-                return Ok(FireOutcome {
-                    reminder: current,
-                    result: "skip".to_owned(),
-                    turn_id: None,
-                });
-            }
-            engine.prune_claims(&r.id, &key).await;
-            // Replicas: this host's copy may be stale (cancelled, or moved
-            // on, by another replica since this host loaded it). The stored
-            // record decides.
-            if self.coordination().is_some() {
-                match engine.reload(id).await? {
-                    Some(current)
-                        if current.status == ReminderStatus::Armed
-                            && current.next_fire_at == Some(due) =>
-                    {
-                        r = current;
-                    }
-                    Some(current) => {
-                        return Ok(FireOutcome {
-                            reminder: current,
-                            result: "skip".to_owned(),
-                            turn_id: None,
-                        });
-                    }
-                    None => return Err(ReminderError::NotFound(id.to_owned())),
+                Some(current) => {
+                    return Ok(FireOutcome {
+                        reminder: current,
+                        result: "skip".to_owned(),
+                        turn_id: None,
+                    });
                 }
+                None => return Err(ReminderError::NotFound(id.to_owned())),
             }
         }
-        let now = engine.clock().now();
-        let delivered = self.deliver(&r).await;
-        // Re-read: the reminder may have been cancelled while delivering.
-        let mut r = engine.get(id).unwrap_or(r);
-        r.fire_count += 1;
-        r.last_fired_at = Some(now);
-        let (result, turn_id) = match delivered {
-            Ok(ok) => {
-                r.last_error = None;
-                ok
-            }
-            Err(e) => {
-                tracing::warn!(reminder_id = %id, error = %e, "reminder delivery failed");
-                r.last_error = Some(e);
-                ("failed".to_owned(), None)
-            }
-        };
-        if r.status == ReminderStatus::Armed {
-            if result == "stop" {
-                r.status = ReminderStatus::Completed;
-                r.next_fire_at = None;
-            } else if scheduled || matches!(r.kind, ScheduleKind::Delay | ScheduleKind::At) {
-                // A recurring reminder keeps its cadence from the scheduled
-                // time; one that fell behind (the host was down) resumes
-                // from now instead of firing a burst of catch-ups.
-                let base = r.next_fire_at.filter(|at| *at <= now).unwrap_or(now);
-                let next = next_fire(&r.kind, &r.schedule, base).map(|next| {
-                    next.map(|n| {
-                        if n <= now {
-                            next_fire(&r.kind, &r.schedule, now)
-                                .ok()
-                                .flatten()
-                                .unwrap_or(n)
-                        } else {
-                            n
-                        }
-                    })
-                });
-                match next {
-                    Ok(Some(next)) => r.next_fire_at = Some(next),
-                    Ok(None) => {
-                        r.status = ReminderStatus::Completed;
-                        r.next_fire_at = None;
+    }
+    let now = engine.clock().now();
+    let delivered = deliver(host, &r).await;
+    // Re-read: the reminder may have been cancelled while delivering.
+    let mut r = engine.get(id).unwrap_or(r);
+    r.fire_count += 1;
+    r.last_fired_at = Some(now);
+    let (result, turn_id) = match delivered {
+        Ok(ok) => {
+            r.last_error = None;
+            ok
+        }
+        Err(e) => {
+            tracing::warn!(reminder_id = %id, error = %e, "reminder delivery failed");
+            r.last_error = Some(e);
+            ("failed".to_owned(), None)
+        }
+    };
+    if r.status == ReminderStatus::Armed {
+        if result == "stop" {
+            r.status = ReminderStatus::Completed;
+            r.next_fire_at = None;
+        } else if scheduled || matches!(r.kind, ScheduleKind::Delay | ScheduleKind::At) {
+            // A recurring reminder keeps its cadence from the scheduled
+            // time; one that fell behind (the host was down) resumes
+            // from now instead of firing a burst of catch-ups.
+            let base = r.next_fire_at.filter(|at| *at <= now).unwrap_or(now);
+            let next = next_fire(&r.kind, &r.schedule, base).map(|next| {
+                next.map(|n| {
+                    if n <= now {
+                        next_fire(&r.kind, &r.schedule, now)
+                            .ok()
+                            .flatten()
+                            .unwrap_or(n)
+                    } else {
+                        n
                     }
-                    // A stored schedule that no longer parses (an edited
-                    // record) is disarmed visibly rather than left armed
-                    // with no timer behind it.
-                    Err(e) => {
-                        tracing::warn!(reminder_id = %id, error = %e, "disarming a reminder with a broken schedule");
-                        r.status = ReminderStatus::Disarmed;
-                        r.reason = Some(e.to_string());
-                        r.next_fire_at = None;
-                    }
+                })
+            });
+            match next {
+                Ok(Some(next)) => r.next_fire_at = Some(next),
+                Ok(None) => {
+                    r.status = ReminderStatus::Completed;
+                    r.next_fire_at = None;
                 }
-            }
-        }
-        engine.persist(&r).await?;
-        engine.install(r.clone());
-        Ok(FireOutcome {
-            reminder: r,
-            result,
-            turn_id,
-        })
-    }
-
-    /// Disarms `r` with `reason`, durably, and logs it.
-    async fn disarm(&self, mut r: Reminder, reason: &str) -> ReminderResult<Reminder> {
-        tracing::warn!(reminder_id = %r.id, session_id = %r.session_id, reason, "disarming a reminder");
-        r.status = ReminderStatus::Disarmed;
-        r.reason = Some(reason.to_owned());
-        r.next_fire_at = None;
-        let engine = self.reminder_engine();
-        engine.persist(&r).await?;
-        engine.install(r.clone());
-        Ok(r)
-    }
-
-    /// Disarms every armed reminder of `session` with [`SESSION_DELETED`];
-    /// called when the host deletes the session. Returns how many it disarmed.
-    pub(crate) async fn disarm_session_reminders(
-        &self,
-        session: &SessionId,
-    ) -> ReminderResult<usize> {
-        let armed: Vec<Reminder> = self
-            .reminder_engine()
-            .list(Some(session))
-            .into_iter()
-            .filter(|r| r.status == ReminderStatus::Armed)
-            .collect();
-        let n = armed.len();
-        for r in armed {
-            self.disarm(r, SESSION_DELETED).await?;
-        }
-        Ok(n)
-    }
-
-    /// Sends the prompt, or calls the handler and acts on its answer.
-    async fn deliver(&self, r: &Reminder) -> Result<(String, Option<bdk_events::TurnId>), String> {
-        let send = |message: String| async move {
-            self.send(
-                &r.session_id,
-                FollowUp {
-                    message,
-                    admission: Admission::Coalesce,
-                    ..FollowUp::default()
-                },
-            )
-            .await
-            .map(|sent| ("delivered".to_owned(), sent.turn_id))
-            .map_err(|e| e.to_string())
-        };
-        if let Some(prompt) = &r.prompt {
-            return send(prompt_text(prompt, r.until.as_deref())).await;
-        }
-        let Some(handler) = &r.handler else {
-            return Err("reminder has neither prompt nor handler".into());
-        };
-        let outcome = self
-            .call_tool(DirectCall {
-                name: handler.clone(),
-                input: r.args.clone(),
-                session_id: Some(r.session_id.clone()),
-                // The agent's own machinery: built-ins are fine, but no
-                // one is there to approve an approval tool.
-                origin: CallOrigin::Agent,
-                ..DirectCall::default()
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-        if outcome.is_error {
-            return Err(format!("handler `{handler}` failed: {}", outcome.result));
-        }
-        match HandlerAnswer::read(&outcome.result)? {
-            HandlerAnswer::Followup(message) => send(message).await,
-            HandlerAnswer::Plain(result) => Ok((result, None)),
-        }
-    }
-
-    /// Loads stored reminders and arms the armed ones; a handler that is no
-    /// longer a tool disarms its reminder with [`HANDLER_LOST`], a session
-    /// that no longer exists with [`SESSION_DELETED`].
-    pub(crate) async fn rearm_reminders(&self) -> ReminderResult<()> {
-        let engine = self.reminder_engine();
-        let tools: Vec<String> = self.tools().into_iter().map(|t| t.name).collect();
-        // Read lazily, once: only armed reminders need their session checked.
-        let mut sessions: Option<std::collections::HashSet<SessionId>> = None;
-        for key in engine.store.kv_list(KV_NAMESPACE, "").await? {
-            let Some(value) = engine.store.kv_get(KV_NAMESPACE, &key).await? else {
-                continue;
-            };
-            let mut r: Reminder = match serde_json::from_value(value) {
-                Ok(r) => r,
+                // A stored schedule that no longer parses (an edited
+                // record) is disarmed visibly rather than left armed
+                // with no timer behind it.
                 Err(e) => {
-                    tracing::warn!(key = %key, error = %e, "skipping an unreadable stored reminder");
-                    continue;
+                    tracing::warn!(reminder_id = %id, error = %e, "disarming a reminder with a broken schedule");
+                    r.status = ReminderStatus::Disarmed;
+                    r.reason = Some(e.to_string());
+                    r.next_fire_at = None;
                 }
+            }
+        }
+    }
+    engine.persist(&r).await?;
+    engine.install(r.clone());
+    Ok(FireOutcome {
+        reminder: r,
+        result,
+        turn_id,
+    })
+}
+
+/// Disarms `r` with `reason`, durably, and logs it.
+async fn disarm<H: ReminderHost>(
+    host: &H,
+    mut r: Reminder,
+    reason: &str,
+) -> ReminderResult<Reminder> {
+    tracing::warn!(reminder_id = %r.id, session_id = %r.session_id, reason, "disarming a reminder");
+    r.status = ReminderStatus::Disarmed;
+    r.reason = Some(reason.to_owned());
+    r.next_fire_at = None;
+    let engine = host.reminder_engine();
+    engine.persist(&r).await?;
+    engine.install(r.clone());
+    Ok(r)
+}
+
+/// Disarms every armed reminder of `session` with [`SESSION_DELETED`];
+/// called when the host deletes the session. Returns how many it disarmed.
+pub(crate) async fn disarm_session_reminders<H: ReminderHost>(
+    host: &H,
+    session: &SessionId,
+) -> ReminderResult<usize> {
+    let armed: Vec<Reminder> = host
+        .reminder_engine()
+        .list(Some(session))
+        .into_iter()
+        .filter(|r| r.status == ReminderStatus::Armed)
+        .collect();
+    let n = armed.len();
+    for r in armed {
+        disarm(host, r, SESSION_DELETED).await?;
+    }
+    Ok(n)
+}
+
+/// Sends the prompt, or calls the handler and acts on its answer.
+async fn deliver<H: ReminderHost>(
+    host: &H,
+    r: &Reminder,
+) -> Result<(String, Option<bdk_events::TurnId>), String> {
+    let send = |message: String| async move {
+        host.send_coalesced(&r.session_id, message)
+            .await
+            .map(|turn_id| ("delivered".to_owned(), turn_id))
+    };
+    if let Some(prompt) = &r.prompt {
+        return send(prompt_text(prompt, r.until.as_deref())).await;
+    }
+    let Some(handler) = &r.handler else {
+        return Err("reminder has neither prompt nor handler".into());
+    };
+    let (is_error, result) = host
+        .call_handler(&r.session_id, handler, r.args.clone())
+        .await?;
+    if is_error {
+        return Err(format!("handler `{handler}` failed: {result}"));
+    }
+    match HandlerAnswer::read(&result)? {
+        HandlerAnswer::Followup(message) => send(message).await,
+        HandlerAnswer::Plain(result) => Ok((result, None)),
+    }
+}
+
+/// Loads stored reminders and arms the armed ones; a handler that is no
+/// longer a tool disarms its reminder with [`HANDLER_LOST`], a session
+/// that no longer exists with [`SESSION_DELETED`].
+pub(crate) async fn rearm_reminders<H: ReminderHost>(host: &H) -> ReminderResult<()> {
+    let engine = host.reminder_engine();
+    let tools: Vec<String> = host.tools().into_iter().map(|t| t.name).collect();
+    // Read lazily, once: only armed reminders need their session checked.
+    let mut sessions: Option<std::collections::HashSet<SessionId>> = None;
+    for key in engine.store.kv_list(KV_NAMESPACE, "").await? {
+        let Some(value) = engine.store.kv_get(KV_NAMESPACE, &key).await? else {
+            continue;
+        };
+        let mut r: Reminder = match serde_json::from_value(value) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(key = %key, error = %e, "skipping an unreadable stored reminder");
+                continue;
+            }
+        };
+        if r.status == ReminderStatus::Armed
+            && let Some(h) = &r.handler
+            && !tools.contains(h)
+        {
+            tracing::warn!(reminder_id = %r.id, handler = %h, "disarming a reminder whose handler is gone");
+            r.status = ReminderStatus::Disarmed;
+            r.reason = Some(HANDLER_LOST.to_owned());
+            r.next_fire_at = None;
+            engine.persist(&r).await?;
+        }
+        if r.status == ReminderStatus::Armed {
+            let known = match &sessions {
+                Some(known) => known,
+                None => sessions.insert(
+                    engine
+                        .store
+                        .list_sessions()
+                        .await?
+                        .into_iter()
+                        .map(|s| s.id)
+                        .collect(),
+                ),
             };
-            if r.status == ReminderStatus::Armed
-                && let Some(h) = &r.handler
-                && !tools.contains(h)
-            {
-                tracing::warn!(reminder_id = %r.id, handler = %h, "disarming a reminder whose handler is gone");
+            if !known.contains(&r.session_id) {
+                tracing::warn!(reminder_id = %r.id, session_id = %r.session_id, "disarming a reminder whose session is gone");
                 r.status = ReminderStatus::Disarmed;
-                r.reason = Some(HANDLER_LOST.to_owned());
+                r.reason = Some(SESSION_DELETED.to_owned());
                 r.next_fire_at = None;
                 engine.persist(&r).await?;
             }
-            if r.status == ReminderStatus::Armed {
-                let known = match &sessions {
-                    Some(known) => known,
-                    None => sessions.insert(
-                        engine
-                            .store
-                            .list_sessions()
-                            .await?
-                            .into_iter()
-                            .map(|s| s.id)
-                            .collect(),
-                    ),
-                };
-                if !known.contains(&r.session_id) {
-                    tracing::warn!(reminder_id = %r.id, session_id = %r.session_id, "disarming a reminder whose session is gone");
-                    r.status = ReminderStatus::Disarmed;
-                    r.reason = Some(SESSION_DELETED.to_owned());
-                    r.next_fire_at = None;
-                    engine.persist(&r).await?;
-                }
-            }
-            engine.install(r);
         }
-        Ok(())
+        engine.install(r);
     }
+    Ok(())
 }
 
 /// A handler's answer: a string or `{"action": ...}` with `stop`, `skip`,
@@ -752,23 +781,23 @@ impl HandlerAnswer {
 // Session-scoped access for tools
 
 /// [`SessionReminders`] over a host.
-pub(crate) struct Scoped {
-    pub(crate) host: Host,
+pub(crate) struct Scoped<H> {
+    pub(crate) host: H,
     pub(crate) session: SessionId,
 }
 
 #[async_trait]
-impl SessionReminders for Scoped {
+impl<H: ReminderHost> SessionReminders for Scoped<H> {
     async fn create(&self, req: NewReminder) -> ReminderResult<Reminder> {
-        self.host.create_reminder(&self.session, req).await
+        create_reminder(&self.host, &self.session, req).await
     }
 
     async fn list(&self) -> ReminderResult<Vec<Reminder>> {
-        Ok(self.host.list_reminders(Some(&self.session)))
+        Ok(list_reminders(&self.host, Some(&self.session)))
     }
 
     async fn cancel(&self, id: &str) -> ReminderResult<Reminder> {
-        self.host.cancel_reminder(id, Some(&self.session)).await
+        cancel_reminder(&self.host, id, Some(&self.session)).await
     }
 }
 
