@@ -29,7 +29,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::host::{Host, HostError, HostResult, WeakHost};
+use crate::host::{Host, HostError, HostResult, WeakHost, open_turn, open_turn_state};
 
 /// How long a follow-up, a stop or a write call waits for a turn running on
 /// another replica to end before it gives up with `session_busy`.
@@ -46,21 +46,6 @@ const RESIGNAL: Duration = Duration::from_secs(1);
 /// only settling (its end recorded, its lease not yet released) from one that
 /// still runs.
 const SETTLE_TAIL: u64 = 8;
-
-/// The turn of `events` that started and never ended, if any.
-pub(crate) fn open_turn(events: &[Envelope]) -> Option<TurnId> {
-    let mut open = None;
-    for env in events {
-        match &env.event {
-            Event::MessageReceived(_) | Event::TurnQueued(_) | Event::TurnStarted(_) => {
-                open = env.turn_id.clone();
-            }
-            Event::TurnCompleted(_) | Event::TurnFailed(_) => open = None,
-            _ => {}
-        }
-    }
-    open
-}
 
 /// A session-bound write call's hold on the lease; released when dropped.
 pub(crate) struct CallLease {
@@ -393,8 +378,7 @@ impl Host {
             self.release_lease(id, turn).await;
             return Ok(());
         }
-        let resumed = open.is_some()
-            && crate::host::open_turn_state(&events).is_some_and(|open| !open.started);
+        let resumed = open.is_some() && open_turn_state(&events).is_some_and(|open| !open.started);
         let result = self
             .settle_session(
                 &record,

@@ -22,19 +22,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bdk_events::{Envelope, Event, SessionId};
 use serde::{Deserialize, Serialize};
 
+use super::slots::Queued;
 use super::{Host, HostResult, session_error};
 use crate::agent::Nudge;
 
 /// The key-value namespace of queued coalesced follow-ups.
 pub const QUEUE_NAMESPACE: &str = "queued-messages";
-
-/// A follow-up waiting in a slot, with the key of its durable record (none
-/// for messages that were never acknowledged as queued).
-#[derive(Clone, Debug)]
-pub(crate) struct Queued {
-    pub(crate) nudge: Nudge,
-    pub(crate) key: Option<String>,
-}
 
 /// What an entry holds.
 #[derive(Debug, Serialize, Deserialize)]

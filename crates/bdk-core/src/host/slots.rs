@@ -9,18 +9,25 @@
 //! recently rested first out; a session whose transcript was dropped
 //! rebuilds it from its events on its next turn. So what the host holds
 //! follows the running work, and the history costs at most the budget.
+//!
+//! The slot itself ([`Slot`], its [`SlotState`] and the [`Running`] turn)
+//! is defined here too, so the host's state and every concern that locks a
+//! slot name this file and nothing above it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::mem::size_of;
 use std::ops::Deref;
+use std::sync::atomic::AtomicU8;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bdk_events::SessionId;
+use bdk_events::{SessionId, TurnId};
+use bdk_models::{Message, ToolCall};
 use serde::Serialize;
 use serde_json::Value;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-use super::{Slot, SlotState};
-use bdk_models::{Message, ToolCall};
+use crate::agent::Nudge;
 
 /// The default budget of the transcript cache, per host: enough for a few
 /// hundred ordinary conversations, small enough that resting sessions never
@@ -305,6 +312,59 @@ fn value_bytes(value: &Value) -> usize {
             .sum(),
         _ => 0,
     }
+}
+
+/// A follow-up waiting in a slot, with the key of its durable record (none
+/// for messages that were never acknowledged as queued).
+#[derive(Clone, Debug)]
+pub(crate) struct Queued {
+    pub(crate) nudge: Nudge,
+    pub(crate) key: Option<String>,
+}
+
+pub(super) const REASON_NONE: u8 = 0;
+pub(super) const REASON_STOP: u8 = 1;
+pub(super) const REASON_PREEMPT: u8 = 2;
+pub(super) const REASON_SHUTDOWN: u8 = 3;
+
+pub(super) struct Running {
+    pub(super) turn_id: TurnId,
+    pub(super) cancel: CancellationToken,
+    pub(super) reason: Arc<AtomicU8>,
+    pub(super) done: watch::Receiver<bool>,
+}
+
+#[derive(Default)]
+pub(super) struct SlotState {
+    pub(super) running: Option<Running>,
+    /// Coalesced follow-ups waiting for the running turn (see [`queued`]).
+    pub(super) pending: Vec<Queued>,
+    /// Records of follow-ups steered into the running turn, removed once
+    /// its end is durable.
+    pub(super) delivered: Vec<String>,
+    pub(super) transcript: Option<Vec<Message>>,
+    /// The running turn has ended and its end is being recorded: the turn is
+    /// no longer "running" for direct calls, which wait for it to settle
+    /// instead of answering `session_busy`.
+    pub(super) ending: bool,
+}
+
+pub(super) struct Slot {
+    pub(super) admission: tokio::sync::Mutex<()>,
+    pub(super) state: Mutex<SlotState>,
+}
+
+impl Slot {
+    pub(super) fn state(&self) -> MutexGuard<'_, SlotState> {
+        // A poisoned lock means a panic while holding it; the state is plain
+        // data that stays consistent, so keep going rather than cascade.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub(super) async fn wait_done(mut done: watch::Receiver<bool>) {
+    // An error means the turn task is gone, which also means it settled.
+    let _ = done.wait_for(|d| *d).await;
 }
 
 #[cfg(test)]
