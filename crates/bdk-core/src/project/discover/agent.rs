@@ -8,7 +8,9 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde_json::json;
 use toml::Table;
 
-use super::util::{Diags, Fields, Kind, list_dir, path_kind, read_text, report_other};
+use super::util::{
+    Diags, Fields, Kind, check_env_name, list_dir, path_kind, read_text, report_other, sandbox_mode,
+};
 use crate::project::{AgentConfig, BuiltinTools, ProviderConfig, SandboxConfig, SandboxMode};
 use bdk_models::ToolChoice;
 
@@ -150,23 +152,6 @@ fn parse_tool_choice(d: &mut Diags, path: &Path, table: &Table) -> Option<ToolCh
     }
 }
 
-/// `key = "on" | "off"`.
-pub(crate) fn sandbox_mode(d: &mut Diags, f: &Fields<'_>, key: &str) -> Option<SandboxMode> {
-    match f.string(d, key)?.as_str() {
-        "on" => Some(SandboxMode::On),
-        "off" => Some(SandboxMode::Off),
-        other => {
-            let k = f.key(key);
-            d.error(
-                f.path,
-                format!("`{k}` must be \"on\" or \"off\", found \"{other}\""),
-                format!("write `{k} = \"on\"` (the default) or `{k} = \"off\"`"),
-            );
-            None
-        }
-    }
-}
-
 /// `[sandbox]`, or the shorthand `sandbox = "on" | "off"`.
 fn parse_sandbox(d: &mut Diags, f: &Fields<'_>, root: &Path) -> SandboxConfig {
     let path = f.path;
@@ -195,7 +180,7 @@ fn parse_sandbox(d: &mut Diags, f: &Fields<'_>, root: &Path) -> SandboxConfig {
             config.deny = paths(d, "deny");
             config.env = sf.strings(d, "env").unwrap_or_default();
             for name in &config.env {
-                super::tools::check_env_name(d, path, name);
+                check_env_name(d, path, name);
             }
         }
     }

@@ -6,8 +6,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::util::{
-    Diags, Entry, Fields, Kind, check_schema, is_safe_relpath, list_dir, read_text, read_toml,
-    report_other, table_to_json,
+    Diags, Entry, Fields, Kind, check_env_name, check_schema, is_safe_relpath, list_dir, read_text,
+    read_toml, report_other, sandbox_mode, table_to_json,
 };
 use crate::project::{SandboxMode, ToolManifest, ToolRunner};
 use crate::tool::{Effect, Execution, ToolSpec};
@@ -30,22 +30,6 @@ const TOOL_KEYS: &[&str] = &[
     "headers",
     "script",
 ];
-
-/// Reports an environment variable name that no program could receive.
-pub(crate) fn check_env_name(d: &mut Diags, path: &Path, name: &str) {
-    let valid = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !valid {
-        d.error(
-            path,
-            format!("`{name}` is not an environment variable name"),
-            "use letters, digits and `_`, not starting with a digit",
-        );
-    }
-}
 
 /// Default cap on a command tool's stdout.
 const DEFAULT_MAX_OUTPUT_BYTES: usize = 1024 * 1024;
@@ -398,7 +382,7 @@ fn runner(
                 Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
                 None => DEFAULT_MAX_OUTPUT_BYTES,
             };
-            let sandbox = super::agent::sandbox_mode(d, f, "sandbox").unwrap_or_default();
+            let sandbox = sandbox_mode(d, f, "sandbox").unwrap_or_default();
             if sandbox == SandboxMode::Off {
                 d.warn(
                     path,

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use toml::Table;
 
-use crate::project::{Diagnostic, Severity, rel_path};
+use crate::project::{Diagnostic, SandboxMode, Severity, rel_path};
 
 /// Collects diagnostics with paths relative to the project root.
 pub(crate) struct Diags {
@@ -584,6 +584,39 @@ impl<'a> Fields<'a> {
                     format!("remove `{k}` or correct its spelling"),
                 );
             }
+        }
+    }
+}
+
+/// Reports an environment variable name that no program could receive.
+pub(crate) fn check_env_name(d: &mut Diags, path: &Path, name: &str) {
+    let valid = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        d.error(
+            path,
+            format!("`{name}` is not an environment variable name"),
+            "use letters, digits and `_`, not starting with a digit",
+        );
+    }
+}
+
+/// `key = "on" | "off"`.
+pub(crate) fn sandbox_mode(d: &mut Diags, f: &Fields<'_>, key: &str) -> Option<SandboxMode> {
+    match f.string(d, key)?.as_str() {
+        "on" => Some(SandboxMode::On),
+        "off" => Some(SandboxMode::Off),
+        other => {
+            let k = f.key(key);
+            d.error(
+                f.path,
+                format!("`{k}` must be \"on\" or \"off\", found \"{other}\""),
+                format!("write `{k} = \"on\"` (the default) or `{k} = \"off\"`"),
+            );
+            None
         }
     }
 }
