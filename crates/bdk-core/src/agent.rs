@@ -1,7 +1,7 @@
 //! The agent loop: one turn, step by step.
 //!
-//! A turn is an explicit state machine over three states, `Step` (stream one
-//! model step), `Act` (run the batch of tool calls the step asked for) and
+//! A turn is an explicit state machine over two states: `Step` (stream one
+//! model step, then run the batch of tool calls it asked for, if any) and
 //! `Done`. Every observable fact becomes an event recorded through a
 //! [`Recorder`] before the loop moves on, so the durable stream is the turn's
 //! only source of truth: a restarted host rebuilds the conversation from it.

@@ -830,7 +830,7 @@ async fn run_op(
             }))
         }
         "send" => Err(OpError::Unavailable(
-            "`send` is not available to tools yet: it arrives with the channels issue",
+            "`send` is not available to tools in this version of bdk",
         )),
         "reminders.create" | "reminders.list" | "reminders.cancel" => {
             reminders_op(binding, op, args).await

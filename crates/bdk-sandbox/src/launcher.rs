@@ -19,7 +19,9 @@ use landlock::{
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::{ERROR_PREFIX, EXEC_FAILED_PREFIX, LAUNCHER_ARG, LAUNCHER_FAILED, Spec, Support};
+use crate::protocol::{
+    ERROR_PREFIX, EXEC_FAILED_PREFIX, LAUNCHER_ARG, LAUNCHER_FAILED, Spec, Support,
+};
 
 /// The newest Landlock ABI whose rights this launcher asks for. Older
 /// kernels silently grant less; [`Support`] says what held.

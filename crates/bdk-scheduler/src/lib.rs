@@ -41,11 +41,10 @@ use tokio_util::sync::CancellationToken;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cron::{CronError, CronExpr};
 pub use status::{
-    LastRun, MissedFires, MissedIncident, MissedReason, ScheduleStatus, ToolRun, schedule_status,
+    CLAIMS_NAMESPACE, LastRun, MissedFires, MissedIncident, MissedReason, ScheduleStatus, ToolRun,
+    schedule_status,
 };
 
-/// The key-value namespace holding fire claims.
-pub const CLAIMS_NAMESPACE: &str = "schedules";
 /// The channel of sessions a Markdown schedule starts.
 pub const SCHEDULE_CHANNEL: &str = "schedule";
 

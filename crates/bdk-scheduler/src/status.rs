@@ -21,7 +21,9 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::CLAIMS_NAMESPACE;
+/// The key-value namespace holding fire claims (and, under their own
+/// keys, the missed-fire and last-run records).
+pub const CLAIMS_NAMESPACE: &str = "schedules";
 
 /// How many incidents a [`MissedFires`] record keeps (the newest).
 pub const MAX_INCIDENTS: usize = 20;

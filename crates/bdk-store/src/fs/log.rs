@@ -28,8 +28,8 @@ use chrono::{SubsecRound, Utc};
 use futures::StreamExt;
 use tokio::sync::{Mutex, OwnedMutexGuard, broadcast};
 
-use super::blocking;
 use super::paths::is_missing;
+use super::task::blocking;
 use crate::{EventStream, NewEvent, Result, StoreError};
 
 /// One session's writer state behind its lock.

@@ -30,10 +30,10 @@
 mod blobs;
 mod log;
 pub(crate) mod paths;
+mod task;
 mod tokens;
 
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,6 +47,7 @@ use serde_json::Value;
 use self::blobs::Areas;
 use self::log::{SlotGuard, Slots};
 use self::paths::{invalid, is_missing, safe_id, sync_dir, write_atomic};
+use self::task::blocking;
 use self::tokens::{MAX_TOKEN_LEN, TokenIndex};
 use crate::{
     ArtifactFilter, ArtifactRecord, EventStream, NewEvent, Result, SessionRecord, Store,
@@ -77,20 +78,6 @@ struct Inner {
     /// Serializes the one-time scan that builds the token index of a state
     /// root written before it existed.
     token_build: tokio::sync::Mutex<()>,
-}
-
-/// Runs blocking file work off the async runtime.
-pub(crate) async fn blocking<T, F>(f: F) -> Result<T>
-where
-    F: FnOnce() -> Result<T> + Send + 'static,
-    T: Send + 'static,
-{
-    match tokio::task::spawn_blocking(f).await {
-        Ok(result) => result,
-        Err(e) => Err(StoreError::Io(io::Error::other(format!(
-            "storage task failed: {e}"
-        )))),
-    }
 }
 
 impl FsStore {

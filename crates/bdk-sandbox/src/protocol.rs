@@ -1,0 +1,85 @@
+//! What the server side and the launcher agree on: the launcher's marker
+//! argument, its exit status and stderr prefixes, the policy it is handed
+//! ([`Spec`]) and what it reports ([`Support`]). A leaf: both halves use it,
+//! it uses neither.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The first argument that makes a program act as the launcher.
+pub const LAUNCHER_ARG: &str = "__bdk-sandbox";
+
+/// The signal that stops a launched program and everything it started.
+pub const STOP_SIGNAL: i32 = 15;
+
+/// Exit status of a launcher that could not set the sandbox up.
+pub const LAUNCHER_FAILED: i32 = 125;
+
+/// Start of the stderr line of a launcher that could not set the sandbox up.
+pub const ERROR_PREFIX: &str = "bdk-sandbox: ";
+
+/// Start of the stderr line of a program the launcher could not execute.
+pub const EXEC_FAILED_PREFIX: &str = "bdk-sandbox: cannot execute ";
+
+/// What the running system enforces, as found by [`Sandbox::probe`](crate::Sandbox::probe).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Support {
+    /// The Landlock ABI the kernel offers (0: none).
+    pub landlock_abi: i32,
+    /// Landlock restricts the filesystem (ABI 1 or newer, and enforced).
+    pub filesystem: bool,
+    /// Landlock scopes signals and abstract Unix sockets (ABI 6 or newer).
+    pub scoped: bool,
+    /// The program runs as the first process of its own PID namespace.
+    pub pid_namespace: bool,
+    /// Every capability was dropped and `no_new_privs` set.
+    pub privileges_dropped: bool,
+}
+
+impl Support {
+    /// True when every protection this crate offers holds.
+    pub fn is_complete(&self) -> bool {
+        self.filesystem && self.scoped && self.pid_namespace && self.privileges_dropped
+    }
+
+    /// What does not hold, one phrase each (empty when complete).
+    pub fn missing(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if !self.filesystem {
+            out.push("filesystem confinement (Landlock is not available)");
+        } else if !self.scoped {
+            out.push("signal and socket scoping (needs Landlock ABI 6, Linux 6.12)");
+        }
+        if !self.pid_namespace {
+            out.push(
+                "process lifetime (no PID namespace: a detached grandchild can outlive its call)",
+            );
+        }
+        if !self.privileges_dropped {
+            out.push("privilege drop (no_new_privs or capabilities)");
+        }
+        out
+    }
+}
+
+/// The policy handed to the launcher on its command line (it holds paths
+/// only, never secrets).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Spec {
+    /// The pid the launcher's parent must have (the server): a launcher
+    /// whose parent died before it could ask for a parent-death signal
+    /// stops at once.
+    pub(crate) parent: u32,
+    /// Apply Landlock.
+    pub(crate) filesystem: bool,
+    /// Read-and-execute grants.
+    pub(crate) read: Vec<PathBuf>,
+    /// Read-write grants.
+    pub(crate) write: Vec<PathBuf>,
+    /// Device files to read and write.
+    pub(crate) devices: Vec<PathBuf>,
+    /// Unix sockets to connect to.
+    pub(crate) sockets: Vec<PathBuf>,
+}
