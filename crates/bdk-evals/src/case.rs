@@ -597,7 +597,7 @@ async fn judge_answer(
 ) -> bool {
     let label = format!(
         "judge({:?}, threshold: {threshold})",
-        crate::report::clip(rubric, 80)
+        crate::matcher::clip(rubric, 80)
     );
     let Some(judge) = scope.sink().judge.clone() else {
         return scope.record(

@@ -301,12 +301,16 @@ pub(crate) fn text_of(v: &Value) -> String {
 
 /// A value, shortened for a message.
 pub(crate) fn short(v: &Value) -> String {
-    let text = v.to_string();
-    if text.chars().count() > 120 {
-        let cut: String = text.chars().take(117).collect();
-        format!("{cut}...")
+    clip(&v.to_string(), 120)
+}
+
+/// `s` cut to `max` characters, with an ellipsis when cut.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_owned()
     } else {
-        text
+        let cut: String = s.chars().take(max.saturating_sub(3)).collect();
+        format!("{cut}...")
     }
 }
 

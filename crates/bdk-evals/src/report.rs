@@ -10,15 +10,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use crate::runner::{CaseResult, CaseStatus, IterationStatus, RunResult};
 use crate::spec::{CaseSpec, ReporterKind, ReporterSpec};
 
-/// `s` cut to `max` characters, with an ellipsis when cut.
-pub fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_owned()
-    } else {
-        let cut: String = s.chars().take(max.saturating_sub(3)).collect();
-        format!("{cut}...")
-    }
-}
+pub use crate::matcher::clip;
 
 /// The run as pretty JSON.
 pub fn json(result: &RunResult) -> String {

@@ -443,7 +443,7 @@ impl Runner {
                 for i in &mut c.iterations {
                     if i.status == IterationStatus::Passed {
                         for t in &mut i.turns {
-                            t.message = crate::report::clip(&t.message, 200);
+                            t.message = crate::matcher::clip(&t.message, 200);
                         }
                     }
                 }

@@ -74,7 +74,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-
 pub mod env;
 #[cfg(target_os = "linux")]
 mod launcher;
