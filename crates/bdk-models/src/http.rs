@@ -574,6 +574,13 @@ pub struct SseEvent {
 /// and only whole lines are decoded as UTF-8, so a split character is never
 /// seen half. Lines end in `\n`, `\r\n` or `\r`; comment lines (`:` first,
 /// the usual keep-alive) are skipped; `id` and `retry` fields are ignored.
+///
+/// Hand-written rather than `sse-stream` (0.2, already in the build through
+/// rmcp), which is stricter than the SSE specification in ways model
+/// servers and proxies trip over: it fails the stream on an unknown field, a
+/// line without a colon, a repeated `event:` line or a non-UTF-8 byte, all
+/// of which the specification says to ignore or tolerate, and it drops a
+/// last event whose blank line never came (some servers end that way).
 #[derive(Debug, Default)]
 pub struct SseParser {
     buf: Vec<u8>,
