@@ -66,62 +66,55 @@ fn llama_install() -> (PathBuf, PathBuf) {
     (python, model)
 }
 
-/// A running `llama_cpp.server`; killed when dropped.
-struct Llama {
+/// A model server started by a test: its process, where it answers, and
+/// its log (the tail of which every failure shows). Killed when dropped.
+struct ServerProcess {
+    name: &'static str,
     child: Child,
     base: String,
     log: PathBuf,
 }
 
-impl Llama {
-    fn start(log_dir: &Path) -> Llama {
-        let (python, model) = llama_install();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = log_dir.join("llama-server.log");
+impl ServerProcess {
+    /// Starts `cmd` with its output in `log`, then polls `ready_url` until
+    /// it answers (up to two minutes, failing early if the process exits).
+    fn start(
+        name: &'static str,
+        mut cmd: Command,
+        log: PathBuf,
+        base: String,
+        ready_url: &str,
+    ) -> Self {
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(python)
-            .args(["-m", "llama_cpp.server", "--model"])
-            .arg(&model)
-            .args(["--chat_format", "chatml-function-calling"])
-            .args(["--n_ctx", &N_CTX.to_string()])
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        let child = cmd
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
-        let mut llama = Llama {
+        let mut server = ServerProcess {
+            name,
             child,
-            base: format!("http://127.0.0.1:{port}/v1"),
+            base,
             log,
         };
-        llama.wait_ready();
-        llama
-    }
-
-    /// Polls `/v1/models` until the model is loaded.
-    fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(120);
-        let url = format!("{}/models", self.base);
         loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("llama server exited ({status}):\n{}", self.log_text());
+            if let Some(status) = server.child.try_wait().unwrap() {
+                panic!("{} exited ({status}):\n{}", server.name, server.log_text());
             }
             let ok = Command::new("curl")
-                .args(["-sf", "-o", "/dev/null", &url])
+                .args(["-sf", "-o", "/dev/null", ready_url])
                 .status()
                 .is_ok_and(|s| s.success());
             if ok {
-                return;
+                return server;
             }
             assert!(
                 Instant::now() < deadline,
-                "llama server not ready:\n{}",
-                self.log_text()
+                "{} not ready:\n{}",
+                server.name,
+                server.log_text()
             );
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -134,11 +127,42 @@ impl Llama {
     }
 }
 
-impl Drop for Llama {
+impl Drop for ServerProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running `llama_cpp.server` (its base URL ends in `/v1`).
+type Llama = ServerProcess;
+
+fn start_llama(log_dir: &Path) -> Llama {
+    let (python, model) = llama_install();
+    let port = free_port();
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "llama_cpp.server", "--model"])
+        .arg(&model)
+        .args(["--chat_format", "chatml-function-calling"])
+        .args(["--n_ctx", &N_CTX.to_string()])
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()]);
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let ready = format!("{base}/models");
+    ServerProcess::start(
+        "llama server",
+        cmd,
+        log_dir.join("llama-server.log"),
+        base,
+        &ready,
+    )
 }
 
 /// An agent at `root/name` on the llama server. `tool` adds the weather
@@ -285,7 +309,7 @@ fn last_end(events: &[Value]) -> &Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_llama_server_drives_run_and_serve() {
     let tmp = tempfile::tempdir().unwrap();
-    let llama = Llama::start(tmp.path());
+    let llama = start_llama(tmp.path());
     let chat = agent(tmp.path(), "chat", &llama.base, 48, false);
     let counter = agent(tmp.path(), "counter", &llama.base, 1000, false);
     let weather = agent(tmp.path(), "weather", &llama.base, 48, true);
@@ -469,94 +493,34 @@ fn litellm_install() -> PathBuf {
 /// `ANTHROPIC_API_KEY`.
 const LITELLM_KEY: &str = "sk-bdk-test";
 
-/// A running LiteLLM proxy in front of a llama server: its
-/// Anthropic-compatible `/v1/messages` translates to the llama server's
-/// Chat Completions. Killed when dropped.
-struct LiteLlm {
-    child: Child,
-    base: String,
-    log: PathBuf,
-}
-
-impl LiteLlm {
-    fn start(dir: &Path, llama: &Llama) -> LiteLlm {
-        let bin = litellm_install();
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        // `hosted_vllm/` is LiteLLM's route for a plain OpenAI-compatible
-        // Chat Completions server (`openai/` would call /v1/responses).
-        let config = dir.join("litellm.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "model_list:\n  - model_name: smollm2\n    litellm_params:\n      model: hosted_vllm/smollm2\n      api_base: {}\n      api_key: none\n",
-                llama.base
-            ),
-        )
-        .unwrap();
-        let log = dir.join("litellm.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
-            .args(["--config"])
-            .arg(&config)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .current_dir(dir)
-            .env("LITELLM_MASTER_KEY", LITELLM_KEY)
-            // The price map ships in the package; never fetch it.
-            .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-            .env_remove("DATABASE_URL")
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut proxy = LiteLlm {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-        };
-        proxy.wait_ready();
-        proxy
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let url = format!("{}/health/liveliness", self.base);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("litellm exited ({status}):\n{}", self.log_text());
-            }
-            let ok = Command::new("curl")
-                .args(["-sf", "-o", "/dev/null", &url])
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "litellm not ready:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    fn log_text(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let skip = text.chars().count().saturating_sub(4000);
-        text.chars().skip(skip).collect()
-    }
-}
-
-impl Drop for LiteLlm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// LiteLLM's proxy in front of `llama`: its Anthropic-compatible
+/// `/v1/messages` translates to the llama server's Chat Completions.
+fn start_litellm(dir: &Path, llama: &Llama) -> ServerProcess {
+    let bin = litellm_install();
+    let port = free_port();
+    // `hosted_vllm/` is LiteLLM's route for a plain OpenAI-compatible
+    // Chat Completions server (`openai/` would call /v1/responses).
+    let config = dir.join("litellm.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_list:\n  - model_name: smollm2\n    litellm_params:\n      model: hosted_vllm/smollm2\n      api_base: {}\n      api_key: none\n",
+            llama.base
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin);
+    cmd.args(["--config"])
+        .arg(&config)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .current_dir(dir)
+        .env("LITELLM_MASTER_KEY", LITELLM_KEY)
+        // The price map ships in the package; never fetch it.
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .env_remove("DATABASE_URL");
+    let base = format!("http://127.0.0.1:{port}");
+    let ready = format!("{base}/health/liveliness");
+    ServerProcess::start("litellm", cmd, dir.join("litellm.log"), base, &ready)
 }
 
 /// A tool turn through LiteLLM to llama-cpp-python: the step after the
@@ -591,8 +555,8 @@ fn assert_usage_counted(usage: &Value) {
 #[tokio::test(flavor = "multi_thread")]
 async fn anthropic_through_litellm_drives_run_and_serve() {
     let tmp = tempfile::tempdir().unwrap();
-    let llama = Llama::start(tmp.path());
-    let proxy = LiteLlm::start(tmp.path(), &llama);
+    let llama = start_llama(tmp.path());
+    let proxy = start_litellm(tmp.path(), &llama);
     let logs = || format!("{}\n{}", proxy.log_text(), llama.log_text());
     let on_proxy = |name: &str, max: u32, tool: bool, extra: &str| {
         agent_on(

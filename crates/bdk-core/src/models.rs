@@ -10,14 +10,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bdk_models::http::{DEFAULT_STEP_TIMEOUT, HttpOptions, RetryPolicy};
 use bdk_models::resolve::resolve_model;
 use bdk_models::scripted::ScriptedModel;
-use bdk_models::{
-    DEFAULT_MODEL, Model, ModelError, ModelRequest, ModelStream, ProviderConfig, split_model,
-};
-use tokio_util::sync::CancellationToken;
+use bdk_models::{DEFAULT_MODEL, Model, ModelError, ProviderConfig, split_model};
 
 use crate::project::{AgentConfig, Project};
 
@@ -60,28 +56,6 @@ impl ModelResolver for BuiltinModels {
                 std::env::var(var).ok()
             })),
         }
-    }
-}
-
-/// A model that cannot run: every step fails with the resolution error, so a
-/// misconfigured model is a clear `turn.failed`, never a failed startup.
-pub(crate) struct Unavailable {
-    pub(crate) id: String,
-    pub(crate) message: String,
-}
-
-#[async_trait]
-impl Model for Unavailable {
-    fn id(&self) -> &str {
-        &self.id
-    }
-
-    async fn step(
-        &self,
-        _request: ModelRequest,
-        _cancel: CancellationToken,
-    ) -> Result<ModelStream, ModelError> {
-        Err(ModelError::Config(self.message.clone()))
     }
 }
 

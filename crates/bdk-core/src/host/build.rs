@@ -19,7 +19,7 @@ use crate::containment::{Containment, Sandbox};
 use crate::endpoint::Endpoint;
 use crate::hooks::{Hook, HookBus, ManifestHook};
 use crate::mcp::McpHub;
-use crate::models::{BuiltinModels, ModelResolver, Unavailable};
+use crate::models::{BuiltinModels, ModelResolver};
 use crate::project::Project;
 use crate::reminders;
 use crate::tool::Tool;
@@ -27,6 +27,7 @@ use crate::tool::{builtin, subprocess};
 use bdk_models::context::{BudgetedModel, context_window};
 use bdk_models::prices::PriceTable;
 use bdk_models::replay::{Recording, RecordingModel, ReplayModel};
+use bdk_models::resolve::Misconfigured;
 use bdk_models::{Model, ModelError};
 
 use super::error::{HostError, HostResult};
@@ -261,7 +262,7 @@ impl HostBuilder {
                     let resolved = match replays.get(m) {
                         Some(replay) => replay.clone(),
                         None => self.models.resolve(m, &project).map_err(|e| match e {
-                            // `Unavailable` answers with `ModelError::Config`
+                            // `Misconfigured` answers with `ModelError::Config`
                             // again: keep only the inner text, so the turn
                             // failure does not repeat the prefix.
                             ModelError::Config(message) => message,
@@ -270,10 +271,7 @@ impl HostBuilder {
                     };
                     let model: Arc<dyn Model> = match resolved {
                         Ok(model) => model,
-                        Err(message) => Arc::new(Unavailable {
-                            id: m.to_owned(),
-                            message,
-                        }),
+                        Err(message) => Arc::new(Misconfigured::new(m, message)),
                     };
                     match &recording {
                         Some(r) => Arc::new(RecordingModel::new(model, Arc::clone(r))),
