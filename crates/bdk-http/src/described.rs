@@ -35,7 +35,8 @@ macro_rules! literal_schema {
     };
 }
 
-/// A session id (`bdk_events::SessionId`).
+/// A session id.
+// Mirrors `bdk_events::SessionId`.
 pub(crate) struct SessionId;
 literal_schema!(SessionId, "SessionId", {
     "type": "string",
@@ -43,11 +44,13 @@ literal_schema!(SessionId, "SessionId", {
     "examples": ["ses_01jh8k3m2n4p5q6r7s8t9v0w1x"],
 });
 
-/// A turn id (`bdk_events::TurnId`).
+/// A turn id.
+// Mirrors `bdk_events::TurnId`.
 pub(crate) struct TurnId;
 literal_schema!(TurnId, "TurnId", {"type": "string", "pattern": "^turn_.+"});
 
-/// The event vocabulary (`bdk_events::EVENT_TYPES`).
+/// The event vocabulary.
+// Mirrors `bdk_events::EVENT_TYPES`.
 pub(crate) struct EventType;
 
 impl JsonSchema for EventType {
@@ -64,7 +67,8 @@ impl JsonSchema for EventType {
     }
 }
 
-/// Where a tool comes from (`bdk_core::tool::ToolSource`).
+/// Where a tool comes from.
+// Mirrors `bdk_core::tool::ToolSource`.
 pub(crate) struct ToolSource;
 literal_schema!(ToolSource, "ToolSource", {
     "type": "string",
@@ -72,7 +76,8 @@ literal_schema!(ToolSource, "ToolSource", {
     "description": "Where the tool comes from: `builtin` (a runtime tool), `manifest` (`agent/tools/<name>.toml`), `native` (Rust, given to the host), or `mcp:<connection>` (advertised by that MCP connection).",
 });
 
-/// `chat` or `task` (`bdk_events::SessionMode`).
+/// `chat` or `task`.
+// Mirrors `bdk_events::SessionMode`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum SessionMode {
@@ -80,10 +85,11 @@ pub(crate) enum SessionMode {
     Task,
 }
 
-/// How a follow-up joins a session with a running turn
-/// (`bdk_events::Admission`): `preempt` interrupts the running turn, waits
-/// for it to settle, then runs the message; `coalesce` queues it, to be
-/// picked up at the running turn's next tool boundary or as the next turn.
+/// How a follow-up joins a session with a running turn: `preempt` interrupts
+/// the running turn, waits for it to settle, then runs the message; `coalesce`
+/// queues it, to be picked up at the running turn's next tool boundary or as
+/// the next turn.
+// Mirrors `bdk_events::Admission`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Admission {
@@ -91,7 +97,8 @@ pub(crate) enum Admission {
     Coalesce,
 }
 
-/// Read or write (`bdk_core::tool::Effect`).
+/// Read or write.
+// Mirrors `bdk_core::tool::Effect`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Effect {
@@ -99,7 +106,8 @@ pub(crate) enum Effect {
     Write,
 }
 
-/// Where a tool runs (`bdk_core::tool::Execution`).
+/// Where a tool runs.
+// Mirrors `bdk_core::tool::Execution`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Execution {
@@ -107,8 +115,9 @@ pub(crate) enum Execution {
     Agent,
 }
 
-/// One recorded event (`bdk_events::Envelope`). `index` starts at 0 and
-/// grows by exactly one per session.
+/// One recorded event. `index` starts at 0 and grows by exactly one per
+/// session.
+// Mirrors `bdk_events::Envelope`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Envelope {
@@ -123,7 +132,8 @@ pub(crate) struct Envelope {
     data: BTreeMap<String, Value>,
 }
 
-/// Token counts (`bdk_events::Usage`).
+/// Token counts.
+// Mirrors `bdk_events::Usage`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Usage {
@@ -143,7 +153,8 @@ pub(crate) enum TurnStatus {
     Interrupted,
 }
 
-/// One ended turn's usage and price (`bdk_models::prices::TurnCost`).
+/// One ended turn's usage and price.
+// Mirrors `bdk_models::prices::TurnCost`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CostTurn {
@@ -160,7 +171,8 @@ pub(crate) struct CostTurn {
     estimated_cost_usd: Option<f64>,
 }
 
-/// Sums over a session's turns (`bdk_models::prices::CostTotals`).
+/// Sums over a session's turns.
+// Mirrors `bdk_models::prices::CostTotals`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CostTotals {
@@ -172,7 +184,8 @@ pub(crate) struct CostTotals {
     estimated_cost_usd: Option<f64>,
 }
 
-/// A call waiting for approval (`bdk_core::host::ApprovalView`).
+/// A call waiting for approval.
+// Mirrors `bdk_core::host::ApprovalView`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Approval {
@@ -184,7 +197,8 @@ pub(crate) struct Approval {
     requested_at: DateTime<Utc>,
 }
 
-/// A durable output a session tagged (`bdk_store::ArtifactRecord`).
+/// A durable output a session tagged.
+// Mirrors `bdk_store::ArtifactRecord`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Artifact {
@@ -201,8 +215,8 @@ pub(crate) struct Artifact {
     created_at: DateTime<Utc>,
 }
 
-/// An MCP connection that could not start or list its tools
-/// (`bdk_core::mcp::ConnectionError`).
+/// An MCP connection that could not start or list its tools.
+// Mirrors `bdk_core::mcp::ConnectionError`.
 #[derive(JsonSchema)]
 pub(crate) struct ConnectionError {
     /// The connection name.
@@ -211,7 +225,8 @@ pub(crate) struct ConnectionError {
     message: String,
 }
 
-/// The outcome of a direct tool call (`bdk_core::host::DirectOutcome`).
+/// The outcome of a direct tool call.
+// Mirrors `bdk_core::host::DirectOutcome`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct DirectOutcome {
@@ -233,8 +248,8 @@ pub(crate) struct DirectOutcome {
     approved_by: Option<String>,
 }
 
-/// What the host holds in memory for sessions
-/// (`bdk_core::host::MemoryStats`).
+/// What the host holds in memory for sessions.
+// Mirrors `bdk_core::host::MemoryStats`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct MemoryStats {
@@ -258,7 +273,8 @@ pub(crate) struct MemoryStats {
     store_evicted_sessions: u64,
 }
 
-/// A discovery problem (`bdk_core::Diagnostic`).
+/// A discovery problem.
+// Mirrors `bdk_core::Diagnostic`.
 #[derive(JsonSchema)]
 pub(crate) struct Diagnostic {
     /// `error` or `warning`.
@@ -271,8 +287,8 @@ pub(crate) struct Diagnostic {
     fix: String,
 }
 
-/// The direct call a tool schedule made, as the principal
-/// `schedule:<name>` (`bdk_scheduler::ToolCall`).
+/// The direct call a tool schedule made, as the principal `schedule:<name>`.
+// Mirrors `bdk_scheduler::ToolCall`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ScheduleToolCall {
@@ -296,7 +312,8 @@ pub(crate) enum ScheduleKind {
     Tool,
 }
 
-/// One schedule's state (`bdk_scheduler::ScheduleStatus`).
+/// One schedule's state.
+// Mirrors `bdk_scheduler::ScheduleStatus`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ScheduleStatus {
@@ -384,7 +401,8 @@ pub(crate) enum ReminderStatus {
     Disarmed,
 }
 
-/// A reminder (`bdk_core::reminders::Reminder`).
+/// A reminder.
+// Mirrors `bdk_core::reminders::Reminder`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Reminder {
@@ -415,9 +433,9 @@ pub(crate) struct Reminder {
     created_at: DateTime<Utc>,
 }
 
-/// How a reminder's fire went (`bdk_core::reminders::FireResult`):
-/// `disarmed` when the reminder's session no longer exists, so it is
-/// disarmed with reason `session_deleted` instead of firing.
+/// How a reminder's fire went: `disarmed` when the reminder's session no longer
+/// exists, so it is disarmed with reason `session_deleted` instead of firing.
+// Mirrors `bdk_core::reminders::FireResult`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum FireResult {
@@ -428,7 +446,8 @@ pub(crate) enum FireResult {
     Disarmed,
 }
 
-/// One eval case as listed (`bdk_evals::CaseSpec::listing`).
+/// One eval case as listed.
+// Mirrors `bdk_evals::CaseSpec::listing`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct EvalCase {
@@ -452,7 +471,8 @@ pub(crate) struct EvalCase {
     messages: Vec<String>,
 }
 
-/// The selection of an eval run (`bdk_evals::runner::RunOptions`).
+/// The selection of an eval run.
+// Mirrors `bdk_evals::runner::RunOptions`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RunOptions {
@@ -472,7 +492,8 @@ pub(crate) enum RunStatus {
     Cancelled,
 }
 
-/// An eval run (`bdk_evals::runner::RunResult`).
+/// An eval run.
+// Mirrors `bdk_evals::runner::RunResult`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct EvalRun {
@@ -510,7 +531,8 @@ pub(crate) enum CaseStatus {
     Cancelled,
 }
 
-/// One case of a run (`bdk_evals::runner::CaseResult`).
+/// One case of a run.
+// Mirrors `bdk_evals::runner::CaseResult`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct EvalCaseResult {
@@ -540,7 +562,8 @@ pub(crate) enum IterationStatus {
     Cancelled,
 }
 
-/// One iteration of a case (`bdk_evals::runner::IterationResult`).
+/// One iteration of a case.
+// Mirrors `bdk_evals::runner::IterationResult`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct EvalIteration {
@@ -578,7 +601,8 @@ pub(crate) struct EvalTurn {
     tool_calls: Vec<String>,
 }
 
-/// A failed assertion (`bdk_evals::Failure`).
+/// A failed assertion.
+// Mirrors `bdk_evals::Failure`.
 #[derive(JsonSchema)]
 pub(crate) struct EvalFailure {
     /// The assertion as written, like `calledTool("get_weather")`.
@@ -600,8 +624,8 @@ pub(crate) struct FailureEvent {
     kind: String,
 }
 
-/// The agent's surface, as `bdk info --json` prints it
-/// (`bdk_core::project::info::surface`, with the host's tools added).
+/// The agent's surface, as `bdk info --json` prints it.
+// Mirrors `bdk_core::project::info::surface`, with the host's tools added.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Info {
