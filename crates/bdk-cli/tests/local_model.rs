@@ -306,6 +306,58 @@ fn last_end(events: &[Value]) -> &Value {
     events.iter().rev().find(|e| ended(e)).unwrap()
 }
 
+/// Two sessions on `chat` at once: the server answers them in turn, and
+/// both complete. Returns their `turn.completed` events.
+async fn two_sessions_complete(c: &reqwest::Client, base: &str) -> [Value; 2] {
+    let (a, b) = tokio::join!(
+        start(c, base, "chat", "Name a colour."),
+        start(c, base, "chat", "Name a fruit."),
+    );
+    let (ea, eb) = tokio::join!(
+        session_events(c, base, "chat", &a, ended),
+        session_events(c, base, "chat", &b, ended),
+    );
+    [&ea, &eb].map(|events| {
+        let end = last_end(events).clone();
+        assert_eq!(end["type"], "turn.completed", "{events:?}");
+        end
+    })
+}
+
+/// A stop in the middle of a stream on `counter`: the first delta has
+/// arrived, the reply is far from done (1000 tokens of counting), and the
+/// stop ends the turn as cancelled.
+async fn stop_mid_stream(c: &reqwest::Client, base: &str) {
+    let id = start(
+        c,
+        base,
+        "counter",
+        "Count from 1 to 1000, one number per line.",
+    )
+    .await;
+    let before = session_events(c, base, "counter", &id, |e| {
+        e["type"] == "message.appended" || ended(e)
+    })
+    .await;
+    assert_eq!(
+        before.last().unwrap()["type"],
+        "message.appended",
+        "{before:?}"
+    );
+    let (status, stopped) = post(
+        c,
+        &format!("{base}/counter/v1/session/{id}/stop"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(status, 200, "{stopped}");
+    assert_eq!(stopped["stopped"], true, "{stopped}");
+    let events = session_events(c, base, "counter", &id, ended).await;
+    let end = last_end(&events);
+    assert_eq!(end["type"], "turn.failed", "{end}");
+    assert_eq!(end["data"]["status"], "cancelled", "{end}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_real_llama_server_drives_run_and_serve() {
     let tmp = tempfile::tempdir().unwrap();
@@ -391,49 +443,9 @@ async fn a_real_llama_server_drives_run_and_serve() {
     assert_usage_unknown(&events);
 
     // Two sessions at once: the server answers them in turn, and both end.
-    let (a, b) = tokio::join!(
-        start(&c, &base, "chat", "Name a colour."),
-        start(&c, &base, "chat", "Name a fruit."),
-    );
-    let (ea, eb) = tokio::join!(
-        session_events(&c, &base, "chat", &a, ended),
-        session_events(&c, &base, "chat", &b, ended),
-    );
-    for events in [&ea, &eb] {
-        assert_eq!(last_end(events)["type"], "turn.completed", "{events:?}");
-    }
+    two_sessions_complete(&c, &base).await;
 
-    // A stop in the middle of a stream: the first delta has arrived, the
-    // reply is far from done (1000 tokens of counting), and the stop ends
-    // the turn as cancelled.
-    let id = start(
-        &c,
-        &base,
-        "counter",
-        "Count from 1 to 1000, one number per line.",
-    )
-    .await;
-    let before = session_events(&c, &base, "counter", &id, |e| {
-        e["type"] == "message.appended" || ended(e)
-    })
-    .await;
-    assert_eq!(
-        before.last().unwrap()["type"],
-        "message.appended",
-        "{before:?}"
-    );
-    let (status, stopped) = post(
-        &c,
-        &format!("{base}/counter/v1/session/{id}/stop"),
-        json!({}),
-    )
-    .await;
-    assert_eq!(status, 200, "{stopped}");
-    assert_eq!(stopped["stopped"], true, "{stopped}");
-    let events = session_events(&c, &base, "counter", &id, ended).await;
-    let end = last_end(&events);
-    assert_eq!(end["type"], "turn.failed", "{end}");
-    assert_eq!(end["data"]["status"], "cancelled", "{end}");
+    stop_mid_stream(&c, &base).await;
 
     // The server is still usable after the dropped stream.
     let id = start(&c, &base, "chat", "Say yes.").await;
@@ -628,47 +640,11 @@ async fn anthropic_through_litellm_drives_run_and_serve() {
     let run = json!({"ok": end["type"] == "turn.completed", "error": end["data"]["message"]});
     assert_proxy_failure_named(&run, &events);
 
-    let (a, b) = tokio::join!(
-        start(&c, &base, "chat", "Name a colour."),
-        start(&c, &base, "chat", "Name a fruit."),
-    );
-    let (ea, eb) = tokio::join!(
-        session_events(&c, &base, "chat", &a, ended),
-        session_events(&c, &base, "chat", &b, ended),
-    );
-    for events in [&ea, &eb] {
-        let end = last_end(events);
-        assert_eq!(end["type"], "turn.completed", "{events:?}");
+    for end in two_sessions_complete(&c, &base).await {
         assert_usage_counted(&end["data"]["usage"]);
     }
 
-    let id = start(
-        &c,
-        &base,
-        "counter",
-        "Count from 1 to 1000, one number per line.",
-    )
-    .await;
-    let before = session_events(&c, &base, "counter", &id, |e| {
-        e["type"] == "message.appended" || ended(e)
-    })
-    .await;
-    assert_eq!(
-        before.last().unwrap()["type"],
-        "message.appended",
-        "{before:?}"
-    );
-    let (status, stopped) = post(
-        &c,
-        &format!("{base}/counter/v1/session/{id}/stop"),
-        json!({}),
-    )
-    .await;
-    assert_eq!(status, 200, "{stopped}");
-    let events = session_events(&c, &base, "counter", &id, ended).await;
-    let end = last_end(&events);
-    assert_eq!(end["type"], "turn.failed", "{end}");
-    assert_eq!(end["data"]["status"], "cancelled", "{end}");
+    stop_mid_stream(&c, &base).await;
 
     // Over n_ctx, the proxy answers an empty message that counted nothing
     // (its upstream failed); the turn fails saying so, not as an empty
