@@ -114,7 +114,6 @@ impl Cluster {
         Host::builder(self.project.clone(), Arc::clone(&self.store))
             .coordination(coord)
             .tool(note_tool(gate))
-            .reminder_timers(false)
             .build()
             .await
             .unwrap()
@@ -390,9 +389,7 @@ async fn doomed_replica(c: &Cluster, name: &str) -> (tokio::runtime::Runtime, Ho
         .build()
         .unwrap();
     let coord: Arc<dyn Coordination> = c.cluster.join(name);
-    let builder = Host::builder(c.project.clone(), Arc::clone(&c.store))
-        .coordination(coord)
-        .reminder_timers(false);
+    let builder = Host::builder(c.project.clone(), Arc::clone(&c.store)).coordination(coord);
     let host = rt.spawn(builder.build()).await.unwrap().unwrap();
     (rt, host)
 }
@@ -563,7 +560,6 @@ async fn a_follow_up_gives_up_with_session_busy_when_the_owner_never_answers() {
     let b = Host::builder(c.project.clone(), Arc::clone(&c.store))
         .coordination(coord)
         .coordination_wait(Duration::from_millis(200))
-        .reminder_timers(false)
         .build()
         .await
         .unwrap();
@@ -575,7 +571,6 @@ async fn a_follow_up_gives_up_with_session_busy_when_the_owner_never_answers() {
     let a2 = Host::builder(c.project.clone(), Arc::clone(&c.store))
         .coordination(c.cluster.join("a2") as Arc<dyn Coordination>)
         .tool(note_tool(Some((entered_tx, Arc::clone(&release)))))
-        .reminder_timers(false)
         .build()
         .await
         .unwrap();

@@ -157,7 +157,9 @@ pub struct Agent {
 pub async fn agent(name: &str) -> Agent {
     let (dir, project, diagnostics) = project(name);
     let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
-    let mut builder = Host::builder(project, store);
+    // As `bdk serve` builds it: with reminders.
+    let mut builder =
+        Host::builder(project, store).extension(Arc::new(bdk_scheduler::Reminders::new()));
     for t in tools() {
         builder = builder.tool(t);
     }
