@@ -11,8 +11,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-/// "What's the weather in <City>?" calls [`lookup_tool`] with the city and
-/// answers "It is <temp> degrees in <city>." from its result, streamed in
+/// `What's the weather in <City>?` calls [`lookup_tool`] with the city and
+/// answers `It is <temp> degrees in <city>.` from its result, streamed in
 /// 4-character chunks; any other message gets `fallback: <message>`.
 pub const WEATHER: &str = r#"
 [[rules]]
