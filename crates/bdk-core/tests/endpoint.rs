@@ -113,11 +113,7 @@ fn project_dir() -> TempDir {
         ("agent/tools/hang.toml", HANG_TOML),
         ("agent/tools/hang.py", HANG_PY),
     ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     dir
 }
 

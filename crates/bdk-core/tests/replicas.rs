@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bdk_core::Project;
 use bdk_core::host::{DirectCall, FollowUp, Host, HostError, StartSession};
 use bdk_core::tool::native::native_tool;
 use bdk_core::tool::{Effect, ToolContext};
-use bdk_core::{Project, discover};
 use bdk_events::{Envelope, Event, FailStatus, SessionId, TurnId};
 use bdk_store::coord::Coordination;
 use bdk_store::{FsStore, MemoryCluster, Store};
@@ -39,19 +39,8 @@ reply = "quick: {{ user }}"
 "#;
 
 fn project() -> (TempDir, Project) {
-    let dir = tempfile::tempdir().unwrap();
-    for (path, content) in [
-        ("agent/agent.toml", "model = \"scripted\"\n"),
-        ("agent/instructions.md", "You are a test agent.\n"),
-        ("agent/scripted.toml", RULES),
-    ] {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
-    let d = discover(dir.path());
-    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
-    (dir, d.project.unwrap())
+    let d = bdk_testkit::AgentFolder::new().rules(RULES).discover();
+    (d.dir, d.project)
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -188,14 +177,12 @@ fn assert_one_turn_at_a_time(events: &[Envelope]) {
     }
 }
 
+/// The cluster announces no release: poll its lease table.
 async fn wait_lease_free(cluster: &MemoryCluster, id: &SessionId) {
-    tokio::time::timeout(PATIENCE, async {
-        while cluster.lease(id).is_some() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    bdk_testkit::poll::until("the lease to be released", || async {
+        cluster.lease(id).is_none()
     })
-    .await
-    .expect("the lease was never released");
+    .await;
 }
 
 #[tokio::test]
