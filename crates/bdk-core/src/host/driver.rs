@@ -143,10 +143,16 @@ impl Host {
             // The records of follow-ups steered into this turn, to remove
             // once its end is durable (which makes their nudges durable).
             let mut steered = Vec::new();
+            // Whether the turn's end is in the store. The lease is given
+            // back only then: a turn left open in the log keeps it, so other
+            // replicas wait for it to lapse with this replica's heartbeat and
+            // record the turn interrupted instead of starting one beside it.
+            let mut end_durable = true;
             if next.is_some() {
                 if let Some(end_event) = end_event.clone()
                     && let Err(e) = self.record_batch(&record.id, vec![end_event]).await
                 {
+                    end_durable = false;
                     tracing::error!(session_id = %record.id, error = %e, "failed to record the end of a turn");
                 }
                 steered = std::mem::take(&mut slot.state().delivered);
@@ -167,6 +173,7 @@ impl Host {
                 let mut batch: Vec<NewEvent> = end_event.into_iter().collect();
                 batch.push(NewEvent::session(rest));
                 if let Err(e) = self.record_batch(&record.id, batch).await {
+                    end_durable = false;
                     tracing::error!(session_id = %record.id, error = %e, "failed to record the end of a turn and the session's rest state");
                 }
                 // Re-check under the lock: a follow-up may have been queued
@@ -184,7 +191,11 @@ impl Host {
             }
             self.forget_queued(steered).await;
             let Some(drained) = next else {
-                self.release_lease(&record.id, &turn_id).await;
+                if end_durable {
+                    self.release_lease(&record.id, &turn_id).await;
+                } else if self.coordination().is_some() {
+                    tracing::warn!(session_id = %record.id, turn_id = %turn_id, "keeping the session's lease of a turn whose end is not recorded; it lapses with this replica's heartbeat");
+                }
                 // The hold goes before waiters wake: a session that rests is
                 // released (its conversation cached) by the time they look.
                 drop(slot);
