@@ -9,7 +9,8 @@ use bdk_core::host::{CallOrigin, DirectCall, FollowUp, HostError, StartSession};
 use bdk_core::project::info::{add_tools, surface};
 use bdk_core::trajectory::summarize;
 use bdk_core::{Project, discover};
-use bdk_events::{Envelope, Event, SessionId, SessionMode};
+use bdk_events::view::session_state;
+use bdk_events::{Envelope, SessionId, SessionMode};
 use bdk_store::{FsStore, Store};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -658,21 +659,6 @@ fn trajectory(path: &Path) -> Result<u8> {
     Ok(OK)
 }
 
-/// The rest state of a session, read from its events.
-fn status(events: &[Envelope]) -> &'static str {
-    let mut status = "new";
-    for e in events {
-        status = match &e.event {
-            Event::SessionWaiting(_) => "waiting",
-            Event::SessionCompleted(_) => "completed",
-            Event::SessionFailed(_) => "failed",
-            Event::MessageReceived(_) | Event::TurnStarted(_) | Event::TurnQueued(_) => "running",
-            _ => continue,
-        };
-    }
-    status
-}
-
 async fn sessions(state_root: &Path, json: bool) -> Result<u8> {
     if !state_root.exists() {
         if json {
@@ -688,7 +674,7 @@ async fn sessions(state_root: &Path, json: bool) -> Result<u8> {
         // A session whose log cannot be read is listed as such, with the
         // reason, and never hides the others.
         let (status, count, problem) = match store.read(&r.id, 0).await {
-            Ok(events) => (status(&events), json!(events.len()), None),
+            Ok(events) => (session_state(&events).as_str(), json!(events.len()), None),
             Err(e @ bdk_store::StoreError::Corrupt { .. }) => {
                 ("corrupt", Value::Null, Some(e.to_string()))
             }
@@ -768,7 +754,7 @@ async fn session(state_root: &Path, id: &str, raw: bool) -> Result<u8> {
     }
     print_json(&json!({
         "session": record,
-        "status": status(&events),
+        "status": session_state(&events).as_str(),
         "events": events.len(),
         "workspace": store.workspace_dir(&id),
         "trajectory": summarize(&events),

@@ -26,7 +26,7 @@
 //! listings, session reads), `admission.rs` (start, send, stop, delete,
 //! waits), `queued.rs` (durable coalesced follow-ups), `driver.rs` (the turn
 //! task), `direct.rs` (direct tool calls), `approvals.rs`, `recovery.rs`,
-//! `transcript.rs` (derivations from the log), `services.rs` (the
+//! `transcript.rs` (the model conversation), `services.rs` (the
 //! `ToolServices` a call sees), `runtime.rs` (the host side of the
 //! [`Runtime`](crate::extension::Runtime) port that
 //! extensions reach the host through, see [`crate::extension`]) and
@@ -80,7 +80,6 @@ pub(crate) use error::session_error;
 pub use error::{HostError, HostResult};
 pub use queued::QUEUE_NAMESPACE;
 pub use slots::{DEFAULT_SESSION_CACHE_BYTES, MemoryStats};
-pub(crate) use transcript::{open_turn, open_turn_state};
 pub use transcript::{repair_transcript, transcript_from_events};
 pub use types::{
     ApprovalView, CallOrigin, DirectCall, DirectOutcome, FollowUp, Sent, StartSession, Started,

@@ -22,6 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bdk_events::view::open_turn;
 use bdk_events::{Envelope, Event, SessionId, TurnId};
 use bdk_store::coord::{Acquire, Control, ControlKind, ControlStream, Coordination, Lease};
 use bdk_store::{SessionRecord, StoreError};
@@ -29,7 +30,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::host::{Host, HostError, HostResult, WeakHost, open_turn, open_turn_state};
+use crate::host::{Host, HostError, HostResult, WeakHost};
 
 /// How long a follow-up, a stop or a write call waits for a turn running on
 /// another replica to end before it gives up with `session_busy`.
@@ -336,7 +337,7 @@ impl Host {
             return Ok(());
         };
         let turn = match open_turn(events) {
-            Some(turn) => turn,
+            Some(open) => open.id.clone(),
             // Nothing open: only follow-ups a stopped replica left queued
             // need the session, under a lease of their own.
             None if self.has_stored_queue(&record.id).await? => TurnId::generate(),
@@ -372,13 +373,13 @@ impl Host {
         };
         let events = store.read(id, 0).await?;
         let open = open_turn(&events);
-        if open.as_ref().is_some_and(|open| open != turn) {
+        if open.as_ref().is_some_and(|open| open.id != turn) {
             // Another turn is open under a lease that is not this one: not
             // ours to settle.
             self.release_lease(id, turn).await;
             return Ok(());
         }
-        let resumed = open.is_some() && open_turn_state(&events).is_some_and(|open| !open.started);
+        let resumed = open.is_some_and(|open| !open.started);
         let result = self
             .settle_session(
                 &record,

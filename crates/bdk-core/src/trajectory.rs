@@ -1,6 +1,9 @@
 //! Trajectories: the summary of a session's events that `bdk run` prints and
-//! `bdk trajectory` rebuilds from a saved NDJSON file, in one shape.
+//! `bdk trajectory` rebuilds from a saved NDJSON file, in one shape. How
+//! turns ended and which call returned what are read through
+//! [`bdk_events::view`], as every other reader of a log reads them.
 
+use bdk_events::view::{calls, delegations, turn_end};
 use bdk_events::{Envelope, Event, Usage};
 use serde::Serialize;
 use serde_json::Value;
@@ -90,88 +93,52 @@ pub fn summarize(events: &[Envelope]) -> Trajectory {
         turns: 0,
     };
     for env in events {
-        match &env.event {
-            Event::TurnStarted(_) => {
-                t.turns += 1;
-                t.turn_id = env.turn_id.as_ref().map(ToString::to_string);
-                t.status = "running".into();
-                t.ok = false;
-                t.reply.clear();
-                t.error = None;
+        if let Event::TurnStarted(_) = &env.event {
+            t.turns += 1;
+            t.turn_id = env.turn_id.as_ref().map(ToString::to_string);
+            t.status = "running".into();
+            t.ok = false;
+            t.reply.clear();
+            t.error = None;
+        } else if let Some(end) = turn_end(&env.event) {
+            t.ok = end.ok;
+            t.status = end.status_str().into();
+            if end.ok {
+                t.reply = end.text.to_owned();
+            } else {
+                t.error = Some(end.text.to_owned());
             }
-            Event::ActionsRequested(a) => {
-                for r in &a.actions {
-                    t.tool_calls.push(ToolCallSummary {
-                        call_id: r.call_id.clone(),
-                        name: r.name.clone(),
-                        input: r.input.clone(),
-                        output: Value::Null,
-                        is_error: true,
-                        duration_ms: 0,
-                        stubbed: false,
-                    });
-                    if r.name == "load_skill"
-                        && let Some(name) = r.input.get("name").and_then(Value::as_str)
-                    {
-                        t.loaded_skills.push(name.to_owned());
-                    }
-                }
-            }
-            Event::ActionResult(r) => {
-                if let Some(c) = t
-                    .tool_calls
-                    .iter_mut()
-                    .rev()
-                    .find(|c| c.call_id == r.call_id)
-                {
-                    c.output = r.output.clone();
-                    c.is_error = r.is_error;
-                    c.duration_ms = r.duration_ms;
-                    c.stubbed = r.stubbed;
-                }
-            }
-            Event::SubagentCompleted(s) => t.subagents.push(SubagentSummary {
-                name: s.name.clone(),
-                prompt: String::new(),
-                reply: s.reply.clone(),
-                is_error: s.is_error,
-            }),
-            Event::SubagentCalled(s) => t.subagents.push(SubagentSummary {
-                name: s.name.clone(),
-                prompt: s.prompt.clone(),
-                reply: String::new(),
-                is_error: false,
-            }),
-            Event::TurnCompleted(c) => {
-                t.ok = true;
-                t.status = "completed".into();
-                t.reply = c.reply.clone();
-                t.usage = Usage::sum_known(t.usage, c.usage);
+            t.usage = Usage::sum_known(t.usage, end.usage);
+            if let Event::TurnCompleted(c) = &env.event {
                 t.model = Some(c.model.clone());
             }
-            Event::TurnFailed(f) => {
-                t.ok = false;
-                t.status = serde_json::to_value(f.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_else(|| "failed".into());
-                t.error = Some(f.message.clone());
-                t.usage = Usage::sum_known(t.usage, f.usage);
-            }
-            _ => {}
         }
     }
-    // A `subagent.called` and its `subagent.completed` are one delegation.
-    let mut merged: Vec<SubagentSummary> = Vec::new();
-    for s in t.subagents.drain(..) {
-        match merged.last_mut() {
-            Some(last) if last.name == s.name && last.reply.is_empty() && s.prompt.is_empty() => {
-                last.reply = s.reply;
-                last.is_error = s.is_error;
-            }
-            _ => merged.push(s),
+    for call in calls(events) {
+        let r = call.request;
+        if r.name == "load_skill"
+            && let Some(name) = r.input.get("name").and_then(Value::as_str)
+        {
+            t.loaded_skills.push(name.to_owned());
         }
+        t.tool_calls.push(ToolCallSummary {
+            call_id: r.call_id.clone(),
+            name: r.name.clone(),
+            input: r.input.clone(),
+            output: call.result.map_or(Value::Null, |res| res.output.clone()),
+            is_error: call.result.is_none_or(|res| res.is_error),
+            duration_ms: call.result.map_or(0, |res| res.duration_ms),
+            stubbed: call.result.is_some_and(|res| res.stubbed),
+        });
     }
-    t.subagents = merged;
+    t.subagents = delegations(events)
+        .into_iter()
+        .map(|d| SubagentSummary {
+            name: d.call.name.clone(),
+            prompt: d.call.prompt.clone(),
+            reply: d.completion.map(|c| c.reply.clone()).unwrap_or_default(),
+            is_error: d.completion.is_some_and(|c| c.is_error),
+        })
+        .collect();
     t
 }

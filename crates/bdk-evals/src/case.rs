@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bdk_core::host::Host;
+use bdk_events::view::last_turn_end;
 use bdk_events::{Envelope, Event, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -87,12 +88,8 @@ impl Assertions for Turn {
 impl Turn {
     /// Stops the case when this turn failed.
     pub fn expect_ok(&self) -> Result<&Turn, Stop> {
-        let culprit = self
-            .events
-            .iter()
-            .rev()
-            .find(|e| matches!(e.event, Event::TurnFailed(_) | Event::TurnCompleted(_)))
-            .map(EventRef::of)
+        let culprit = last_turn_end(&self.events)
+            .map(|(e, _)| EventRef::of(e))
             .or_else(|| self.last_event());
         let outcome = if self.ok {
             Ok(())
@@ -110,12 +107,7 @@ impl Turn {
 
     /// Grades this turn's reply against `rubric`; passes at `threshold` or above.
     pub async fn judge(&self, rubric: &str, threshold: f64) -> bool {
-        let culprit = self
-            .events
-            .iter()
-            .rev()
-            .find(|e| matches!(e.event, Event::TurnCompleted(_) | Event::TurnFailed(_)))
-            .map(EventRef::of);
+        let culprit = last_turn_end(&self.events).map(|(e, _)| EventRef::of(e));
         judge_answer(
             self,
             rubric,
@@ -394,16 +386,12 @@ impl Case {
             .cloned()
             .collect();
         let pending = pending_approvals(&events);
-        let ended = events.iter().rev().find_map(|e| match &e.event {
-            Event::TurnCompleted(c) => Some((true, c.reply.clone(), None)),
-            Event::TurnFailed(f) => Some((
-                false,
-                f.message.clone(),
-                serde_json::to_value(f.status)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned)),
-            )),
-            _ => None,
+        let ended = last_turn_end(&events).map(|(_, end)| {
+            (
+                end.ok,
+                end.text.to_owned(),
+                end.status.map(|s| s.as_str().to_owned()),
+            )
         });
         let (ok, text, status) = match ended {
             Some(end) => end,
@@ -532,12 +520,7 @@ impl Case {
                 Err(("nothing to judge: no turn was sent".into(), None)),
             );
         };
-        let culprit = turn
-            .events
-            .iter()
-            .rev()
-            .find(|e| matches!(e.event, Event::TurnCompleted(_) | Event::TurnFailed(_)))
-            .map(EventRef::of);
+        let culprit = last_turn_end(&turn.events).map(|(e, _)| EventRef::of(e));
         judge_answer(
             self,
             rubric,

@@ -83,6 +83,17 @@ pub enum FailStatus {
     Interrupted,
 }
 
+impl FailStatus {
+    /// The wire name (`failed`, `cancelled`, `interrupted`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailStatus::Failed => "failed",
+            FailStatus::Cancelled => "cancelled",
+            FailStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
 /// How a follow-up joins a busy session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

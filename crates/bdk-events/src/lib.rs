@@ -1,5 +1,7 @@
 //! The BDK event model: the envelope every session event travels in, the whole
-//! event vocabulary as typed Rust, id generators, and the NDJSON codec.
+//! event vocabulary as typed Rust, id generators, the NDJSON codec, and what a
+//! session's log says ([`view`]: its status, the open turn, calls paired with
+//! their results, the conversation), derived once for every reader.
 //!
 //! This crate does no I/O of its own beyond writing to a caller's
 //! `std::io::Write`. It is the public wire format of BDK: stores persist it,
@@ -10,6 +12,7 @@ pub mod event;
 pub mod ids;
 pub mod ndjson;
 pub mod sequence;
+pub mod view;
 
 pub use event::{
     AbAssigned, ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult,

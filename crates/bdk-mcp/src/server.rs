@@ -9,13 +9,13 @@
 //! answer any request and the HTTP surface runs rmcp's stateless streamable
 //! HTTP mode, building one handler per request.
 
-use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bdk_core::host::{CallOrigin, DirectCall, FollowUp, Host, HostError, StartSession};
 use bdk_core::tool::{Effect, ToolSpec};
+use bdk_events::view::{last_turn_end, open_turns};
 use bdk_events::{Event, SessionId};
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
@@ -266,41 +266,25 @@ impl McpServer {
         let scope = self.principal.read_scope();
         let record = self.host.session(&id, scope).await?;
         let events = self.host.events(&id, 0, scope).await?;
-        let mut open = BTreeSet::new();
-        let mut last: Option<(&str, String)> = None;
-        let mut calls = Vec::new();
-        for env in &events {
-            match &env.event {
-                Event::TurnQueued(_) | Event::TurnStarted(_) | Event::MessageReceived(_) => {
-                    if let Some(t) = &env.turn_id {
-                        open.insert(t.as_str().to_owned());
-                    }
-                }
-                Event::TurnCompleted(c) => {
-                    if let Some(t) = &env.turn_id {
-                        open.remove(t.as_str());
-                    }
-                    last = Some(("completed", c.reply.clone()));
-                }
-                Event::TurnFailed(f) => {
-                    if let Some(t) = &env.turn_id {
-                        open.remove(t.as_str());
-                    }
-                    last = Some(("failed", f.message.clone()));
-                }
-                Event::ActionResult(r) => calls.push(json!({
+        let running = !open_turns(&events).is_empty();
+        let last = last_turn_end(&events).map(|(_, end)| end);
+        let mut calls: Vec<Value> = events
+            .iter()
+            .filter_map(|env| match &env.event {
+                Event::ActionResult(r) => Some(json!({
                     "callId": r.call_id,
                     "name": r.name,
                     "isError": r.is_error,
                     "durationMs": r.duration_ms,
                 })),
-                _ => {}
-            }
-        }
-        let status = if !open.is_empty() {
+                _ => None,
+            })
+            .collect();
+        let status = if running {
             "running"
         } else {
-            last.as_ref().map_or("idle", |(s, _)| *s)
+            last.as_ref()
+                .map_or("idle", |end| if end.ok { "completed" } else { "failed" })
         };
         let recent = calls.split_off(calls.len().saturating_sub(RECENT_TOOL_CALLS));
         let mut out = json!({
@@ -309,8 +293,8 @@ impl McpServer {
             "status": status,
             "toolCalls": recent,
         });
-        if let Some((_, reply)) = last {
-            out["reply"] = json!(reply);
+        if let Some(end) = last {
+            out["reply"] = json!(end.text);
         }
         Ok(out)
     }

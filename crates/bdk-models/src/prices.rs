@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use bdk_events::{Envelope, Event, FailStatus, TurnId, Usage};
+use bdk_events::{Envelope, Event, TurnId, Usage};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -189,11 +189,7 @@ pub fn session_cost(events: &[Envelope], prices: &PriceTable) -> SessionCost {
                 let usage = f.usage;
                 turns.push(TurnCost {
                     turn_id: env.turn_id.clone(),
-                    status: match f.status {
-                        FailStatus::Failed => "failed",
-                        FailStatus::Cancelled => "cancelled",
-                        FailStatus::Interrupted => "interrupted",
-                    },
+                    status: f.status.as_str(),
                     estimated_cost_usd: cost_of(prices, model.as_deref(), usage.as_ref()),
                     model,
                     usage,

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use bdk_events::ids::new_http_token;
-use bdk_events::{
-    DeliveryId, Event, SessionId, SessionMode, SessionStarted, SessionWaiting, TurnId,
-};
+use bdk_events::view::turn_end;
+use bdk_events::{DeliveryId, SessionId, SessionMode, SessionStarted, SessionWaiting, TurnId};
 use bdk_store::{SessionRecord, TokenSwap};
 use chrono::Utc;
 use futures::StreamExt;
@@ -380,26 +379,14 @@ impl Host {
             if env.turn_id.as_ref() != Some(turn_id) {
                 continue;
             }
-            match env.event {
-                Event::TurnCompleted(c) => {
-                    return Ok(TurnResult {
-                        turn_id: turn_id.clone(),
-                        ok: true,
-                        reply: c.reply,
-                        status: None,
-                        usage: c.usage,
-                    });
-                }
-                Event::TurnFailed(f) => {
-                    return Ok(TurnResult {
-                        turn_id: turn_id.clone(),
-                        ok: false,
-                        reply: f.message,
-                        status: Some(f.status),
-                        usage: f.usage,
-                    });
-                }
-                _ => {}
+            if let Some(end) = turn_end(&env.event) {
+                return Ok(TurnResult {
+                    turn_id: turn_id.clone(),
+                    ok: end.ok,
+                    reply: end.text.to_owned(),
+                    status: end.status,
+                    usage: end.usage,
+                });
             }
         }
         Err(HostError::SessionNotFound(id.to_string()))

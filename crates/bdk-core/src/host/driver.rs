@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
+use bdk_events::view::turn_end;
 use bdk_events::{
     Event, FailStatus, MessageReceived, SessionCompleted, SessionFailed, SessionId, SessionMode,
     SessionWaiting, TurnCompleted, TurnFailed, TurnId, TurnQueued, TurnStarted, Usage,
@@ -469,14 +470,7 @@ impl Host {
                 (event, Err(message))
             }
         };
-        let status = match &event {
-            Event::TurnFailed(f) => match f.status {
-                FailStatus::Failed => "failed",
-                FailStatus::Cancelled => "cancelled",
-                FailStatus::Interrupted => "interrupted",
-            },
-            _ => "completed",
-        };
+        let status = turn_end(&event).map_or("completed", |end| end.status_str());
         turn_span.record("bdk.turn.status", status);
         turn_span.record("bdk.turn.steps", i64::from(outcome.steps));
         if let Some(usage) = &usage {

@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use bdk_events::view::open_turn;
 use bdk_events::{
     ActionRequest, ActionResult, ActionsCompleted, Envelope, Event, FailStatus, SessionFailed,
     SessionMode, SessionWaiting, StepCompleted, TurnFailed, TurnId,
@@ -13,7 +14,6 @@ use serde_json::Value;
 
 use super::Host;
 use super::error::{HostResult, session_error};
-use super::transcript::open_turn_state;
 
 /// The events that close what turn `turn` of `events` left open: an error
 /// `action.result` for each requested call without one and the batch's
@@ -132,9 +132,9 @@ impl Host {
         task_interrupted: &str,
     ) -> HostResult<()> {
         let queued = self.stored_queue(&record.id, events).await?;
-        if let Some(open) = open_turn_state(events) {
+        if let Some(open) = open_turn(events) {
             if !open.started {
-                self.resume_turn(record, &open.id, open.prompt, queued);
+                self.resume_turn(record, open.id, open.prompt.to_owned(), queued);
                 return Ok(());
             }
             tracing::warn!(session_id = %record.id, turn_id = %open.id, "recording a turn interrupted by a stop of its host");
@@ -153,14 +153,14 @@ impl Host {
             .into();
             // What the stopped host left open (a batch, a step) is closed
             // before the turn's end, as a turn ending in a live host does.
-            let mut end = closing_events(events, &open.id);
+            let mut end = closing_events(events, open.id);
             end.push(failed);
             let result = async {
-                self.record(&record.id, Some(&open.id), end).await?;
+                self.record(&record.id, Some(open.id), end).await?;
                 self.record(&record.id, None, vec![rest]).await
             }
             .await;
-            self.release_lease(&record.id, &open.id).await;
+            self.release_lease(&record.id, open.id).await;
             result?;
         }
         if record.mode == SessionMode::Chat {

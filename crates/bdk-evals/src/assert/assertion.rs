@@ -502,14 +502,7 @@ fn succeeded(s: &Scope<'_>) -> Outcome {
             Event::TurnCompleted(_) => ended += 1,
             Event::TurnFailed(f) => {
                 return Err((
-                    format!(
-                        "turn failed ({}): {}",
-                        serde_json::to_value(f.status)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_owned))
-                            .unwrap_or_default(),
-                        f.message
-                    ),
+                    format!("turn failed ({}): {}", f.status.as_str(), f.message),
                     Some(EventRef::of(env)),
                 ));
             }

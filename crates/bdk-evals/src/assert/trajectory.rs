@@ -1,7 +1,9 @@
-//! What a scope's events say: the calls they record, and the matchers that
-//! narrow a call or an event. Assertions are checked on top of this.
+//! What a scope's events say: the calls they record (paired by
+//! [`bdk_events::view`], with the events an assertion failure points at),
+//! and the matchers that narrow a call or an event. Assertions are checked
+//! on top of this.
 
-use bdk_events::{Envelope, Event};
+use bdk_events::{Envelope, view};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -43,6 +45,16 @@ pub enum CallStatus {
 }
 
 impl CallStatus {
+    /// The status of a call whose result is an error (`Some(true)`), a
+    /// success (`Some(false)`) or not recorded (`None`).
+    fn of(is_error: Option<bool>) -> CallStatus {
+        match is_error {
+            Some(true) => CallStatus::Failed,
+            Some(false) => CallStatus::Completed,
+            None => CallStatus::Pending,
+        }
+    }
+
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             CallStatus::Completed => "completed",
@@ -73,70 +85,39 @@ pub struct ToolCallView {
     pub result: Option<EventRef>,
 }
 
-/// Tool calls in request order.
+/// Tool calls in request order, each paired with its result the way
+/// [`bdk_events::view::calls`] pairs them.
 pub fn tool_calls(events: &[Envelope]) -> Vec<ToolCallView> {
-    let mut calls: Vec<ToolCallView> = Vec::new();
-    for env in events {
-        match &env.event {
-            Event::ActionsRequested(batch) => {
-                for a in &batch.actions {
-                    calls.push(ToolCallView {
-                        call_id: a.call_id.clone(),
-                        name: a.name.clone(),
-                        input: a.input.clone(),
-                        output: Value::Null,
-                        status: CallStatus::Pending,
-                        requested: EventRef::of(env),
-                        result: None,
-                    });
-                }
-            }
-            Event::ActionResult(r) => {
-                if let Some(c) = calls.iter_mut().find(|c| c.call_id == r.call_id) {
-                    c.output = r.output.clone();
-                    c.status = if r.is_error {
-                        CallStatus::Failed
-                    } else {
-                        CallStatus::Completed
-                    };
-                    c.result = Some(EventRef::of(env));
-                }
-            }
-            _ => {}
-        }
-    }
-    calls
+    view::calls(events)
+        .into_iter()
+        .map(|c| ToolCallView {
+            call_id: c.request.call_id.clone(),
+            name: c.request.name.clone(),
+            input: c.request.input.clone(),
+            output: c.result.map_or(Value::Null, |r| r.output.clone()),
+            status: CallStatus::of(c.result.map(|r| r.is_error)),
+            requested: EventRef::of(c.requested),
+            result: c.answered.map(EventRef::of),
+        })
+        .collect()
 }
 
 /// Subagent calls in order: input is the prompt, output the reply.
 pub fn subagent_calls(events: &[Envelope]) -> Vec<ToolCallView> {
-    let mut calls: Vec<ToolCallView> = Vec::new();
-    for env in events {
-        match &env.event {
-            Event::SubagentCalled(c) => calls.push(ToolCallView {
-                call_id: c.call_id.clone(),
-                name: c.name.clone(),
-                input: Value::String(c.prompt.clone()),
-                output: Value::Null,
-                status: CallStatus::Pending,
-                requested: EventRef::of(env),
-                result: None,
-            }),
-            Event::SubagentCompleted(done) => {
-                if let Some(c) = calls.iter_mut().find(|c| c.call_id == done.call_id) {
-                    c.output = Value::String(done.reply.clone());
-                    c.status = if done.is_error {
-                        CallStatus::Failed
-                    } else {
-                        CallStatus::Completed
-                    };
-                    c.result = Some(EventRef::of(env));
-                }
-            }
-            _ => {}
-        }
-    }
-    calls
+    view::delegations(events)
+        .into_iter()
+        .map(|d| ToolCallView {
+            call_id: d.call.call_id.clone(),
+            name: d.call.name.clone(),
+            input: Value::String(d.call.prompt.clone()),
+            output: d
+                .completion
+                .map_or(Value::Null, |c| Value::String(c.reply.clone())),
+            status: CallStatus::of(d.completion.map(|c| c.is_error)),
+            requested: EventRef::of(d.called),
+            result: d.completed.map(EventRef::of),
+        })
+        .collect()
 }
 
 /// Narrows a tool or subagent call: input, output, status and how many
