@@ -103,11 +103,16 @@ impl Server {
     }
 
     /// Waits (polling: a child's output announces nothing) until the
-    /// captured stderr satisfies `ready`, and returns it.
+    /// captured stderr satisfies `ready`, and returns it; a failure shows
+    /// the stderr it last read.
     pub fn wait_for_stderr(&self, mut ready: impl FnMut(&str) -> bool) -> String {
-        bdk_testkit::poll::blocking_until_some("stderr to get there", bdk_testkit::PATIENCE, || {
+        bdk_testkit::poll::blocking_until_ok("stderr to get there", bdk_testkit::PATIENCE, || {
             let text = self.stderr.lock().unwrap().clone();
-            ready(&text).then_some(text)
+            if ready(&text) {
+                Ok(text)
+            } else {
+                Err(format!("stderr:\n{text}"))
+            }
         })
     }
 
