@@ -19,7 +19,7 @@ use bdk_scheduler::reminders::{
 };
 use bdk_scheduler::{Clock, ManualClock};
 use bdk_store::{FsStore, Store};
-use bdk_testkit::{PATIENCE, poll, wait};
+use bdk_testkit::{PATIENCE, poll, session, wait};
 use chrono::{DateTime, TimeDelta, Utc};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -269,11 +269,8 @@ async fn a_delay_fires_its_prompt_into_the_conversation_once() {
     let done = wait_reminder(&host, &r.id, |r| r.fire_count == 1).await;
     assert_eq!(done.status, ReminderStatus::Completed);
     assert_eq!(done.next_fire_at, None);
-    host.wait_idle(&s).await;
-    let result = host
-        .events(&s, 0, None)
+    let result = session::settled_events(&host, &s)
         .await
-        .unwrap()
         .into_iter()
         .find_map(|e| match e.event {
             Event::TurnCompleted(_) => Some(()),
