@@ -63,14 +63,14 @@ fn write_evals(root: &std::path::Path, config: &str) {
 }
 
 async fn start(http: &reqwest::Client, base: &str, body: Value) -> reqwest::Response {
-    post(&http, format!("{base}/v1/dev/evals/runs"), &body).await
+    post(http, format!("{base}/v1/dev/evals/runs"), &body).await
 }
 
 /// Polls the run until it leaves `running` (a run's status is no session
 /// event, so there is nothing to subscribe to).
 async fn settle(http: &reqwest::Client, base: &str, id: &str) -> Value {
     bdk_testkit::poll::until_some("the run to finish", || async {
-        let v = expect_ok(get(&http, format!("{base}/v1/dev/evals/runs/{id}")).await).await;
+        let v = expect_ok(get(http, format!("{base}/v1/dev/evals/runs/{id}")).await).await;
         (v["run"]["status"] != "running").then(|| v["run"].clone())
     })
     .await

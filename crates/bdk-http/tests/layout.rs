@@ -206,7 +206,7 @@ async fn docs_are_served_as_html_and_can_be_turned_off() {
     let s = single(Config::default()).await;
     let http = &s.http;
     // `/docs` redirects to `/docs/`; reqwest follows it.
-    let index = get(&http, format!("{}/docs", s.base)).await;
+    let index = get(http, format!("{}/docs", s.base)).await;
     assert_eq!(index.status().as_u16(), 200);
     assert_eq!(index.url().path(), "/docs/");
     let index = index.text().await.unwrap();
@@ -216,7 +216,7 @@ async fn docs_are_served_as_html_and_can_be_turned_off() {
         "{index}"
     );
     for path in ["/docs/http-api.md", "/docs/http-api"] {
-        let page = get(&http, format!("{}{path}", s.base)).await;
+        let page = get(http, format!("{}{path}", s.base)).await;
         assert_eq!(page.status().as_u16(), 200, "{path}");
         assert!(
             page.headers()["content-type"]
@@ -234,7 +234,7 @@ async fn docs_are_served_as_html_and_can_be_turned_off() {
         "/docs/%2e%2e/Cargo.toml",
     ] {
         expect_error(
-            get(&http, format!("{}{path}", s.base)).await,
+            get(http, format!("{}{path}", s.base)).await,
             404,
             "not_found",
         )
