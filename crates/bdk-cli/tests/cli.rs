@@ -9,7 +9,7 @@ use bdk_testkit::{PATIENCE, poll};
 use serde_json::Value;
 
 mod common;
-use common::weather;
+use common::{run_json, weather};
 
 fn bdk() -> Command {
     let mut c = Command::cargo_bin("bdk").unwrap();
@@ -19,18 +19,6 @@ fn bdk() -> Command {
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather")
-}
-
-fn run_json(cmd: &mut Command) -> (i32, Value) {
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), value)
 }
 
 fn read_events(path: &Path) -> Vec<Value> {

@@ -234,14 +234,7 @@ async fn serve_lists_advertised_mcp_tools_in_info_and_tools() {
         "the advertised tools in /v1/info",
         std::time::Duration::from_secs(120),
         || async {
-            let info: Value = c
-                .get(format!("{}/v1/info", server.base))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let info = common::get_json(&c, &format!("{}/v1/info", server.base)).await;
             if info["tools"].as_array().is_some_and(|t| !t.is_empty()) {
                 Ok(info)
             } else {
@@ -252,14 +245,7 @@ async fn serve_lists_advertised_mcp_tools_in_info_and_tools() {
     .await;
     assert_mcp_tools(&info["tools"], &info);
 
-    let tools: Value = c
-        .get(format!("{}/v1/tools", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let tools = common::get_json(&c, &format!("{}/v1/tools", server.base)).await;
     assert_mcp_tools(&tools["tools"], &tools);
     assert_eq!(
         tools["tools"].as_array().unwrap().len(),

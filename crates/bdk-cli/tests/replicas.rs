@@ -28,16 +28,6 @@ fn database_url() -> String {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
-const RULES: &str = r#"
-[[rules]]
-user_contains = "slow"
-reply = "slow reply"
-delay_ms = 600000
-
-[[rules]]
-reply = "quick: {{ user }}"
-"#;
-
 const NOTE_TOOL: &str = r#"
 description = "Writes a note."
 effect = "write"
@@ -76,7 +66,7 @@ impl Agent {
                 "agent/instructions.md",
                 "You are a test agent.\n".to_owned(),
             ),
-            ("agent/scripted.toml", RULES.to_owned()),
+            ("agent/scripted.toml", common::QUEUE_RULES.to_owned()),
             ("agent/tools/note.toml", NOTE_TOOL.to_owned()),
         ];
         if schedule {

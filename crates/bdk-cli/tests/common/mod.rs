@@ -141,6 +141,11 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::new()
 }
 
+/// `GET url`, read as JSON.
+pub async fn get_json(c: &reqwest::Client, url: &str) -> Value {
+    c.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 pub async fn post(c: &reqwest::Client, url: &str, body: Value) -> (u16, Value) {
     let r = c.post(url).json(&body).send().await.unwrap();
     let status = r.status().as_u16();
@@ -179,6 +184,19 @@ pub async fn read_until(
             }
         }
     }
+}
+
+/// Runs `cmd` and reads its stdout as JSON; returns the exit code with it.
+pub fn run_json(cmd: &mut Command) -> (i32, Value) {
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), value)
 }
 
 /// Scripted rules with a turn that never ends by itself ("slow") and a quick
