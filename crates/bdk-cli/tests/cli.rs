@@ -3,13 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::CommandCargoExt;
+use bdk_testkit::{PATIENCE, poll};
 use serde_json::Value;
 
 mod common;
-use common::weather;
+use common::{run_json, weather};
 
 fn bdk() -> Command {
     let mut c = Command::cargo_bin("bdk").unwrap();
@@ -19,18 +19,6 @@ fn bdk() -> Command {
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/weather")
-}
-
-fn run_json(cmd: &mut Command) -> (i32, Value) {
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), value)
 }
 
 fn read_events(path: &Path) -> Vec<Value> {
@@ -298,24 +286,13 @@ fn trajectory_tolerates_a_torn_tail_and_refuses_corruption() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"));
 }
 
-/// Waits until `path` holds an event of `kind`, or fails after `limit`.
-fn wait_for_event(path: &Path, kind: &str, limit: Duration) {
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text
-                .lines()
-                .any(|l| l.contains(&format!("\"type\":\"{kind}\"")))
-        {
-            return;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "no {kind} in {} after {limit:?}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Waits (polling: another process writes the file) until `path` holds an
+/// event of `kind`.
+fn wait_for_event(path: &Path, kind: &str) {
+    let line = format!("\"type\":\"{kind}\"");
+    poll::blocking_until(&format!("{kind} in {}", path.display()), || {
+        std::fs::read_to_string(path).is_ok_and(|text| text.lines().any(|l| l.contains(&line)))
+    });
 }
 
 #[test]
@@ -330,18 +307,11 @@ fn kill_dash_nine_mid_turn_then_reopen_keeps_indices_gapless_and_fails_the_turn(
         .spawn()
         .unwrap();
     let sessions = dir.join(".bdk/sessions");
-    let start = Instant::now();
-    let events = loop {
-        if let Some(entry) = std::fs::read_dir(&sessions).ok().and_then(|mut d| d.next()) {
-            break entry.unwrap().path().join("events.ndjson");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "no session appeared"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    wait_for_event(&events, "step.started", Duration::from_secs(30));
+    let events = poll::blocking_until_some("a session", PATIENCE, || {
+        let entry = std::fs::read_dir(&sessions).ok()?.next()?;
+        Some(entry.unwrap().path().join("events.ndjson"))
+    });
+    wait_for_event(&events, "step.started");
 
     // While the slow turn holds the state root, a second writer is refused.
     let out = bdk()

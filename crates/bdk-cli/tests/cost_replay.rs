@@ -9,7 +9,7 @@ use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
 
 mod common;
-use common::weather;
+use common::{run_json, weather};
 
 const TURN1: &str = "What's the weather in Paris?";
 const TURN2: &str = "Tell me about the climate history of Oslo";
@@ -18,18 +18,6 @@ fn bdk() -> Command {
     let mut c = Command::cargo_bin("bdk").unwrap();
     c.env_remove("BDK_STATE_ROOT");
     c
-}
-
-fn run_json(cmd: &mut Command) -> (i32, Value) {
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    (out.status.code().unwrap_or(-1), value)
 }
 
 /// `bdk run` in `dir` with its state under `state`.

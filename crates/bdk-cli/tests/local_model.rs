@@ -19,9 +19,10 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use assert_cmd::cargo::CommandCargoExt;
+use bdk_testkit::poll;
 use serde_json::{Value, json};
 
 mod common;
@@ -98,8 +99,8 @@ impl ServerProcess {
             base,
             log,
         };
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
+        let what = format!("{} to answer {ready_url}", server.name);
+        poll::blocking_until_ok(&what, Duration::from_secs(120), || {
             if let Some(status) = server.child.try_wait().unwrap() {
                 panic!("{} exited ({status}):\n{}", server.name, server.log_text());
             }
@@ -108,16 +109,12 @@ impl ServerProcess {
                 .status()
                 .is_ok_and(|s| s.success());
             if ok {
-                return server;
+                Ok(())
+            } else {
+                Err(format!("its log:\n{}", server.log_text()))
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} not ready:\n{}",
-                server.name,
-                server.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        });
+        server
     }
 
     fn log_text(&self) -> String {

@@ -58,17 +58,11 @@ async fn a_request_id_cannot_forge_log_lines_in_the_ring_or_on_stderr() {
     );
 
     // The ring: one line for the warning, its message escaped the same way.
-    let logs: Value = client()
-        .get(format!(
-            "{}/weather/v1/logs?after=0&limit=1000",
-            server.base
-        ))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let logs = common::get_json(
+        &client(),
+        &format!("{}/weather/v1/logs?after=0&limit=1000", server.base),
+    )
+    .await;
     let lines = logs["lines"].as_array().unwrap();
     let warnings: Vec<&str> = lines
         .iter()

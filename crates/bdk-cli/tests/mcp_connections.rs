@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use assert_cmd::cargo::CommandCargoExt;
+use bdk_testkit::poll;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -229,32 +230,22 @@ async fn serve_lists_advertised_mcp_tools_in_info_and_tools() {
     let c = common::client();
     // `bdk serve` lists advertised tools in the background: poll until the
     // listing has landed.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
-    let info = loop {
-        let info: Value = c
-            .get(format!("{}/v1/info", server.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if info["tools"].as_array().is_some_and(|t| !t.is_empty()) {
-            break info;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{info}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let info = poll::until_ok_within(
+        "the advertised tools in /v1/info",
+        std::time::Duration::from_secs(120),
+        || async {
+            let info = common::get_json(&c, &format!("{}/v1/info", server.base)).await;
+            if info["tools"].as_array().is_some_and(|t| !t.is_empty()) {
+                Ok(info)
+            } else {
+                Err(info)
+            }
+        },
+    )
+    .await;
     assert_mcp_tools(&info["tools"], &info);
 
-    let tools: Value = c
-        .get(format!("{}/v1/tools", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let tools = common::get_json(&c, &format!("{}/v1/tools", server.base)).await;
     assert_mcp_tools(&tools["tools"], &tools);
     assert_eq!(
         tools["tools"].as_array().unwrap().len(),

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::CommandCargoExt;
+use bdk_testkit::poll;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
     MetricsService, MetricsServiceServer,
 };
@@ -171,16 +171,10 @@ fn histogram_count(metrics: &BTreeMap<String, Metric>, name: &str, filter: &[(&s
         .sum()
 }
 
-/// Waits (generously) until `ready` holds.
+/// Waits (polling: the collector's records announce nothing) until `ready`
+/// holds.
 async fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !ready() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll::until(what, || std::future::ready(ready())).await;
 }
 
 /// A `bdk` command with no OTEL_* settings inherited from the test's

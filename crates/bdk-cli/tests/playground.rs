@@ -199,14 +199,7 @@ async fn the_index_links_the_playground_and_no_playground_removes_it() {
             .unwrap();
         assert_eq!(resp.status(), 404, "{path}");
     }
-    let meta: serde_json::Value = c
-        .get(format!("{}/weather/v1/meta", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let meta = common::get_json(&c, &format!("{}/weather/v1/meta", server.base)).await;
     assert_eq!(meta["playground"], false);
 }
 

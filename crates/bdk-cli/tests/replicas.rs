@@ -13,6 +13,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use bdk_testkit::poll;
 use common::{Server, client, post, read_until, wait_for};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -26,16 +27,6 @@ fn database_url() -> String {
         .filter(|u| !u.trim().is_empty())
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
-
-const RULES: &str = r#"
-[[rules]]
-user_contains = "slow"
-reply = "slow reply"
-delay_ms = 600000
-
-[[rules]]
-reply = "quick: {{ user }}"
-"#;
 
 const NOTE_TOOL: &str = r#"
 description = "Writes a note."
@@ -75,7 +66,7 @@ impl Agent {
                 "agent/instructions.md",
                 "You are a test agent.\n".to_owned(),
             ),
-            ("agent/scripted.toml", RULES.to_owned()),
+            ("agent/scripted.toml", common::QUEUE_RULES.to_owned()),
             ("agent/tools/note.toml", NOTE_TOOL.to_owned()),
         ];
         if schedule {
@@ -426,42 +417,44 @@ async fn three_replicas_fire_a_due_schedule_once_and_share_streams() {
     // The schedule is due every minute. For the first minute that has
     // been decided everywhere, exactly one replica fired it and the other
     // two found it already claimed.
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let mut lost: HashMap<String, usize> = HashMap::new();
-        let mut fired: HashMap<String, usize> = HashMap::new();
-        for s in &servers {
-            let (l, f) = fires(&logs(&c, &agent, s).await);
-            for k in l {
-                *lost
-                    .entry(k["tick@".len()..k.len() - ":00Z".len()].to_owned())
-                    .or_default() += 1;
+    // Each check reads three servers' logs, so it is paced at 200 ms.
+    poll::until_ok_paced(
+        "a scheduled minute decided on every replica",
+        PATIENCE,
+        Duration::from_millis(200),
+        || async {
+            let mut lost: HashMap<String, usize> = HashMap::new();
+            let mut fired: HashMap<String, usize> = HashMap::new();
+            for s in &servers {
+                let (l, f) = fires(&logs(&c, &agent, s).await);
+                for k in l {
+                    *lost
+                        .entry(k["tick@".len()..k.len() - ":00Z".len()].to_owned())
+                        .or_default() += 1;
+                }
+                for m in f {
+                    *fired.entry(m).or_default() += 1;
+                }
             }
-            for m in f {
-                *fired.entry(m).or_default() += 1;
+            if let Some((minute, n)) = fired.iter().find(|(_, n)| **n > 1) {
+                panic!("minute {minute} fired {n} times");
             }
-        }
-        if let Some((minute, n)) = fired.iter().find(|(_, n)| **n > 1) {
-            panic!("minute {minute} fired {n} times");
-        }
-        let decided = lost
-            .iter()
-            .find(|(minute, n)| **n + fired.get(*minute).copied().unwrap_or(0) >= 3);
-        if let Some((minute, n)) = decided {
+            let decided = lost
+                .iter()
+                .find(|(minute, n)| **n + fired.get(*minute).copied().unwrap_or(0) >= 3);
+            let Some((minute, n)) = decided else {
+                return Err(format!("lost {lost:?}, fired {fired:?}"));
+            };
             assert_eq!(*n, 2, "minute {minute}: lost {lost:?}, fired {fired:?}");
             assert_eq!(
                 fired.get(minute),
                 Some(&1),
                 "minute {minute}: fired {fired:?}"
             );
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no scheduled minute was decided: lost {lost:?}, fired {fired:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+            Ok(())
+        },
+    )
+    .await;
 }
 
 /// The kill -9 regression of issue 13 on PostgreSQL: a coalesced follow-up

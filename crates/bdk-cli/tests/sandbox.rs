@@ -15,9 +15,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::CommandCargoExt;
+use bdk_testkit::poll;
 use common::*;
 use serde_json::{Value, json};
 
@@ -52,19 +52,15 @@ fn live_with(marker: &str) -> usize {
 }
 
 fn wait_for_processes(marker: &str, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while live_with(marker) < count {
-        assert!(Instant::now() < deadline, "{marker} never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll::blocking_until(&format!("{count} {marker} processes to start"), || {
+        live_with(marker) >= count
+    });
 }
 
 fn wait_until_gone(marker: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while live_with(marker) > 0 {
-        assert!(Instant::now() < deadline, "{marker} outlived its call");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll::blocking_until(&format!("{marker} to be gone after its call"), || {
+        live_with(marker) == 0
+    });
 }
 
 fn write_tool(dir: &Path, name: &str, manifest: &str, program: Option<(&str, &str)>) {
@@ -471,22 +467,14 @@ fn the_shell_built_in_and_command_hooks_are_contained_too() {
             .unwrap();
         assert_eq!(r.status(), 200);
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(outside.join("events.ndjson"))
-        .unwrap_or_default()
-        .contains("turn.completed")
-    {
-        assert!(Instant::now() < deadline, "the hook delivered nothing");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !outside.join("refused.txt").exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the hook's refused write left no trace"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll::blocking_until("the hook to deliver turn.completed", || {
+        std::fs::read_to_string(outside.join("events.ndjson"))
+            .unwrap_or_default()
+            .contains("turn.completed")
+    });
+    poll::blocking_until("the trace of the hook's refused write", || {
+        outside.join("refused.txt").exists()
+    });
     assert!(!state.join("forged.txt").exists());
     drop(server);
 }
@@ -572,20 +560,7 @@ fn an_incomplete_sandbox_warns_and_require_sandbox_refuses_to_start() {
     );
 
     let mut server = Server::spawn(serve(&[]));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !server
-        .stderr
-        .lock()
-        .unwrap()
-        .contains("warning: the tool sandbox is incomplete")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no warning: {}",
-            server.stderr.lock().unwrap()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    server.wait_for_stderr(|text| text.contains("warning: the tool sandbox is incomplete"));
     server.terminate();
 
     // On this machine the real launcher passes the check.

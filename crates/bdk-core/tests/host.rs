@@ -22,7 +22,7 @@ use tempfile::TempDir;
 use tokio::sync::{Notify, mpsc};
 
 use bdk_testkit::rules::{WEATHER, lookup_tool};
-use bdk_testkit::{AgentFolder, host_over};
+use bdk_testkit::{AgentFolder, host_over, session};
 
 /// The base scripted agent with `files` added, written and discovered.
 fn project(files: &[(&str, &str)]) -> (TempDir, Project) {
@@ -87,19 +87,12 @@ fn gate_tool(
 async fn a_turn_records_the_full_event_sequence() {
     let (dir, p) = project(&[("agent/scripted.toml", WEATHER)]);
     let host = host_over(p, &dir.path().join("state"), |b| b.tool(lookup_tool())).await;
-    let started = host
-        .start_session(StartSession {
-            message: Some("What's the weather in Paris?".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let started = session::start(&host, "What's the weather in Paris?").await;
     let turn_id = started.turn_id.clone().unwrap();
     let result = host.wait_turn(&started.session_id, &turn_id).await.unwrap();
     assert!(result.ok, "{result:?}");
     assert_eq!(result.reply, "It is 21 degrees in Paris.");
-    host.wait_idle(&started.session_id).await;
-    let events = host.events(&started.session_id, 0, None).await.unwrap();
+    let events = session::settled_events(&host, &started.session_id).await;
     assert_gapless(&events);
     let k = kinds(&events);
     let expected_prefix = [
@@ -172,13 +165,7 @@ async fn a_tool_turn_records_the_snapshotted_sequence() {
         ("agent/scripted.toml", WEATHER),
     ]);
     let host = host_over(p, &dir.path().join("state"), |b| b.tool(lookup_tool())).await;
-    let started = host
-        .start_session(StartSession {
-            message: Some("What's the weather in Paris?".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let started = session::start(&host, "What's the weather in Paris?").await;
     bdk_testkit::wait::wait_until_waiting(&host, &started.session_id).await;
     let events = host.events(&started.session_id, 0, None).await.unwrap();
     insta::assert_json_snapshot!(
@@ -209,17 +196,8 @@ reply = "saw: {{ result_text }}"
         ("unknown tool please", "unknown tool `nope`"),
         ("invalid input please", "invalid input for `lookup`"),
     ] {
-        let s = host
-            .start_session(StartSession {
-                message: Some(msg.into()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        let r = host
-            .wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-            .await
-            .unwrap();
+        let s = session::start(&host, msg).await;
+        let r = session::wait_turn(&host, &s).await;
         assert!(r.ok);
         assert!(r.reply.contains(needle), "{}", r.reply);
         let events = host.events(&s.session_id, 0, None).await.unwrap();
@@ -247,13 +225,7 @@ reply = "quick: {{ user }}"
 "#;
     let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
-    let s = host
-        .start_session(StartSession {
-            message: Some("be slow".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let s = session::start(&host, "be slow").await;
     let first = s.turn_id.clone().unwrap();
     let sent = host
         .send(
@@ -278,8 +250,7 @@ reply = "quick: {{ user }}"
         .await
         .unwrap();
     assert_eq!(r2.reply, "quick: hello again");
-    host.wait_idle(&s.session_id).await;
-    let events = host.events(&s.session_id, 0, None).await.unwrap();
+    let events = session::settled_events(&host, &s.session_id).await;
     assert_gapless(&events);
     // The old token is now stale.
     let stale = host
@@ -346,13 +317,7 @@ reply = "follow-up: {{ user }}"
     let release = Arc::new(Notify::new());
     let tool = gate_tool("hold", Effect::Read, entered_tx, Arc::clone(&release));
     let host = host_over(p, &dir.path().join("state"), |b| b.tool(tool)).await;
-    let s = host
-        .start_session(StartSession {
-            message: Some("start".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let s = session::start(&host, "start").await;
     entered.recv().await.unwrap();
     // Arrives while the tool runs: steered in at the boundary.
     let steer = host
@@ -369,13 +334,9 @@ reply = "follow-up: {{ user }}"
         .unwrap();
     assert_eq!(steer.turn_id, None);
     release.notify_one();
-    let r = host
-        .wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
+    let r = session::wait_turn(&host, &s).await;
     assert!(r.ok);
-    host.wait_idle(&s.session_id).await;
-    let events = host.events(&s.session_id, 0, None).await.unwrap();
+    let events = session::settled_events(&host, &s.session_id).await;
     assert_gapless(&events);
     let nudge = events
         .iter()
@@ -389,13 +350,7 @@ reply = "follow-up: {{ user }}"
 
     // Two sends queued behind a busy turn with no further tool boundary
     // drain into one follow-up turn that lists both deliveries in order.
-    let s2 = host
-        .start_session(StartSession {
-            message: Some("start".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let s2 = session::start(&host, "start").await;
     entered.recv().await.unwrap();
     // The tool is running; queue after its boundary is consumed by
     // releasing it and sending before the next step finishes is racy, so
@@ -414,11 +369,8 @@ reply = "follow-up: {{ user }}"
         .unwrap();
     }
     release.notify_one();
-    host.wait_turn(&s2.session_id, s2.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
-    host.wait_idle(&s2.session_id).await;
-    let events = host.events(&s2.session_id, 0, None).await.unwrap();
+    session::wait_turn(&host, &s2).await;
+    let events = session::settled_events(&host, &s2.session_id).await;
     assert_gapless(&events);
     let ids: Vec<Option<String>> = events
         .iter()
@@ -454,13 +406,7 @@ reply = "drained: {{ user }}"
 "#;
     let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
-    let s = host
-        .start_session(StartSession {
-            message: Some("first".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let s = session::start(&host, "first").await;
     for id in ["d1", "d2"] {
         let sent = host
             .send(
@@ -476,11 +422,8 @@ reply = "drained: {{ user }}"
             .unwrap();
         assert_eq!(sent.turn_id, None, "queued behind the busy turn");
     }
-    host.wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
-    host.wait_idle(&s.session_id).await;
-    let events = host.events(&s.session_id, 0, None).await.unwrap();
+    session::wait_turn(&host, &s).await;
+    let events = session::settled_events(&host, &s.session_id).await;
     assert_gapless(&events);
     let received: Vec<(String, Vec<String>)> = events
         .iter()
@@ -520,18 +463,9 @@ reply = "back: {{ user }}"
 "#;
     let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
-    let s = host
-        .start_session(StartSession {
-            message: Some("slow please".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let s = session::start(&host, "slow please").await;
     assert!(host.stop(&s.session_id, None).await.unwrap());
-    let r = host
-        .wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
+    let r = session::wait_turn(&host, &s).await;
     assert_eq!(r.status, Some(FailStatus::Cancelled));
     assert!(
         !host.stop(&s.session_id, None).await.unwrap(),
@@ -566,11 +500,8 @@ async fn task_sessions_complete_and_refuse_follow_ups() {
         })
         .await
         .unwrap();
-    host.wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
-    host.wait_idle(&s.session_id).await;
-    let events = host.events(&s.session_id, 0, None).await.unwrap();
+    session::wait_turn(&host, &s).await;
+    let events = session::settled_events(&host, &s.session_id).await;
     assert_gapless(&events);
     assert_eq!(kinds(&events).last(), Some(&"session.completed"));
     let r = host
@@ -608,21 +539,9 @@ reply = "ran"
     let release = Arc::new(Notify::new());
     let tool = gate_tool("hold", Effect::Read, entered_tx, Arc::clone(&release));
     let host = host_over(p, &dir.path().join("state"), |b| b.tool(tool)).await;
-    let a = host
-        .start_session(StartSession {
-            message: Some("hold".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let a = session::start(&host, "hold").await;
     entered.recv().await.unwrap();
-    let b = host
-        .start_session(StartSession {
-            message: Some("other".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let b = session::start(&host, "other").await;
     // b cannot start until a finishes: wait until it has recorded turn.queued.
     let mut stream = host.subscribe(&b.session_id, 0, None).await.unwrap();
     use futures::StreamExt;
@@ -635,16 +554,8 @@ reply = "ran"
         assert_ne!(e.kind(), "turn.started", "b must queue first");
     }
     release.notify_one();
-    assert!(
-        host.wait_turn(&a.session_id, a.turn_id.as_ref().unwrap())
-            .await
-            .unwrap()
-            .ok
-    );
-    let rb = host
-        .wait_turn(&b.session_id, b.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
+    assert!(session::wait_turn(&host, &a).await.ok);
+    let rb = session::wait_turn(&host, &b).await;
     assert_eq!(rb.reply, "ran");
 }
 
@@ -710,10 +621,7 @@ reply = "result: {{ result_text }}"
         )
         .await
         .unwrap();
-        let r = host
-            .wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-            .await
-            .unwrap();
+        let r = session::wait_turn(&host, &s).await;
         assert_eq!(runs.load(Ordering::SeqCst), expect_runs);
         if approve {
             assert!(r.reply.contains("\"approvedBy\":\"alice\""), "{}", r.reply);
@@ -755,13 +663,7 @@ reply = "ok: {{ user }}"
             b.tool(Arc::clone(&tool))
         })
         .await;
-        let s = host
-            .start_session(StartSession {
-                message: Some("deploy now".into()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let s = session::start(&host, "deploy now").await;
         let mut stream = host.subscribe(&s.session_id, 0, None).await.unwrap();
         use futures::StreamExt;
         loop {
@@ -795,8 +697,7 @@ reply = "ok: {{ user }}"
         };
         let r = host.wait_turn(&s.session_id, &first).await.unwrap();
         assert_eq!(r.status, Some(expected), "{how}");
-        host.wait_idle(&s.session_id).await;
-        let events = host.events(&s.session_id, 0, None).await.unwrap();
+        let events = session::settled_events(&host, &s.session_id).await;
         assert_gapless(&events);
         let of_turn = turn(&events, &first);
         let results: Vec<&bdk_events::ActionResult> = of_turn
@@ -850,9 +751,7 @@ reply = "{{ result_text }}"
         })
         .await
         .unwrap();
-    host.wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
+    session::wait_turn(&host, &s).await;
     let events = host.events(&s.session_id, 0, None).await.unwrap();
     assert_gapless(&events);
     let results: Vec<(String, bool)> = events
@@ -888,10 +787,7 @@ reply = "{{ result_text }}"
         })
         .await
         .unwrap();
-    let r = host
-        .wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
+    let r = session::wait_turn(&host, &s).await;
     assert!(
         r.reply.contains("later than the session's asOf"),
         "{}",
@@ -910,17 +806,8 @@ tool_calls = [{ name = "lookup", input = { city = "Loop" } }]
         ("agent/scripted.toml", rules),
     ]);
     let host = host_over(p, &dir.path().join("state"), |b| b.tool(lookup_tool())).await;
-    let s = host
-        .start_session(StartSession {
-            message: Some("go".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let r = host
-        .wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
+    let s = session::start(&host, "go").await;
+    let r = session::wait_turn(&host, &s).await;
     assert_eq!(r.status, Some(FailStatus::Failed));
     assert!(r.reply.contains("max_steps"), "{}", r.reply);
     let events = host.events(&s.session_id, 0, None).await.unwrap();
@@ -938,17 +825,8 @@ tool_calls = [{ name = "lookup", input = { city = "Loop" } }]
 async fn a_missing_remote_model_is_a_clear_turn_failure() {
     let (dir, p) = project(&[("agent/agent.toml", "model = \"xai/grok-4\"\n")]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
-    let s = host
-        .start_session(StartSession {
-            message: Some("hi".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let r = host
-        .wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
+    let s = session::start(&host, "hi").await;
+    let r = session::wait_turn(&host, &s).await;
     assert!(!r.ok);
     assert!(r.reply.contains("scripted"), "{}", r.reply);
 }
@@ -1084,13 +962,7 @@ reply = "ok"
     );
 
     // Bound to a busy session: reads run alongside, writes are refused.
-    let s = host
-        .start_session(StartSession {
-            message: Some("hold".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let s = session::start(&host, "hold").await;
     entered.recv().await.unwrap();
     let read = host
         .call_tool(DirectCall {
@@ -1204,17 +1076,8 @@ async fn hooks_observe_recorded_events_and_never_break_a_turn() {
             .hook(Arc::new(Broken))
     })
     .await;
-    let s = host
-        .start_session(StartSession {
-            message: Some("hi".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let r = host
-        .wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
+    let s = session::start(&host, "hi").await;
+    let r = session::wait_turn(&host, &s).await;
     assert!(r.ok);
     assert_eq!(rx.recv().await.unwrap(), "turn.started");
     assert_eq!(rx.recv().await.unwrap(), "turn.completed");
@@ -1245,16 +1108,8 @@ reply = "ok"
     let state = dir.path().join("state");
     let (id, first_turn) = {
         let host = host_over(p.clone(), &state, |b| b).await;
-        let s = host
-            .start_session(StartSession {
-                message: Some("hi".into()),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        host.wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-            .await
-            .unwrap();
+        let s = session::start(&host, "hi").await;
+        session::wait_turn(&host, &s).await;
         host.wait_idle(&s.session_id).await;
         // Simulate a crash in the middle of the next turn: its first events
         // are recorded, its end never is.
@@ -1352,17 +1207,8 @@ reply = "parent got: {{ result_text }}"
         ),
     ]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
-    let s = host
-        .start_session(StartSession {
-            message: Some("please delegate".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let r = host
-        .wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-        .await
-        .unwrap();
+    let s = session::start(&host, "please delegate").await;
+    let r = session::wait_turn(&host, &s).await;
     assert_eq!(r.reply, "parent got: subagent says hi");
     let events = host.events(&s.session_id, 0, None).await.unwrap();
     assert_gapless(&events);
@@ -1386,9 +1232,7 @@ async fn a_write_call_right_after_the_turn_ends_is_not_refused() {
             })
             .await
             .unwrap();
-        host.wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-            .await
-            .unwrap();
+        session::wait_turn(&host, &s).await;
         let out = host
             .call_tool(DirectCall {
                 origin: bdk_core::host::CallOrigin::Agent,
@@ -1438,9 +1282,7 @@ async fn resting_sessions_cost_at_most_the_cache_budget_and_rebuild_their_conver
             })
             .await
             .unwrap();
-        host.wait_turn(&s.session_id, s.turn_id.as_ref().unwrap())
-            .await
-            .unwrap();
+        session::wait_turn(&host, &s).await;
         ids.push(s.session_id);
     }
     let m = until_nothing_active(&host).await;
@@ -1546,8 +1388,7 @@ async fn recovery_delivers_queued_follow_ups_once() {
     drop(store);
     for _ in 0..2 {
         let host = host_over(p.clone(), &state, |b| b).await;
-        host.wait_idle(&id).await;
-        let events = host.events(&id, 0, None).await.unwrap();
+        let events = session::settled_events(&host, &id).await;
         assert_gapless(&events);
         let received: Vec<(String, Vec<String>)> = events
             .iter()

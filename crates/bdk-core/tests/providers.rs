@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bdk_core::host::{Host, StartSession};
+use bdk_core::host::Host;
 use bdk_core::project::ProviderConfig;
 use bdk_events::{Envelope, Event, Usage};
 use bdk_models::anthropic::{AnthropicConfig, AnthropicModel};
@@ -21,6 +21,7 @@ use bdk_models::{
     Message, Model, ModelError, ModelEvent, ModelRequest, StopReason, ToolCall, ToolDefinition,
 };
 use bdk_store::{FsStore, Store};
+use bdk_testkit::session;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1205,13 +1206,7 @@ async fn the_weather_example_runs_a_tool_round_trip_over_the_openai_provider() {
     let (dir, project) =
         weather_project(&format!("\n[provider]\nbase_url = \"{}/v1\"\n", fake.base));
     let host = weather_host(project, &dir.path().join("state")).await;
-    let started = host
-        .start_session(StartSession {
-            message: Some("What's the weather in Paris?".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let started = session::start(&host, "What's the weather in Paris?").await;
     let turn_id = started.turn_id.clone().unwrap();
     let result = tokio::time::timeout(
         Duration::from_secs(30),
@@ -1261,8 +1256,7 @@ async fn the_weather_example_runs_a_tool_round_trip_over_the_openai_provider() {
     assert_eq!(result_json["city"], "Paris");
     assert!(result_json["temperatureC"].is_i64(), "{result_json}");
 
-    host.wait_idle(&started.session_id).await;
-    let events = host.events(&started.session_id, 0, None).await.unwrap();
+    let events = session::settled_events(&host, &started.session_id).await;
     let turn: Vec<&Envelope> = events
         .iter()
         .filter(|e| e.turn_id.as_ref() == Some(&turn_id))
@@ -1332,13 +1326,7 @@ async fn a_server_that_reports_no_usage_leaves_it_unknown_and_gets_empty_content
         fake.base
     ));
     let host = weather_host(project, &dir.path().join("state")).await;
-    let started = host
-        .start_session(StartSession {
-            message: Some("Weather in Paris?".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let started = session::start(&host, "Weather in Paris?").await;
     let turn_id = started.turn_id.clone().unwrap();
     let result = tokio::time::timeout(
         Duration::from_secs(30),
@@ -1368,8 +1356,7 @@ async fn a_server_that_reports_no_usage_leaves_it_unknown_and_gets_empty_content
         "a tool-calls-only step is sent with empty content, never null"
     );
 
-    host.wait_idle(&started.session_id).await;
-    let events = host.events(&started.session_id, 0, None).await.unwrap();
+    let events = session::settled_events(&host, &started.session_id).await;
     let mut steps = 0;
     for e in &events {
         let v: Value = serde_json::from_str(&e.to_line().unwrap()).unwrap();
@@ -1392,13 +1379,7 @@ async fn a_missing_key_is_a_clear_turn_failure_naming_the_variable() {
         "\n[provider]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"BDK_PROVIDERS_TEST_KEY_THAT_IS_NEVER_SET\"\n",
     );
     let host = weather_host(project, &dir.path().join("state")).await;
-    let started = host
-        .start_session(StartSession {
-            message: Some("What's the weather in Paris?".into()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let started = session::start(&host, "What's the weather in Paris?").await;
     let result = tokio::time::timeout(
         Duration::from_secs(10),
         host.wait_turn(&started.session_id, started.turn_id.as_ref().unwrap()),

@@ -10,7 +10,7 @@ use bdk_http::Config;
 use bdk_scheduler::reminders::{HostReminders, NewReminder};
 use serde_json::json;
 
-use common::{client, expect_error, expect_ok, serve};
+use common::{client, expect_error, expect_ok, get, serve};
 
 #[tokio::test]
 async fn dev_routes_list_and_fire_reminders() {
@@ -43,13 +43,7 @@ async fn dev_routes_list_and_fire_reminders() {
         .await
         .unwrap();
 
-    let listed = expect_ok(
-        http.get(format!("{base}/v1/dev/reminders"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let listed = expect_ok(get(&http, format!("{base}/v1/dev/reminders")).await).await;
     assert_eq!(listed["reminders"].as_array().unwrap().len(), 1);
     assert_eq!(listed["reminders"][0]["id"], json!(r.id));
     assert_eq!(listed["reminders"][0]["status"], "armed");
@@ -90,12 +84,7 @@ async fn dev_routes_list_and_fire_reminders() {
 async fn dev_routes_are_absent_without_dev() {
     let single = common::single(Config::default()).await;
     expect_error(
-        single
-            .http
-            .get(format!("{}/v1/dev/reminders", single.base))
-            .send()
-            .await
-            .unwrap(),
+        get(&single.http, format!("{}/v1/dev/reminders", single.base)).await,
         404,
         "not_found",
     )
@@ -150,12 +139,6 @@ async fn firing_a_reminder_of_a_deleted_session_disarms_it() {
         "invalid_request",
     )
     .await;
-    let list = expect_ok(
-        http.get(format!("{base}/v1/dev/reminders"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let list = expect_ok(get(&http, format!("{base}/v1/dev/reminders")).await).await;
     assert_eq!(list["reminders"][0]["reason"], "session_deleted");
 }

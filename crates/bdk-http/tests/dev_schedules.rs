@@ -16,7 +16,7 @@ use bdk_http::{Config, Mount, Schedules};
 use bdk_scheduler::ManualClock;
 use bdk_store::{FsStore, Store};
 use chrono::{TimeZone, Utc};
-use common::{client, expect_error, expect_ok, is, serve, stream};
+use common::{client, expect_error, expect_ok, get, is, serve, stream};
 use tempfile::TempDir;
 
 const INBOX: &str = r#"
@@ -291,10 +291,7 @@ async fn dev_schedule_list_shows_next_fires_last_runs_and_skipped_fires() {
     let http = client();
     let prod = serve(vec![mount(&host)], Config::default()).await;
     expect_error(
-        http.get(format!("{prod}/v1/dev/schedules"))
-            .send()
-            .await
-            .unwrap(),
+        get(&http, format!("{prod}/v1/dev/schedules")).await,
         404,
         "not_found",
     )
@@ -340,13 +337,7 @@ async fn dev_schedule_list_shows_next_fires_last_runs_and_skipped_fires() {
             .unwrap(),
     )
     .await;
-    let body = expect_ok(
-        http.get(format!("{base}/v1/dev/schedules"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let body = expect_ok(get(&http, format!("{base}/v1/dev/schedules")).await).await;
     let list = body["schedules"].as_array().unwrap();
     let names: Vec<&str> = list.iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["nightly", "relay", "stamp"]);

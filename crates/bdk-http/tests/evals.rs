@@ -14,7 +14,7 @@ use bdk_http::{Auth, BearerToken, Config, Mount};
 use bdk_store::FsStore;
 use serde_json::{Value, json};
 
-use common::{client, expect_error, expect_ok, serve};
+use common::{client, expect_error, expect_ok, get, post, serve};
 
 const CONFIG: &str = "max_concurrency = 2\nmax_playground_runs = 2\n";
 
@@ -63,24 +63,14 @@ fn write_evals(root: &std::path::Path, config: &str) {
 }
 
 async fn start(http: &reqwest::Client, base: &str, body: Value) -> reqwest::Response {
-    http.post(format!("{base}/v1/dev/evals/runs"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
+    post(http, format!("{base}/v1/dev/evals/runs"), &body).await
 }
 
 /// Polls the run until it leaves `running` (a run's status is no session
 /// event, so there is nothing to subscribe to).
 async fn settle(http: &reqwest::Client, base: &str, id: &str) -> Value {
     bdk_testkit::poll::until_some("the run to finish", || async {
-        let v = expect_ok(
-            http.get(format!("{base}/v1/dev/evals/runs/{id}"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let v = expect_ok(get(http, format!("{base}/v1/dev/evals/runs/{id}")).await).await;
         (v["run"]["status"] != "running").then(|| v["run"].clone())
     })
     .await
@@ -103,13 +93,7 @@ async fn list_run_and_read_failures_with_their_events() {
     let base = serve(vec![agent.mount(None)], Config::default()).await;
     let http = client();
 
-    let listed = expect_ok(
-        http.get(format!("{base}/v1/dev/evals"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let listed = expect_ok(get(&http, format!("{base}/v1/dev/evals")).await).await;
     let ids: Vec<&str> = listed["evals"]
         .as_array()
         .unwrap()
@@ -153,13 +137,7 @@ async fn list_run_and_read_failures_with_their_events() {
     );
 
     // The runs list, newest first, with no active run.
-    let runs = expect_ok(
-        http.get(format!("{base}/v1/dev/evals/runs"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let runs = expect_ok(get(&http, format!("{base}/v1/dev/evals/runs")).await).await;
     assert_eq!(runs["runs"][0]["runId"], json!(id));
     assert!(runs.get("activeRunId").is_none());
 
@@ -199,19 +177,10 @@ async fn list_run_and_read_failures_with_their_events() {
     // The history keeps max_playground_runs (2).
     let r = accepted(start(&http, &base, json!({"filterIds": ["quick/echo"]})).await).await;
     settle(&http, &base, r["runId"].as_str().unwrap()).await;
-    let runs = expect_ok(
-        http.get(format!("{base}/v1/dev/evals/runs"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let runs = expect_ok(get(&http, format!("{base}/v1/dev/evals/runs")).await).await;
     assert_eq!(runs["runs"].as_array().unwrap().len(), 2);
     expect_error(
-        http.get(format!("{base}/v1/dev/evals/runs/{id}"))
-            .send()
-            .await
-            .unwrap(),
+        get(&http, format!("{base}/v1/dev/evals/runs/{id}")).await,
         404,
         "eval_run_not_found",
     )
@@ -229,13 +198,7 @@ async fn a_second_run_conflicts_and_cancel_stops_the_active_one() {
     let id = started["runId"].as_str().unwrap().to_owned();
     let busy = expect_error(start(&http, &base, json!({})).await, 409, "eval_run_active").await;
     assert_eq!(busy["activeRunId"], json!(id));
-    let runs = expect_ok(
-        http.get(format!("{base}/v1/dev/evals/runs"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let runs = expect_ok(get(&http, format!("{base}/v1/dev/evals/runs")).await).await;
     assert_eq!(runs["activeRunId"], json!(id));
 
     // Wait until the held turn is really running, then cancel. No event
@@ -307,13 +270,7 @@ async fn no_match_no_evals_and_invalid_files() {
     let http = client();
 
     // No evals/ folder: an empty list, and nothing to run.
-    let listed = expect_ok(
-        http.get(format!("{base}/v1/dev/evals"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let listed = expect_ok(get(&http, format!("{base}/v1/dev/evals")).await).await;
     assert_eq!(listed["evals"], json!([]));
     assert_eq!(listed["config"]["maxPlaygroundRuns"], 20);
     expect_error(
@@ -342,10 +299,7 @@ async fn no_match_no_evals_and_invalid_files() {
     )
     .await;
     expect_error(
-        http.get(format!("{base}/v1/dev/evals/runs/evr_missing"))
-            .send()
-            .await
-            .unwrap(),
+        get(&http, format!("{base}/v1/dev/evals/runs/evr_missing")).await,
         404,
         "eval_run_not_found",
     )
@@ -357,13 +311,7 @@ async fn no_match_no_evals_and_invalid_files() {
         "[[cases]]\nname = 3\n",
     )
     .unwrap();
-    let listed = expect_ok(
-        http.get(format!("{base}/v1/dev/evals"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let listed = expect_ok(get(&http, format!("{base}/v1/dev/evals")).await).await;
     assert_eq!(listed["evals"], json!([]));
     assert!(
         listed["diagnostics"][0]["message"]
@@ -463,7 +411,7 @@ async fn hostile_input_gets_its_documented_codes() {
     )
     .await;
     for id in ["..%2F..%2Fetc%2Fpasswd", "%00", "evr_%E2%98%83"] {
-        let r = http.get(format!("{url}/{id}")).send().await.unwrap();
+        let r = get(&http, format!("{url}/{id}")).await;
         assert_eq!(r.status().as_u16(), 404, "{id}");
     }
     expect_error(
@@ -473,7 +421,7 @@ async fn hostile_input_gets_its_documented_codes() {
     )
     .await;
     // Nothing above started a run.
-    let runs = expect_ok(http.get(&url).send().await.unwrap()).await;
+    let runs = expect_ok(get(&http, &url).await).await;
     assert_eq!(runs["runs"], json!([]));
 }
 
@@ -491,10 +439,7 @@ async fn the_routes_sit_behind_auth() {
     let base = serve(vec![agent.mount(None)], config).await;
     let http = client();
     expect_error(
-        http.get(format!("{base}/v1/dev/evals"))
-            .send()
-            .await
-            .unwrap(),
+        get(&http, format!("{base}/v1/dev/evals")).await,
         401,
         "unauthorized",
     )
@@ -535,13 +480,7 @@ async fn persisted_runs_survive_a_restart() {
     );
     let base = serve(vec![agent.mount(None)], Config::default()).await;
     let http = client();
-    let listed = expect_ok(
-        http.get(format!("{base}/v1/dev/evals"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let listed = expect_ok(get(&http, format!("{base}/v1/dev/evals")).await).await;
     assert_eq!(listed["config"]["durableRuns"], true);
     let r = accepted(start(&http, &base, json!({"filterIds": ["quick/echo"]})).await).await;
     let id = r["runId"].as_str().unwrap().to_owned();
@@ -563,12 +502,6 @@ async fn persisted_runs_survive_a_restart() {
         Config::default(),
     )
     .await;
-    let after = expect_ok(
-        http.get(format!("{base2}/v1/dev/evals/runs/{id}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let after = expect_ok(get(&http, format!("{base2}/v1/dev/evals/runs/{id}")).await).await;
     assert_eq!(after["run"], before);
 }

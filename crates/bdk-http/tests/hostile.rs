@@ -96,7 +96,7 @@ async fn malformed_bodies_get_their_codes() {
         .unwrap();
     expect_error(resp, 413, "payload_too_large").await;
     // The server is fine afterwards.
-    expect_ok(http.get(format!("{base}/v1/health")).send().await.unwrap()).await;
+    expect_ok(get(http, format!("{base}/v1/health")).await).await;
 }
 
 #[tokio::test]
@@ -111,12 +111,7 @@ async fn unknown_routes_and_methods() {
         "/v2/session",
         "/v1/agents",
     ] {
-        expect_error(
-            http.get(format!("{base}{path}")).send().await.unwrap(),
-            404,
-            "not_found",
-        )
-        .await;
+        expect_error(get(http, format!("{base}{path}")).await, 404, "not_found").await;
     }
     for (method, path) in [
         ("GET", "/v1/session"),
@@ -155,7 +150,7 @@ async fn hostile_paths_and_queries() {
         "/v1/session/ses_%00/events",
     ] {
         expect_error(
-            http.get(format!("{base}{path}")).send().await.unwrap(),
+            get(http, format!("{base}{path}")).await,
             404,
             "invalid_session_id",
         )
@@ -163,10 +158,7 @@ async fn hostile_paths_and_queries() {
     }
     for query in ["after=-1", "after=x", "limit=0", "limit=5000", "limit=%ff"] {
         expect_error(
-            http.get(format!("{base}/v1/logs?{query}"))
-                .send()
-                .await
-                .unwrap(),
+            get(http, format!("{base}/v1/logs?{query}")).await,
             400,
             "invalid_request",
         )
@@ -183,21 +175,23 @@ async fn hostile_paths_and_queries() {
     ] {
         let files = json!({ bad: "x" });
         expect_error(
-            http.post(format!("{base}/v1/session"))
-                .json(&json!({"message": "x", "workspaceFiles": files}))
-                .send()
-                .await
-                .unwrap(),
+            post(
+                http,
+                format!("{base}/v1/session"),
+                &json!({"message": "x", "workspaceFiles": files}),
+            )
+            .await,
             400,
             "invalid_request",
         )
         .await;
         expect_error(
-            http.post(format!("{base}/v1/session/{id}"))
-                .json(&json!({"message": "x", "workspaceFiles": files}))
-                .send()
-                .await
-                .unwrap(),
+            post(
+                http,
+                format!("{base}/v1/session/{id}"),
+                &json!({"message": "x", "workspaceFiles": files}),
+            )
+            .await,
             400,
             "invalid_request",
         )
@@ -268,7 +262,7 @@ async fn local_dev_strict_refuses_proxied_and_rebound_requests() {
             .unwrap(),
     )
     .await;
-    let meta = expect_ok(http.get(format!("{base}/v1/meta")).send().await.unwrap()).await;
+    let meta = expect_ok(get(http, format!("{base}/v1/meta")).await).await;
     assert_eq!(meta["auth"], "localDevStrict");
     // `localhost` is loopback too.
     let port = base.rsplit(':').next().unwrap();
@@ -466,13 +460,7 @@ async fn anonymous_auth_admits_everyone_as_one_principal() {
             .unwrap(),
     )
     .await;
-    let list = expect_ok(
-        http.get(format!("{base}/v1/sessions"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let list = expect_ok(get(http, format!("{base}/v1/sessions")).await).await;
     assert_eq!(list["sessions"][0]["sessionId"], started["sessionId"]);
     assert_eq!(list["sessions"][0]["principal"], "anonymous");
 }

@@ -22,7 +22,7 @@ async fn two_agents_under_slugs_with_host_routes() {
     let http = client();
 
     // Host routes: the HTML index, the JSON index and health need no auth.
-    let html = http.get(format!("{base}/")).send().await.unwrap();
+    let html = get(&http, format!("{base}/")).await;
     assert_eq!(html.status().as_u16(), 200);
     assert!(
         html.headers()["content-type"]
@@ -52,27 +52,15 @@ async fn two_agents_under_slugs_with_host_routes() {
     assert_eq!(slugs, ["alpha", "beta"]);
     assert_eq!(agents["agents"][0]["name"], "alpha");
     assert_eq!(agents["agents"][0]["basePath"], "/alpha");
-    expect_ok(http.get(format!("{base}/v1/health")).send().await.unwrap()).await;
+    expect_ok(get(&http, format!("{base}/v1/health")).await).await;
 
     // Each agent answers under its own prefix, with its own sessions.
-    let meta = expect_ok(
-        http.get(format!("{base}/beta/v1/meta"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let meta = expect_ok(get(&http, format!("{base}/beta/v1/meta")).await).await;
     assert_eq!(meta["agent"], "beta");
     assert_eq!(meta["basePath"], "/beta");
     assert_eq!(meta["dev"], false);
     assert!(meta["version"].is_string());
-    expect_ok(
-        http.get(format!("{base}/alpha/v1/health"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    expect_ok(get(&http, format!("{base}/alpha/v1/health")).await).await;
 
     let started = start(&http, &format!("{base}/alpha"), json!({"message": "hi"})).await;
     let id = started["sessionId"].as_str().unwrap();
@@ -84,10 +72,7 @@ async fn two_agents_under_slugs_with_host_routes() {
     assert!(all.iter().any(|e| e["type"] == "turn.completed"));
     assert_eq!(all[0]["data"]["agent"], "alpha");
     expect_error(
-        http.get(format!("{base}/beta/v1/session/{id}/events"))
-            .send()
-            .await
-            .unwrap(),
+        get(&http, format!("{base}/beta/v1/session/{id}/events")).await,
         404,
         "session_not_found",
     )
@@ -95,15 +80,11 @@ async fn two_agents_under_slugs_with_host_routes() {
 
     // No agent routes at the root, and unknown slugs are unknown routes.
     for path in ["/v1/session", "/gamma/v1/health", "/alpha", "/alpha/v1"] {
-        let resp = http.get(format!("{base}{path}")).send().await.unwrap();
+        let resp = get(&http, format!("{base}{path}")).await;
         expect_error(resp, 404, "not_found").await;
     }
     expect_error(
-        http.post(format!("{base}/v1/session"))
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap(),
+        post(&http, format!("{base}/v1/session"), &json!({})).await,
         404,
         "not_found",
     )
@@ -126,7 +107,7 @@ async fn unservable_mounts_are_skipped() {
     )
     .await;
     let http = client();
-    let agents = expect_ok(http.get(format!("{base}/v1/agents")).send().await.unwrap()).await;
+    let agents = expect_ok(get(&http, format!("{base}/v1/agents")).await).await;
     assert_eq!(agents["agents"].as_array().unwrap().len(), 1);
     assert_eq!(
         agents["agents"][0]["name"], "a",
@@ -165,17 +146,14 @@ async fn single_mode_discovery_logs_and_playground_urls() {
     let base = serve(vec![mount], config).await;
     let http = client();
 
-    let meta = expect_ok(http.get(format!("{base}/v1/meta")).send().await.unwrap()).await;
+    let meta = expect_ok(get(&http, format!("{base}/v1/meta")).await).await;
     assert_eq!(meta["basePath"], "");
     assert_eq!(meta["agent"], "solo");
     assert_eq!(meta["playground"], true);
 
     // /v1/info is exactly `bdk info --json`.
-    let info: serde_json::Value = http
-        .get(format!("{base}/v1/info"))
-        .send()
+    let info: serde_json::Value = get(&http, format!("{base}/v1/info"))
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -203,38 +181,21 @@ async fn single_mode_discovery_logs_and_playground_urls() {
         started["traceUrl"],
         format!("{base}/v1/session/{id}/events")
     );
-    let dump = expect_ok(
-        http.get(format!("{base}/v1/session/{id}/events?format=json"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let dump =
+        expect_ok(get(&http, format!("{base}/v1/session/{id}/events?format=json")).await).await;
     assert_eq!(dump["playgroundUrl"], started["playgroundUrl"]);
 
     // Logs page with a cursor.
     for i in 1..=3 {
         logs.push("info", "bdk::test", format!("line {i}"));
     }
-    let page = expect_ok(
-        http.get(format!("{base}/v1/logs?after=0&limit=2"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let page = expect_ok(get(&http, format!("{base}/v1/logs?after=0&limit=2")).await).await;
     assert_eq!(page["next"], 2);
     assert_eq!(page["lines"][0]["message"], "line 1");
     assert_eq!(page["lines"][0]["level"], "info");
     assert_eq!(page["lines"][0]["target"], "bdk::test");
     assert!(page["lines"][0]["at"].is_string());
-    let rest = expect_ok(
-        http.get(format!("{base}/v1/logs?after=2"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let rest = expect_ok(get(&http, format!("{base}/v1/logs?after=2")).await).await;
     assert_eq!(rest["lines"].as_array().unwrap().len(), 1);
     assert_eq!(rest["lines"][0]["cursor"], 3);
     assert_eq!(rest["next"], 3);
@@ -245,7 +206,7 @@ async fn docs_are_served_as_html_and_can_be_turned_off() {
     let s = single(Config::default()).await;
     let http = &s.http;
     // `/docs` redirects to `/docs/`; reqwest follows it.
-    let index = http.get(format!("{}/docs", s.base)).send().await.unwrap();
+    let index = get(http, format!("{}/docs", s.base)).await;
     assert_eq!(index.status().as_u16(), 200);
     assert_eq!(index.url().path(), "/docs/");
     let index = index.text().await.unwrap();
@@ -255,7 +216,7 @@ async fn docs_are_served_as_html_and_can_be_turned_off() {
         "{index}"
     );
     for path in ["/docs/http-api.md", "/docs/http-api"] {
-        let page = http.get(format!("{}{path}", s.base)).send().await.unwrap();
+        let page = get(http, format!("{}{path}", s.base)).await;
         assert_eq!(page.status().as_u16(), 200, "{path}");
         assert!(
             page.headers()["content-type"]
@@ -273,7 +234,7 @@ async fn docs_are_served_as_html_and_can_be_turned_off() {
         "/docs/%2e%2e/Cargo.toml",
     ] {
         expect_error(
-            http.get(format!("{}{path}", s.base)).send().await.unwrap(),
+            get(http, format!("{}{path}", s.base)).await,
             404,
             "not_found",
         )
@@ -286,11 +247,7 @@ async fn docs_are_served_as_html_and_can_be_turned_off() {
     })
     .await;
     expect_error(
-        off.http
-            .get(format!("{}/docs/", off.base))
-            .send()
-            .await
-            .unwrap(),
+        get(&off.http, format!("{}/docs/", off.base)).await,
         404,
         "not_found",
     )

@@ -9,7 +9,7 @@ mod common;
 use bdk_http::{Auth, BearerToken, Config};
 use serde_json::{Value, json};
 
-use common::{DEADLINE, client, single};
+use common::{DEADLINE, client, post, single};
 
 /// Posts one JSON-RPC request and returns the status and the JSON body.
 async fn rpc(http: &reqwest::Client, url: &str, bearer: Option<&str>, body: Value) -> (u16, Value) {
@@ -100,7 +100,7 @@ async fn bearer_auth_guards_both_endpoints() {
     let s = single(bearer()).await;
     for path in ["/v1/mcp", "/v1/mcp/tools"] {
         let url = format!("{}{path}", s.base);
-        let resp = s.http.post(&url).json(&list(1)).send().await.unwrap();
+        let resp = post(&s.http, &url, &list(1)).await;
         common::expect_error(resp, 401, "unauthorized").await;
         let resp = s
             .http

@@ -7,7 +7,7 @@
 mod common;
 
 use bdk_http::{Auth, BearerToken, Config};
-use common::{agent, client, expect_error, serve};
+use common::{agent, client, expect_error, get, serve};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn on() -> Config {
@@ -23,11 +23,7 @@ async fn assets_are_served_with_their_content_types_and_headers() {
     let base = serve(vec![a.mount(Some("solo"))], on()).await;
     let http = client();
 
-    let page = http
-        .get(format!("{base}/solo/playground"))
-        .send()
-        .await
-        .unwrap();
+    let page = get(&http, format!("{base}/solo/playground")).await;
     assert_eq!(page.status(), 200);
     let h = page.headers().clone();
     assert_eq!(h["content-type"], "text/html; charset=utf-8");
@@ -59,11 +55,7 @@ async fn assets_are_served_with_their_content_types_and_headers() {
         ("style.css", "text/css; charset=utf-8"),
         ("icon.svg", "image/svg+xml"),
     ] {
-        let resp = http
-            .get(format!("{base}/solo/playground/assets/{file}"))
-            .send()
-            .await
-            .unwrap();
+        let resp = get(&http, format!("{base}/solo/playground/assets/{file}")).await;
         assert_eq!(resp.status(), 200, "{file}");
         assert_eq!(resp.headers()["content-type"], ty, "{file}");
         assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
@@ -106,7 +98,7 @@ async fn unknown_and_traversing_asset_names_are_404() {
         "/playground/assets/index.html",
         "/playground/assets/%00",
     ] {
-        let resp = http.get(format!("{base}{path}")).send().await.unwrap();
+        let resp = get(&http, format!("{base}{path}")).await;
         expect_error(resp, 404, "not_found").await;
     }
     // Literal dot segments, which an HTTP client would normalize away.
@@ -145,15 +137,11 @@ async fn the_page_runs_no_auth_but_the_api_still_does() {
     };
     let base = serve(vec![a.mount(None)], config).await;
     let http = client();
-    let page = http.get(format!("{base}/playground")).send().await.unwrap();
+    let page = get(&http, format!("{base}/playground")).await;
     assert_eq!(page.status(), 200);
-    let asset = http
-        .get(format!("{base}/playground/assets/api.js"))
-        .send()
-        .await
-        .unwrap();
+    let asset = get(&http, format!("{base}/playground/assets/api.js")).await;
     assert_eq!(asset.status(), 200);
-    let info = http.get(format!("{base}/v1/info")).send().await.unwrap();
+    let info = get(&http, format!("{base}/v1/info")).await;
     assert_eq!(info.status(), 401);
     let info = http
         .get(format!("{base}/v1/info"))
@@ -174,16 +162,13 @@ async fn without_the_playground_nothing_is_served() {
         "/solo/playground/assets/app.js",
         "/playground",
     ] {
-        let resp = http.get(format!("{base}{path}")).send().await.unwrap();
+        let resp = get(&http, format!("{base}{path}")).await;
         expect_error(resp, 404, "not_found").await;
     }
-    let index = http.get(format!("{base}/")).send().await.unwrap();
+    let index = get(&http, format!("{base}/")).await;
     assert!(!index.text().await.unwrap().contains("playground"));
-    let meta: serde_json::Value = http
-        .get(format!("{base}/solo/v1/meta"))
-        .send()
+    let meta: serde_json::Value = get(&http, format!("{base}/solo/v1/meta"))
         .await
-        .unwrap()
         .json()
         .await
         .unwrap();
@@ -192,14 +177,7 @@ async fn without_the_playground_nothing_is_served() {
     // With it on, the index links every agent's playground.
     let b = agent("other").await;
     let base = serve(vec![a.mount(Some("solo")), b.mount(Some("other"))], on()).await;
-    let html = http
-        .get(format!("{base}/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = get(&http, format!("{base}/")).await.text().await.unwrap();
     assert!(html.contains(r#"href="/solo/playground""#), "{html}");
     assert!(html.contains(r#"href="/other/playground""#), "{html}");
 }

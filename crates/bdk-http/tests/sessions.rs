@@ -54,20 +54,12 @@ async fn start_stream_follow_up_and_dump() {
     // The dump has exactly what the stream delivered.
     let dump = events(http, base, &id).await;
     assert_eq!(dump, first);
-    let as_json = expect_ok(
-        http.get(format!("{base}/v1/session/{id}/events?format=json"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let as_json =
+        expect_ok(get(http, format!("{base}/v1/session/{id}/events?format=json")).await).await;
     assert_eq!(as_json["events"], Value::Array(first.clone()));
     assert_eq!(as_json["sessionId"], id.as_str());
     expect_error(
-        http.get(format!("{base}/v1/session/{id}/events?format=xml"))
-            .send()
-            .await
-            .unwrap(),
+        get(http, format!("{base}/v1/session/{id}/events?format=xml")).await,
         400,
         "invalid_request",
     )
@@ -75,11 +67,12 @@ async fn start_stream_follow_up_and_dump() {
 
     // A follow-up with the token and a caller-chosen delivery id.
     let sent = expect_ok(
-        http.post(format!("{base}/v1/session/{id}"))
-            .json(&json!({"message": "hello again", "continuationToken": token, "deliveryId": "hook-1"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}"),
+            &json!({"message": "hello again", "continuationToken": token, "deliveryId": "hook-1"}),
+        )
+        .await,
     )
     .await;
     let rotated = sent["continuationToken"].as_str().unwrap().to_owned();
@@ -104,11 +97,12 @@ async fn start_stream_follow_up_and_dump() {
     // The old token is stale now, and a forged one never matched.
     for bad in [token.as_str(), "http:00000000000000000000000000000000"] {
         expect_error(
-            http.post(format!("{base}/v1/session/{id}"))
-                .json(&json!({"message": "again", "continuationToken": bad}))
-                .send()
-                .await
-                .unwrap(),
+            post(
+                http,
+                format!("{base}/v1/session/{id}"),
+                &json!({"message": "again", "continuationToken": bad}),
+            )
+            .await,
             409,
             "stale_continuation_token",
         )
@@ -116,13 +110,7 @@ async fn start_stream_follow_up_and_dump() {
     }
 
     // Listing shows the session with its current token to its owner.
-    let list = expect_ok(
-        http.get(format!("{base}/v1/sessions"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let list = expect_ok(get(http, format!("{base}/v1/sessions")).await).await;
     let mine = list["sessions"]
         .as_array()
         .unwrap()
@@ -136,13 +124,7 @@ async fn start_stream_follow_up_and_dump() {
     assert!(mine["createdAt"].is_string());
 
     // Cost: one row per ended turn, the scripted model is free.
-    let cost = expect_ok(
-        http.get(format!("{base}/v1/session/{id}/cost"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let cost = expect_ok(get(http, format!("{base}/v1/session/{id}/cost")).await).await;
     let turns = cost["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 2, "{cost}");
     assert_eq!(turns[0]["status"], "completed");
@@ -183,11 +165,7 @@ async fn session_errors() {
         ),
     ] {
         expect_error(
-            http.post(format!("{base}/v1/session/{id}"))
-                .json(&body)
-                .send()
-                .await
-                .unwrap(),
+            post(http, format!("{base}/v1/session/{id}"), &body).await,
             400,
             code,
         )
@@ -215,11 +193,7 @@ async fn session_errors() {
         ),
     ] {
         expect_error(
-            http.post(format!("{base}{path}"))
-                .json(&json!({"message": "x"}))
-                .send()
-                .await
-                .unwrap(),
+            post(http, format!("{base}{path}"), &json!({"message": "x"})).await,
             status,
             code,
         )
@@ -227,19 +201,13 @@ async fn session_errors() {
     }
     for suffix in ["stream", "events", "cost", "approvals"] {
         expect_error(
-            http.get(format!("{base}/v1/session/{unknown}/{suffix}"))
-                .send()
-                .await
-                .unwrap(),
+            get(http, format!("{base}/v1/session/{unknown}/{suffix}")).await,
             404,
             "session_not_found",
         )
         .await;
         expect_error(
-            http.get(format!("{base}/v1/session/bogus/{suffix}"))
-                .send()
-                .await
-                .unwrap(),
+            get(http, format!("{base}/v1/session/bogus/{suffix}")).await,
             404,
             "invalid_session_id",
         )
@@ -249,10 +217,11 @@ async fn session_errors() {
     // startIndex must be a non-negative integer.
     for bad in ["abc", "-1", "1.5", "99999999999999999999999"] {
         expect_error(
-            http.get(format!("{base}/v1/session/{id}/stream?startIndex={bad}"))
-                .send()
-                .await
-                .unwrap(),
+            get(
+                http,
+                format!("{base}/v1/session/{id}/stream?startIndex={bad}"),
+            )
+            .await,
             400,
             "invalid_request",
         )
@@ -271,11 +240,12 @@ async fn session_errors() {
         .await
         .unwrap();
     expect_error(
-        http.post(format!("{base}/v1/session/{}", task.session_id))
-            .json(&json!({"message": "more"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{}", task.session_id),
+            &json!({"message": "more"}),
+        )
+        .await,
         409,
         "task_session",
     )
@@ -332,11 +302,12 @@ async fn start_options_as_of_dry_run_and_workspace_files() {
         "",
     ] {
         let body = expect_error(
-            http.post(format!("{base}/v1/session"))
-                .json(&json!({"message": "x", "asOf": bad}))
-                .send()
-                .await
-                .unwrap(),
+            post(
+                http,
+                format!("{base}/v1/session"),
+                &json!({"message": "x", "asOf": bad}),
+            )
+            .await,
             400,
             "invalid_as_of",
         )
@@ -346,11 +317,12 @@ async fn start_options_as_of_dry_run_and_workspace_files() {
     let before = s.agent.host.list_sessions(None).await.unwrap().len();
     for bad in ["../escape.txt", "/etc/passwd", "a/../../x", "a\\b", ""] {
         expect_error(
-            http.post(format!("{base}/v1/session"))
-                .json(&json!({"message": "x", "workspaceFiles": {bad: "x"}}))
-                .send()
-                .await
-                .unwrap(),
+            post(
+                http,
+                format!("{base}/v1/session"),
+                &json!({"message": "x", "workspaceFiles": {bad: "x"}}),
+            )
+            .await,
             400,
             "invalid_request",
         )
@@ -369,11 +341,7 @@ async fn start_options_as_of_dry_run_and_workspace_files() {
             .exists()
     );
     expect_error(
-        http.post(format!("{base}/v1/session"))
-            .json(&json!({"message": ""}))
-            .send()
-            .await
-            .unwrap(),
+        post(http, format!("{base}/v1/session"), &json!({"message": ""})).await,
         400,
         "invalid_request",
     )
@@ -410,13 +378,7 @@ async fn stop_cancels_the_running_turn() {
     .await;
     assert_eq!(again["stopped"], false);
 
-    let cost = expect_ok(
-        http.get(format!("{base}/v1/session/{id}/cost"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let cost = expect_ok(get(http, format!("{base}/v1/session/{id}/cost")).await).await;
     assert_eq!(cost["turns"][0]["status"], "cancelled");
     assert_eq!(cost["turns"][0]["model"], "scripted/default");
 }
@@ -435,13 +397,7 @@ async fn approvals_list_approve_and_deny() {
         .unwrap()
         .to_owned();
 
-    let list = expect_ok(
-        http.get(format!("{base}/v1/session/{id}/approvals"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let list = expect_ok(get(http, format!("{base}/v1/session/{id}/approvals")).await).await;
     let approvals = list["approvals"].as_array().unwrap();
     assert_eq!(approvals.len(), 1, "{list}");
     assert_eq!(approvals[0]["callId"], call_id.as_str());
@@ -454,19 +410,15 @@ async fn approvals_list_approve_and_deny() {
         json!({}),
         json!({"decision": 1}),
     ] {
-        expect_error(
-            http.post(&url).json(&body).send().await.unwrap(),
-            400,
-            "invalid_request",
-        )
-        .await;
+        expect_error(post(http, &url, &body).await, 400, "invalid_request").await;
     }
     expect_ok(
-        http.post(&url)
-            .json(&json!({"decision": "approve", "reason": "looks fine"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            &url,
+            &json!({"decision": "approve", "reason": "looks fine"}),
+        )
+        .await,
     )
     .await;
     let rest = lines.until(is("session.waiting")).await;
@@ -481,21 +433,18 @@ async fn approvals_list_approve_and_deny() {
 
     // Already resolved, and never parked.
     expect_error(
-        http.post(&url)
-            .json(&json!({"decision": "approve"}))
-            .send()
-            .await
-            .unwrap(),
+        post(http, &url, &json!({"decision": "approve"})).await,
         404,
         "approval_not_found",
     )
     .await;
     expect_error(
-        http.post(format!("{base}/v1/session/{id}/approvals/call_nope"))
-            .json(&json!({"decision": "deny"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}/approvals/call_nope"),
+            &json!({"decision": "deny"}),
+        )
+        .await,
         404,
         "approval_not_found",
     )
@@ -505,11 +454,12 @@ async fn approvals_list_approve_and_deny() {
     let from = rest.last().unwrap()["index"].as_u64().unwrap() + 1;
     let mut lines = stream(http, base, &id, from).await;
     expect_ok(
-        http.post(format!("{base}/v1/session/{id}"))
-            .json(&json!({"message": "deploy again", "continuationToken": token}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}"),
+            &json!({"message": "deploy again", "continuationToken": token}),
+        )
+        .await,
     )
     .await;
     let parked = lines.until(is("action.approval_requested")).await;
@@ -518,23 +468,18 @@ async fn approvals_list_approve_and_deny() {
         .unwrap()
         .to_owned();
     expect_ok(
-        http.post(format!("{base}/v1/session/{id}/approvals/{call_id}"))
-            .json(&json!({"decision": "deny", "reason": "not today"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}/approvals/{call_id}"),
+            &json!({"decision": "deny", "reason": "not today"}),
+        )
+        .await,
     )
     .await;
     let rest = lines.until(is("session.waiting")).await;
     let result = rest.iter().find(|e| e["type"] == "action.result").unwrap();
     assert_eq!(result["data"]["isError"], true, "{result}");
-    let empty = expect_ok(
-        http.get(format!("{base}/v1/session/{id}/approvals"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let empty = expect_ok(get(http, format!("{base}/v1/session/{id}/approvals")).await).await;
     assert_eq!(empty["approvals"], json!([]));
 }
 
@@ -555,12 +500,12 @@ async fn racing_follow_ups_with_one_token_admit_exactly_one() {
             token.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let resp = http
-                .post(url)
-                .json(&json!({"message": format!("racer {i}"), "continuationToken": token}))
-                .send()
-                .await
-                .unwrap();
+            let resp = post(
+                &http,
+                url,
+                &json!({"message": format!("racer {i}"), "continuationToken": token}),
+            )
+            .await;
             let status = resp.status().as_u16();
             let body: Value = resp.json().await.unwrap();
             (status, body)
@@ -610,11 +555,12 @@ async fn stream_resumes_from_start_index_without_gap_or_duplicate() {
     // rest arrives live.
     let mut resumed = stream(http, base, &id, last + 1).await;
     expect_ok(
-        http.post(format!("{base}/v1/session/{id}"))
-            .json(&json!({"message": "What's the weather in Rome?", "continuationToken": token}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}"),
+            &json!({"message": "What's the weather in Rome?", "continuationToken": token}),
+        )
+        .await,
     )
     .await;
     let more = resumed.until(is("session.waiting")).await;
@@ -635,11 +581,12 @@ async fn stream_resumes_from_start_index_without_gap_or_duplicate() {
     let next = joined.len() as u64;
     let mut ahead = stream(http, base, &id, next).await;
     expect_ok(
-        http.post(format!("{base}/v1/session/{id}"))
-            .json(&json!({"message": "one more"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}"),
+            &json!({"message": "one more"}),
+        )
+        .await,
     )
     .await;
     let e = ahead.next().await.unwrap();
@@ -682,11 +629,12 @@ async fn many_readers_receive_the_same_complete_sequence() {
             .unwrap();
     }
     expect_ok(
-        http.post(format!("{base}/v1/session/{id}"))
-            .json(&json!({"message": "What's the weather in Lima?"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}"),
+            &json!({"message": "What's the weather in Lima?"}),
+        )
+        .await,
     )
     .await;
     let expected = {
@@ -723,11 +671,12 @@ async fn heartbeats_keep_a_quiet_stream_alive() {
     let chunk = lines.raw_chunk().await;
     assert_eq!(chunk, b"\n", "a quiet stream sends heartbeats");
     expect_ok(
-        http.post(format!("{base}/v1/session/{id}"))
-            .json(&json!({"message": "hi"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}"),
+            &json!({"message": "hi"}),
+        )
+        .await,
     )
     .await;
     let rest = lines.until(is("session.waiting")).await;
@@ -757,10 +706,7 @@ async fn stream_ends_when_the_session_is_deleted_or_the_server_shuts_down() {
     );
     assert!(lines.next().await.is_none(), "the stream ends cleanly");
     expect_error(
-        http.get(format!("{base}/v1/session/{id}/stream"))
-            .send()
-            .await
-            .unwrap(),
+        get(http, format!("{base}/v1/session/{id}/stream")).await,
         404,
         "session_not_found",
     )
@@ -799,13 +745,7 @@ async fn dev_mode_lists_every_principal_and_hides_foreign_tokens() {
             .await
             .unwrap();
         let mine = start(http, base, json!({})).await;
-        let list = expect_ok(
-            http.get(format!("{base}/v1/sessions"))
-                .send()
-                .await
-                .unwrap(),
-        )
-        .await;
+        let list = expect_ok(get(http, format!("{base}/v1/sessions")).await).await;
         let sessions = list["sessions"].as_array().unwrap();
         let find = |id: &str| sessions.iter().find(|v| v["sessionId"] == id);
         let mine = find(mine["sessionId"].as_str().unwrap()).unwrap();
@@ -820,11 +760,12 @@ async fn dev_mode_lists_every_principal_and_hides_foreign_tokens() {
             );
             // Seeing is not driving: a follow-up still needs the owner.
             expect_error(
-                http.post(format!("{base}/v1/session/{}", foreign.session_id))
-                    .json(&json!({"message": "hijack"}))
-                    .send()
-                    .await
-                    .unwrap(),
+                post(
+                    http,
+                    format!("{base}/v1/session/{}", foreign.session_id),
+                    &json!({"message": "hijack"}),
+                )
+                .await,
                 403,
                 "forbidden",
             )
@@ -848,12 +789,12 @@ async fn dev_mode_lists_every_principal_and_hides_foreign_tokens() {
             })
             .await
             .unwrap();
-        let refused = http
-            .post(format!("{base}/v1/session/{}", task.session_id))
-            .json(&json!({"message": "more"}))
-            .send()
-            .await
-            .unwrap();
+        let refused = post(
+            http,
+            format!("{base}/v1/session/{}", task.session_id),
+            &json!({"message": "more"}),
+        )
+        .await;
         if dev {
             expect_error(refused, 409, "task_session").await;
         } else {
@@ -862,10 +803,11 @@ async fn dev_mode_lists_every_principal_and_hides_foreign_tokens() {
         if !dev {
             assert!(theirs.is_none(), "without --dev callers see their own");
             expect_error(
-                http.get(format!("{base}/v1/session/{}/events", foreign.session_id))
-                    .send()
-                    .await
-                    .unwrap(),
+                get(
+                    http,
+                    format!("{base}/v1/session/{}/events", foreign.session_id),
+                )
+                .await,
                 403,
                 "forbidden",
             )
@@ -894,16 +836,16 @@ async fn a_follow_up_refused_for_bad_workspace_files_keeps_the_token() {
     std::os::unix::fs::symlink(outside.path(), workspace.join("out")).unwrap();
 
     let url = format!("{base}/v1/session/{id}");
-    let refused = http
-        .post(&url)
-        .json(&json!({
+    let refused = post(
+        http,
+        &url,
+        &json!({
             "message": "write through the link",
             "continuationToken": token,
             "workspaceFiles": {"out/escaped.txt": "nope"},
-        }))
-        .send()
-        .await
-        .unwrap();
+        }),
+    )
+    .await;
     expect_error(refused, 400, "invalid_request").await;
     assert!(!outside.path().join("escaped.txt").exists());
     assert!(
@@ -915,20 +857,15 @@ async fn a_follow_up_refused_for_bad_workspace_files_keeps_the_token() {
     );
 
     // The token the caller holds is still the current one.
-    let listed = expect_ok(
-        http.get(format!("{base}/v1/sessions"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let listed = expect_ok(get(http, format!("{base}/v1/sessions")).await).await;
     assert_eq!(listed["sessions"][0]["continuationToken"], token.as_str());
     let sent = expect_ok(
-        http.post(&url)
-            .json(&json!({"message": "hello", "continuationToken": token}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            &url,
+            &json!({"message": "hello", "continuationToken": token}),
+        )
+        .await,
     )
     .await;
     assert_ne!(sent["continuationToken"], token.as_str());
@@ -953,12 +890,12 @@ async fn parallel_tokenless_follow_ups_are_never_stale() {
         for i in 0..SENDERS {
             let (http, url) = (http.clone(), format!("{base}/v1/session/{id}"));
             tasks.push(tokio::spawn(async move {
-                let resp = http
-                    .post(url)
-                    .json(&json!({"message": format!("sender {i}"), "admission": admission}))
-                    .send()
-                    .await
-                    .unwrap();
+                let resp = post(
+                    &http,
+                    url,
+                    &json!({"message": format!("sender {i}"), "admission": admission}),
+                )
+                .await;
                 let status = resp.status().as_u16();
                 (status, resp.json::<Value>().await.unwrap())
             }));
@@ -1092,10 +1029,7 @@ async fn delete_stops_the_running_turn_then_removes_the_session() {
     let (first, rest) = text.split_once('\n').unwrap();
     std::fs::write(&log, format!("{first}\nnot an event\n{rest}")).unwrap();
     expect_error(
-        http.get(format!("{base}/v1/session/{damaged}/events"))
-            .send()
-            .await
-            .unwrap(),
+        get(http, format!("{base}/v1/session/{damaged}/events")).await,
         409,
         "session_corrupt",
     )

@@ -48,11 +48,12 @@ async fn a_disconnected_reader_leaves_nothing_behind() {
     let all = settle(http, base, &id, 1).await;
     assert!(all.iter().any(|e| e["type"] == "turn.completed"));
     expect_ok(
-        http.post(format!("{base}/v1/session/{id}"))
-            .json(&json!({"message": "still there?"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}"),
+            &json!({"message": "still there?"}),
+        )
+        .await,
     )
     .await;
     let all = settle(http, base, &id, 2).await;

@@ -10,25 +10,13 @@ use common::*;
 use serde_json::{Value, json};
 
 async fn call(s: &Single, name: &str, body: Value) -> reqwest::Response {
-    s.http
-        .post(format!("{}/v1/tools/{name}", s.base))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
+    post(&s.http, format!("{}/v1/tools/{name}", s.base), &body).await
 }
 
 #[tokio::test]
 async fn catalog_lists_server_tools_and_describes_each() {
     let s = single(Config::default()).await;
-    let list = expect_ok(
-        s.http
-            .get(format!("{}/v1/tools", s.base))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let list = expect_ok(get(&s.http, format!("{}/v1/tools", s.base)).await).await;
     let tools = list["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     for expected in ["lookup", "deploy", "note", "read_file", "tag_artifact"] {
@@ -57,30 +45,12 @@ async fn catalog_lists_server_tools_and_describes_each() {
         (Some("write"), Some(true))
     );
 
-    let one = expect_ok(
-        s.http
-            .get(format!("{}/v1/tools/lookup", s.base))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let one = expect_ok(get(&s.http, format!("{}/v1/tools/lookup", s.base)).await).await;
     assert_eq!(&one["tool"], lookup);
-    let lint = expect_ok(
-        s.http
-            .get(format!("{}/v1/tools/lint", s.base))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let lint = expect_ok(get(&s.http, format!("{}/v1/tools/lint", s.base)).await).await;
     assert_eq!(lint["tool"]["execution"], "agent");
     let unknown = expect_error(
-        s.http
-            .get(format!("{}/v1/tools/nope", s.base))
-            .send()
-            .await
-            .unwrap(),
+        get(&s.http, format!("{}/v1/tools/nope", s.base)).await,
         404,
         "unknown_tool",
     )
@@ -222,11 +192,12 @@ async fn session_bound_calls_busy_and_workspace_rules() {
     // While a turn runs: writes are refused, reads run alongside.
     let mut lines = stream(http, base, &id, 0).await;
     expect_ok(
-        http.post(format!("{base}/v1/session/{id}"))
-            .json(&json!({"message": "be slow"}))
-            .send()
-            .await
-            .unwrap(),
+        post(
+            http,
+            format!("{base}/v1/session/{id}"),
+            &json!({"message": "be slow"}),
+        )
+        .await,
     )
     .await;
     lines.until(is("turn.started")).await;
@@ -445,15 +416,8 @@ async fn artifacts_list_and_download_with_ownership() {
 #[tokio::test]
 async fn built_ins_need_exposing_and_approval_tools_an_explicit_approval() {
     let s = single(Config::default()).await;
-    let session = expect_ok(
-        s.http
-            .post(format!("{}/v1/session", s.base))
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let session =
+        expect_ok(post(&s.http, format!("{}/v1/session", s.base), &json!({})).await).await;
     let id = session["sessionId"].as_str().unwrap().to_owned();
 
     // A built-in the agent did not expose: refused with the fix, and its
@@ -477,11 +441,7 @@ async fn built_ins_need_exposing_and_approval_tools_an_explicit_approval() {
         "{refused}"
     );
     expect_error(
-        s.http
-            .get(format!("{}/v1/tools/write_file", s.base))
-            .send()
-            .await
-            .unwrap(),
+        get(&s.http, format!("{}/v1/tools/write_file", s.base)).await,
         404,
         "unknown_tool",
     )

@@ -15,6 +15,7 @@ use bdk_core::tool::Effect;
 use bdk_core::{Project, discover};
 use bdk_mcp::client::McpConnections;
 use bdk_store::FsStore;
+use bdk_testkit::poll;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -287,14 +288,12 @@ async fn the_reference_server_over_streamable_http() {
         .unwrap();
     // No readiness event exists for a foreign process: poll its port with
     // a bounded deadline.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the HTTP server never listened");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll::until("the HTTP server to listen", || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+    })
+    .await;
 
     let dir = TempDir::new().unwrap();
     // Cargo sets CARGO_PKG_NAME for the test process, so it serves as a
@@ -404,11 +403,10 @@ async fn a_misbehaving_server_gives_tool_errors_and_recovers() {
     assert!(!call("grow").await.is_error);
     // The relisting runs in the background after the notification; poll
     // the catalog with a bounded deadline.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !host.tools().iter().any(|t| t.name == "extra") {
-        assert!(Instant::now() < deadline, "the catalog never refreshed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    poll::until("the catalog to refresh", || {
+        std::future::ready(host.tools().iter().any(|t| t.name == "extra"))
+    })
+    .await;
     assert!(hub.generation() > generation);
     let extra = host
         .tools()

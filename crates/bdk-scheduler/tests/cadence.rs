@@ -13,6 +13,7 @@ use bdk_scheduler::{
     ScheduleError, Scheduler, Trigger, claim_key, schedule_status,
 };
 use bdk_store::{FsStore, Store};
+use bdk_testkit::{PATIENCE, poll};
 use chrono::{DateTime, TimeZone, Utc};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -227,18 +228,18 @@ async fn fires_missed_while_down_are_skipped() {
     // The last-run record is written when the run ends, after the runner
     // reported the fire, so wait (bounded) for the 09:08 run's record.
     let schedules = [schedule("tick", "* * * * *")];
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-    let status = loop {
+    let status = poll::until_ok_within("the 09:08 run's record", PATIENCE, || async {
         let status = schedule_status(&rig.store, &schedules, at(9, 8, 0))
             .await
             .unwrap();
         let last = status[0].last_run.as_ref().and_then(|r| r.scheduled_for);
         if last == Some(at(9, 8, 0)) {
-            break status;
+            Ok(status)
+        } else {
+            Err(format!("{status:?}"))
         }
-        assert!(tokio::time::Instant::now() < deadline, "{status:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    };
+    })
+    .await;
     assert_eq!(status.len(), 1);
     assert_eq!(status[0].kind, "prompt");
     assert_eq!(status[0].last_claimed_for, Some(at(9, 8, 0)));

@@ -19,12 +19,12 @@ use bdk_scheduler::reminders::{
 };
 use bdk_scheduler::{Clock, ManualClock};
 use bdk_store::{FsStore, Store};
+use bdk_testkit::{PATIENCE, poll, session, wait};
 use chrono::{DateTime, TimeDelta, Utc};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use tempfile::TempDir;
-use tokio_stream::StreamExt;
 
 const RULES: &str = r#"
 [[rules]]
@@ -116,35 +116,28 @@ fn req(f: impl FnOnce(&mut NewReminder)) -> NewReminder {
 
 /// Waits for the next `message.received` at or after `from` and returns its text.
 async fn next_message(host: &Host, session: &SessionId, from: u64) -> (u64, String) {
-    let mut stream = host.subscribe(session, from, None).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(env) = stream.next().await {
-            let env = env.unwrap();
-            if let Event::MessageReceived(m) = &env.event {
-                return (env.index, m.message.clone());
-            }
-        }
-        panic!("stream ended");
+    let env = wait::wait_for_event_from(host.store().as_ref(), session, from, |e| {
+        matches!(e.event, Event::MessageReceived(_))
     })
-    .await
-    .expect("no message.received within 10s")
+    .await;
+    let Event::MessageReceived(m) = &env.event else {
+        unreachable!("the predicate matched a message.received")
+    };
+    (env.index, m.message.clone())
 }
 
 /// Polls the reminder table until `pred` holds (the fire's bookkeeping is
 /// written after the send, with no event of its own), bounded at 10 s.
 async fn wait_reminder(host: &Host, id: &str, pred: impl Fn(&Reminder) -> bool) -> Reminder {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    poll::until_ok_within("the reminder to reach the state", PATIENCE, || {
         let r = host.reminder(id).unwrap();
-        if pred(&r) {
-            return r;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "reminder never reached the state: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        std::future::ready(if pred(&r) {
+            Ok(r)
+        } else {
+            Err(format!("{r:?}"))
+        })
+    })
+    .await
 }
 
 #[tokio::test]
@@ -276,11 +269,8 @@ async fn a_delay_fires_its_prompt_into_the_conversation_once() {
     let done = wait_reminder(&host, &r.id, |r| r.fire_count == 1).await;
     assert_eq!(done.status, ReminderStatus::Completed);
     assert_eq!(done.next_fire_at, None);
-    host.wait_idle(&s).await;
-    let result = host
-        .events(&s, 0, None)
+    let result = session::settled_events(&host, &s)
         .await
-        .unwrap()
         .into_iter()
         .find_map(|e| match e.event {
             Event::TurnCompleted(_) => Some(()),

@@ -5,7 +5,6 @@
 //! cadence.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bdk_core::clock::{Clock, ManualClock};
 use bdk_core::host::{Host, HostError};
@@ -17,6 +16,7 @@ use bdk_scheduler::{
     CLAIMS_NAMESPACE, Dispatcher, LastRun, ScheduleError, Scheduler, claim_key, schedule_status,
 };
 use bdk_store::{FsStore, Store};
+use bdk_testkit::poll;
 use chrono::{DateTime, TimeZone, Utc};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -193,14 +193,7 @@ async fn the_cadence_fires_tool_schedules_with_the_shared_clock() {
     .unwrap();
     clock.wait_for_sleepers(at(9, 5, 0), 1).await;
     clock.set(at(9, 5, 0));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let run = loop {
-        if let Some(run) = last_run(&host, "sweep").await {
-            break run;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no run recorded");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let run = poll::until_some("the run's record", || last_run(&host, "sweep")).await;
     scheduler.shutdown().await;
     assert!(run.ok, "{run:?}");
     assert_eq!(run.scheduled_for, Some(at(9, 5, 0)));

@@ -1,6 +1,7 @@
 //! What the test suites of the workspace share, written once: agent folders
 //! on disk ([`folder`]), hosts over a file store ([`host`]), scripted-rule
-//! presets and their native tools ([`rules`]), waiters driven by the store's
+//! presets and their native tools ([`rules`]), starting sessions and waiting
+//! for their turns ([`session`]), waiters driven by the store's
 //! event subscription ([`wait`]) with a bounded poll only for what no event
 //! announces ([`poll`]), and the redaction that makes event sequences
 //! snapshot-able ([`snapshot`]).
@@ -22,6 +23,7 @@ pub mod folder;
 pub mod host;
 pub mod poll;
 pub mod rules;
+pub mod session;
 pub mod snapshot;
 pub mod wait;
 

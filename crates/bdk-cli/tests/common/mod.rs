@@ -103,11 +103,16 @@ impl Server {
     }
 
     /// Waits (polling: a child's output announces nothing) until the
-    /// captured stderr satisfies `ready`, and returns it.
+    /// captured stderr satisfies `ready`, and returns it; a failure shows
+    /// the stderr it last read.
     pub fn wait_for_stderr(&self, mut ready: impl FnMut(&str) -> bool) -> String {
-        bdk_testkit::poll::blocking_until_some("stderr to get there", bdk_testkit::PATIENCE, || {
+        bdk_testkit::poll::blocking_until_ok("stderr to get there", bdk_testkit::PATIENCE, || {
             let text = self.stderr.lock().unwrap().clone();
-            ready(&text).then_some(text)
+            if ready(&text) {
+                Ok(text)
+            } else {
+                Err(format!("stderr:\n{text}"))
+            }
         })
     }
 
@@ -134,6 +139,11 @@ impl Drop for Server {
 pub fn client() -> reqwest::Client {
     bdk_models::net::install_crypto_provider();
     reqwest::Client::new()
+}
+
+/// `GET url`, read as JSON.
+pub async fn get_json(c: &reqwest::Client, url: &str) -> Value {
+    c.get(url).send().await.unwrap().json().await.unwrap()
 }
 
 pub async fn post(c: &reqwest::Client, url: &str, body: Value) -> (u16, Value) {
@@ -174,6 +184,19 @@ pub async fn read_until(
             }
         }
     }
+}
+
+/// Runs `cmd` and reads its stdout as JSON; returns the exit code with it.
+pub fn run_json(cmd: &mut Command) -> (i32, Value) {
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), value)
 }
 
 /// Scripted rules with a turn that never ends by itself ("slow") and a quick

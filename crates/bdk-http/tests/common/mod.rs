@@ -60,11 +60,6 @@ type = "object"
 "#;
 
 #[derive(Deserialize, JsonSchema)]
-struct City {
-    city: String,
-}
-
-#[derive(Deserialize, JsonSchema)]
 struct Target {
     target: String,
 }
@@ -74,19 +69,13 @@ struct Note {
     text: String,
 }
 
-/// `lookup` (read): `{city}` -> `{city, temp: 21}`.
+/// `lookup` (read, [`bdk_testkit::rules::lookup_tool`]): `{city}` ->
+/// `{city, temp: 21}`.
 /// `deploy` (write, needs approval): `{target}` -> `"deployed to <target>"`.
 /// `note` (write): `{text}` -> `{noted}`, or an error result for `"boom"`.
 pub fn tools() -> Vec<Arc<dyn Tool>> {
     vec![
-        Arc::new(
-            native_tool(
-                "lookup",
-                "Looks up the weather of a city.",
-                |c: City, _ctx: ToolContext| async move { Ok(json!({"city": c.city, "temp": 21})) },
-            )
-            .effect(Effect::Read),
-        ),
+        bdk_testkit::rules::lookup_tool(),
         Arc::new(
             native_tool(
                 "deploy",
@@ -386,4 +375,18 @@ pub async fn events(http: &reqwest::Client, base: &str, id: &str) -> Vec<Value> 
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     parse_ndjson(&resp.text().await.unwrap())
+}
+
+/// `GET url`, sent; the answer, whatever its status.
+pub async fn get(http: &reqwest::Client, url: impl reqwest::IntoUrl) -> reqwest::Response {
+    http.get(url).send().await.unwrap()
+}
+
+/// `POST url` with `body` as JSON, sent; the answer, whatever its status.
+pub async fn post(
+    http: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+    body: &impl serde::Serialize,
+) -> reqwest::Response {
+    http.post(url).json(body).send().await.unwrap()
 }
