@@ -19,7 +19,8 @@
 //! store's own guarantee.
 //!
 //! The manifest format is documented in `docs/channels.md`; discovery
-//! checks it, the `config` module turns it into what runs here.
+//! checks it and types it (`bdk_core::project::ChannelManifest`), the
+//! `config` module compiles its schemas and templates.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,11 +33,11 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, Route, on};
 use bdk_core::host::{FollowUp, Host, HostError, StartSession};
-use bdk_core::project::ChannelManifest;
+use bdk_core::project::{ChannelManifest, RouteMethod};
 use bdk_events::ids::new_id;
 use bdk_events::{Admission, DeliveryId, SessionId, SessionMode, TurnId};
 use schemars::JsonSchema;
@@ -55,7 +56,7 @@ mod keyed;
 mod verify;
 
 pub use config::ConfigError;
-use config::{ChannelConfig, RouteAuth, RouteConfig};
+use config::{Auth as RouteAuth, ChannelConfig, RouteConfig};
 pub use delivery::CURSOR_NAMESPACE;
 use delivery::{Delivery, Start};
 use keyed::KeyedLocks;
@@ -203,15 +204,11 @@ impl Channels {
         let started_at = chrono::Utc::now();
         let mut channels = BTreeMap::new();
         for manifest in manifests {
-            match config::parse(manifest) {
-                Ok((channel, skipped)) => {
-                    for e in skipped {
-                        tracing::error!(error = %e, "channel route not served");
-                    }
-                    channels.insert(channel.name.clone(), Arc::new(channel));
-                }
-                Err(e) => tracing::error!(error = %e, "channel not served"),
+            let (channel, skipped) = config::compile(manifest);
+            for e in skipped {
+                tracing::error!(error = %e, "channel route not served");
             }
+            channels.insert(channel.name.clone(), Arc::new(channel));
         }
         let delivery = Delivery::new(host.clone(), shutdown);
         let this = Self {
@@ -267,14 +264,14 @@ impl Channels {
                     let state = Arc::clone(&state);
                     async move { handle(&state, req).await }
                 };
-                let mut one = on(method_filter(&route.method), handler);
+                let mut one = on(method_filter(route.route.method), handler);
                 if route.auth == RouteAuth::Default {
                     one = one.route_layer(default_auth.clone());
                 }
-                let full = if route.path == "/" {
+                let full = if route.route.path == "/" {
                     format!("/{}", channel.name)
                 } else {
-                    format!("/{}{}", channel.name, route.path)
+                    format!("/{}{}", channel.name, route.route.path)
                 };
                 let merged = match paths.remove(&full) {
                     Some(existing) => existing.merge(one),
@@ -419,14 +416,13 @@ impl Channels {
     }
 }
 
-fn method_filter(method: &Method) -> MethodFilter {
-    match *method {
-        Method::GET => MethodFilter::GET,
-        Method::PUT => MethodFilter::PUT,
-        Method::PATCH => MethodFilter::PATCH,
-        Method::DELETE => MethodFilter::DELETE,
-        // The config only produces the five methods above and POST.
-        _ => MethodFilter::POST,
+fn method_filter(method: RouteMethod) -> MethodFilter {
+    match method {
+        RouteMethod::Get => MethodFilter::GET,
+        RouteMethod::Post => MethodFilter::POST,
+        RouteMethod::Put => MethodFilter::PUT,
+        RouteMethod::Patch => MethodFilter::PATCH,
+        RouteMethod::Delete => MethodFilter::DELETE,
     }
 }
 
@@ -495,7 +491,7 @@ struct ChannelRoutePath {
 /// method a route may declare (`/v1/info` lists an agent's real ones).
 pub(crate) fn documented<S: Clone + Send + Sync + 'static>() -> ApiRouter<S> {
     let mut router = ApiRouter::new();
-    for method in config::METHODS {
+    for method in RouteMethod::ALL {
         let lower = method.as_str().to_ascii_lowercase();
         let Some(name) = ["get", "post", "put", "patch", "delete"]
             .into_iter()
@@ -595,7 +591,7 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
         }
         RouteAuth::Hmac { .. } => None,
     };
-    let params = if route.path.contains('{') {
+    let params = if route.route.path.contains('{') {
         RawPathParams::from_request_parts(&mut parts, &())
             .await
             .map_err(|e| ApiError::new(ErrorCode::NotFound, format!("no such resource: {e}")))?
@@ -686,8 +682,8 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
     let receive = Receive {
         message,
         continuation_key,
-        admission: route.admission,
-        mode: route.mode,
+        admission: route.route.admission,
+        mode: route.route.mode,
         delivery_id,
         principal,
     };

@@ -29,7 +29,9 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::config::{ChannelConfig, EventRule, Target};
+use bdk_core::project::{ChannelEventTarget as Target, ChannelEvents as EventRule};
+
+use super::config::ChannelConfig;
 
 /// The key-value namespace of delivery cursors.
 pub const CURSOR_NAMESPACE: &str = "channel-events";
