@@ -12,11 +12,13 @@
 //! delivers chosen events of the channel's sessions to a URL or a command
 //! (the `delivery` module).
 //!
-//! Two requests with the same key never create two sessions: the lookup and
-//! the creation run under a lock per continuation token (the `keyed`
-//! module), and the second request finds the session the first created.
-//! The lock is per process; replicas sharing a PostgreSQL store need the
-//! store's own guarantee.
+//! Two requests with the same key never create two sessions, on one server
+//! or on replicas sharing a store: the host finds or creates the key's
+//! session behind a durable claim in the store
+//! (`bdk_core::host::Host::session_for_key`), and the second request finds
+//! the session the first created. A lock per continuation token in this
+//! process (the `keyed` module) only spares local callers the claim's
+//! polling.
 //!
 //! The manifest format is documented in `docs/channels.md`; discovery
 //! checks it and types it (`bdk_core::project::ChannelManifest`), the
@@ -36,7 +38,7 @@ use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, Route, on};
-use bdk_core::host::{FollowUp, Host, HostError, StartSession};
+use bdk_core::host::{FollowUp, Host, HostError, KeySession, StartSession, Started};
 use bdk_core::project::{ChannelManifest, RouteMethod};
 use bdk_events::ids::new_id;
 use bdk_events::{Admission, DeliveryId, SessionId, SessionMode, TurnId};
@@ -319,21 +321,34 @@ impl Channels {
         }
         let token = format!("{}:{key}", channel.name);
         let work = async {
-            let existing = self
+            let delivery_id = receive
+                .delivery_id
+                .clone()
+                .unwrap_or_else(|| DeliveryId::generate().to_string());
+            let start = StartSession {
+                message: Some(receive.message.clone()),
+                mode: receive.mode,
+                principal: receive.principal.clone(),
+                delivery_id: Some(delivery_id.clone()),
+                ..StartSession::default()
+            };
+            match self
                 .inner
                 .host
-                .store()
-                .find_by_token(&token)
-                .await
-                .map_err(HostError::from)?;
-            match existing {
-                Some(record) => {
+                .session_for_key(&channel.name, &key, start)
+                .await?
+            {
+                KeySession::Found(record) => {
                     self.continue_session(channel, record.id, token.clone(), receive)
                         .await
                 }
-                None => self.start_session(channel, token.clone(), receive).await,
+                KeySession::Started(started) => {
+                    Ok(self.started(channel, started, delivery_id).await)
+                }
             }
         };
+        // The host's claim is what holds across replicas; this in-process
+        // lock only spares callers of this process the claim's polling.
         self.inner.locks.run(&token, work).await
     }
 
@@ -359,6 +374,16 @@ impl Channels {
                 ..StartSession::default()
             })
             .await?;
+        Ok(self.started(channel, started, delivery_id).await)
+    }
+
+    /// Follows a session this process just created and says so.
+    async fn started(
+        &self,
+        channel: &Arc<ChannelConfig>,
+        started: Started,
+        delivery_id: String,
+    ) -> Accepted {
         self.inner
             .delivery
             .follow(
@@ -368,13 +393,13 @@ impl Channels {
                 Start::New,
             )
             .await;
-        Ok(Accepted {
+        Accepted {
             session_id: started.session_id,
             continuation_token: started.continuation_token,
             delivery_id: started.delivery_id.unwrap_or(delivery_id),
             turn_id: started.turn_id,
             created: true,
-        })
+        }
     }
 
     async fn continue_session(
