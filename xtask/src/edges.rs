@@ -12,9 +12,11 @@
 //! (normal and build dependencies; a dev-dependency may use one to test
 //! against).
 //!
-//! `bdk-bench` (the benchmark programs' report entries) stands outside the
-//! layering: it depends on no workspace crate, any crate may name it as a
-//! dev-dependency, and no crate may name it as a normal or build dependency.
+//! `bdk-bench` (the benchmark programs' report entries) and `bdk-testkit`
+//! (what the test suites share) stand outside the layering: any crate may
+//! name them as a dev-dependency, and no crate may name them as a normal or
+//! build dependency. `bdk-bench` depends on no workspace crate,
+//! `bdk-testkit` on the runtime and below.
 
 use std::collections::BTreeSet;
 
@@ -32,7 +34,7 @@ const CORE_AND_BELOW: &[&str] = &["bdk-events", "bdk-store", "bdk-models", "bdk-
 
 /// Workspace crates for benchmarks and tests only: any crate may name them as
 /// dev-dependencies, none as normal or build dependencies.
-const DEV_ONLY: &[&str] = &["bdk-bench"];
+const DEV_ONLY: &[&str] = &["bdk-bench", "bdk-testkit"];
 
 /// The layering. A new workspace crate needs a line here before it builds.
 const RULES: &[(&str, Allowed)] = &[
@@ -63,6 +65,8 @@ const RULES: &[(&str, Allowed)] = &[
     ("bdk-cli", Allowed::Any),
     // Report entries for the benchmark programs; see DEV_ONLY.
     ("bdk-bench", Allowed::Only(&[])),
+    // Agent folders, hosts and waiters for the test suites; see DEV_ONLY.
+    ("bdk-testkit", Allowed::Only(CORE_AND_BELOW)),
     // xtask drives cargo from the outside and links none of the product.
     ("xtask", Allowed::Only(&[])),
 ];
@@ -328,6 +332,10 @@ mod tests {
                 ],
             ),
             ("bdk-bench", vec![("serde_json", "normal")]),
+            (
+                "bdk-testkit",
+                vec![("bdk-core", "normal"), ("bdk-store", "normal")],
+            ),
             ("xtask", vec![("serde_json", "normal")]),
         ]
     }
@@ -419,6 +427,25 @@ mod tests {
                  bdk-bench may only be a dev-dependency",
                 "forbidden edge bdk-bench -> bdk-events (normal dependency): \
                  bdk-bench may depend on none of ours",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_testkit_is_a_dev_dependency_only_and_stays_below_the_surfaces() {
+        // The runtime's own tests may use it, though it depends on the runtime.
+        assert!(check_with(&[("bdk-core", ("bdk-testkit", "dev"))]).is_empty());
+        let problems = check_with(&[
+            ("bdk-http", ("bdk-testkit", "normal")),
+            ("bdk-testkit", ("bdk-http", "normal")),
+        ]);
+        assert_eq!(
+            problems,
+            [
+                "forbidden edge bdk-http -> bdk-testkit (normal dependency): \
+                 bdk-testkit may only be a dev-dependency",
+                "forbidden edge bdk-testkit -> bdk-http (normal dependency): \
+                 bdk-testkit may depend on bdk-events, bdk-store, bdk-models, bdk-core",
             ]
         );
     }

@@ -670,6 +670,7 @@ fn workspace_metadata(root: &Path) -> Result<Value, Error> {
 /// `BDK_TEST_DATABASE_URL`, beside the file store's figures from `runtime`.
 const BENCH_PROGRAMS: &[(&str, &str)] = &[
     ("bdk-core", "runtime"),
+    ("bdk-scheduler", "reminders"),
     ("bdk-cli", "http"),
     ("bdk-store", "pg"),
 ];
@@ -1045,17 +1046,21 @@ mod tests {
                 "-p",
                 "bdk-core",
                 "-p",
+                "bdk-scheduler",
+                "-p",
                 "bdk-cli",
                 "-p",
                 "bdk-store",
                 "--bench",
                 "runtime",
                 "--bench",
+                "reminders",
+                "--bench",
                 "http",
                 "--bench",
                 "pg"
             ]
         );
-        assert_eq!(bench_args(true)[13..], ["--", "--quick"]);
+        assert_eq!(bench_args(true)[17..], ["--", "--quick"]);
     }
 }

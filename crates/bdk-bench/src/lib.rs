@@ -153,6 +153,19 @@ pub fn millis(d: Duration) -> f64 {
     (d.as_secs_f64() * 1_000_000.0).round() / 1000.0
 }
 
+/// Microseconds with nanosecond resolution.
+pub fn micros(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1_000_000_000.0).round() / 1000.0
+}
+
+/// The resident memory of this process, from `/proc/self/statm` (Linux);
+/// `None` where it cannot be read.
+pub fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
+}
+
 /// What the numbers were measured on: the report's `machine` object.
 pub fn machine() -> Value {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());

@@ -358,7 +358,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         // POST /v1/dev/reminders/:id, like schedules.
         let mut builder = Host::builder(project, store)
             .clock(Arc::clone(&clock))
-            .reminder_timers(!opts.dev)
+            .extension(Arc::new(bdk_scheduler::Reminders::new().timers(!opts.dev)))
             .session_cache_bytes(opts.session_cache);
         if let Some(sandbox) = sandbox {
             builder = builder.sandbox(sandbox);

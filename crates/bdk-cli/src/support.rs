@@ -156,7 +156,10 @@ async fn build_host(
     let protected = crate::sandbox::Protected(vec![project.root.clone(), state_root.to_path_buf()]);
     let sandbox = crate::sandbox::for_project(&project, &protected, false)?;
     let hub = mcp_hub(&project, true, sandbox.as_ref()).await;
-    let mut builder = Host::builder(project, Arc::new(store));
+    // Reminders fire while the process runs (a `bdk run` that ends takes
+    // its timer with it; the reminders stay stored and armed).
+    let mut builder = Host::builder(project, Arc::new(store))
+        .extension(Arc::new(bdk_scheduler::Reminders::new()));
     if let Some(sandbox) = sandbox {
         builder = builder.sandbox(sandbox);
     }

@@ -121,6 +121,21 @@ fn info_lists_the_surface() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("get_weather"));
 }
 
+/// What `bdk info --json` says about the weather example, as people read it,
+/// kept as a reviewed snapshot (the example's location redacted): a change to
+/// the example or to the report shows up as a diff to accept.
+#[test]
+fn info_json_of_the_weather_example_is_the_snapshot() {
+    let dir = example();
+    let (code, json) = run_json(bdk().args(["info", "--json"]).arg(&dir));
+    assert_eq!(code, 0, "{json}");
+    let canonical = dir.canonicalize().unwrap();
+    insta::assert_json_snapshot!(
+        "info_weather",
+        bdk_testkit::snapshot::redacted(json, &[&canonical, &dir])
+    );
+}
+
 #[test]
 fn run_prints_a_trajectory_and_trajectory_reads_the_trace_back_identically() {
     let (_tmp, dir) = weather();

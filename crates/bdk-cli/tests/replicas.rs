@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{Server, client, post, read_until};
+use common::{Server, client, post, read_until, wait_for};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -129,22 +129,6 @@ async fn events(c: &reqwest::Client, url: &str) -> Vec<Value> {
     v["events"].as_array().unwrap().clone()
 }
 
-/// Polls the recorded events until one satisfies `pred`.
-async fn wait_event(c: &reqwest::Client, url: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        let all = events(c, url).await;
-        if all.iter().any(&pred) {
-            return all;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the event never came: {all:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn turn_event<'a>(events: &'a [Value], turn: &Value, kind: &str) -> Option<&'a Value> {
     events
         .iter()
@@ -206,7 +190,7 @@ async fn two_replicas_share_sessions_streams_stops_and_busy_rules() {
     assert_eq!(stream.status(), 200);
     let follower = tokio::spawn(read_until(stream, |e| e["type"] == "turn.completed"));
     let on_b = agent.url(&b, &format!("/session/{id}/events"));
-    wait_event(&c, &on_b, |e| e["type"] == "turn.started").await;
+    wait_for(&c, &on_b, |e| e["type"] == "turn.started").await;
 
     // A write call on B while A runs the turn: busy, with the documented code.
     let (status, busy) = post(
@@ -249,7 +233,7 @@ async fn two_replicas_share_sessions_streams_stops_and_busy_rules() {
 
     // A stop on A reaches a turn running on B.
     let on_a = agent.url(&a, &format!("/session/{id}/events"));
-    wait_event(&c, &on_a, |e| {
+    wait_for(&c, &on_a, |e| {
         e["type"] == "session.waiting" && e["index"].as_u64() > Some(3)
     })
     .await;
@@ -260,7 +244,7 @@ async fn two_replicas_share_sessions_streams_stops_and_busy_rules() {
     )
     .await;
     assert_eq!(status, 200, "{slow}");
-    wait_event(&c, &on_a, |e| {
+    wait_for(&c, &on_a, |e| {
         e["turnId"] == slow["turnId"] && e["type"] == "turn.started"
     })
     .await;
@@ -272,7 +256,7 @@ async fn two_replicas_share_sessions_streams_stops_and_busy_rules() {
     .await;
     assert_eq!(status, 200, "{stopped}");
     assert_eq!(stopped["stopped"], true);
-    let all = wait_event(&c, &on_a, |e| {
+    let all = wait_for(&c, &on_a, |e| {
         e["turnId"] == slow["turnId"] && e["type"] == "turn.failed"
     })
     .await;
@@ -280,7 +264,7 @@ async fn two_replicas_share_sessions_streams_stops_and_busy_rules() {
     assert_eq!(failed["data"]["status"], "cancelled");
 
     // Once the session rests, the write call goes through on either replica.
-    wait_event(&c, &on_a, |e| {
+    wait_for(&c, &on_a, |e| {
         e["type"] == "session.waiting" && e["index"].as_u64() > failed["index"].as_u64()
     })
     .await;
@@ -306,7 +290,7 @@ async fn a_replica_killed_mid_turn_leaves_a_usable_session() {
     let id = started["sessionId"].as_str().unwrap().to_owned();
     let first = started["turnId"].clone();
     let on_b = agent.url(&b, &format!("/session/{id}/events"));
-    wait_event(&c, &on_b, |e| e["type"] == "turn.started").await;
+    wait_for(&c, &on_b, |e| e["type"] == "turn.started").await;
     // Follow on B from the start, then kill A outright.
     let stream = c
         .get(agent.url(&b, &format!("/session/{id}/stream?startIndex=0")))
@@ -354,7 +338,7 @@ async fn a_replica_killed_mid_turn_leaves_a_usable_session() {
     .await;
     assert_eq!(status, 200, "{again}");
     let on_a2 = agent.url(&a2, &format!("/session/{id}/events"));
-    let all = wait_event(&c, &on_a2, |e| {
+    let all = wait_for(&c, &on_a2, |e| {
         e["turnId"] == again["turnId"] && e["type"] == "turn.completed"
     })
     .await;

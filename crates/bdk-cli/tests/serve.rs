@@ -2,13 +2,12 @@
 //! `bdk serve` as a real process on an ephemeral port, spoken to over HTTP.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::CommandCargoExt;
 use serde_json::{Value, json};
 
 mod common;
-use common::{Server, client, post, read_until, weather};
+use common::{Server, client, post, read_until, wait_for, weather};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_over_http_streams_its_turn() {
@@ -84,15 +83,12 @@ async fn a_restart_in_the_middle_of_a_stream_loses_nothing() {
         .unwrap();
     let reader = tokio::spawn(read_until(resp, |_| false));
     // Wait until the slow turn is running, then stop the server.
-    let events_file = dir.join(".bdk/sessions").join(&id).join("events.ndjson");
-    let start = Instant::now();
-    while !std::fs::read_to_string(&events_file)
-        .unwrap_or_default()
-        .contains("\"step.started\"")
-    {
-        assert!(start.elapsed() < Duration::from_secs(30));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for(
+        &c,
+        &format!("{}/weather/v1/session/{id}/events", server.base),
+        |e| e["type"] == "step.started",
+    )
+    .await;
     let code = server.terminate();
     assert_eq!(
         code,
@@ -191,14 +187,7 @@ async fn a_busy_port_falls_back_to_the_next_free_one_and_single_mode_serves_v1()
     .await;
     assert_eq!(status, 200, "{body}");
     // Give the stderr reader a moment to see the fallback note it printed first.
-    let start = Instant::now();
-    while !server.stderr.lock().unwrap().contains("busy") {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "no fallback note"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.wait_for_stderr(|text| text.contains("busy"));
     drop(taken);
 }
 
@@ -427,16 +416,12 @@ async fn a_damaged_events_file_harms_only_its_session() {
 
 /// Polls `GET /v1/memory` until no session is in use.
 async fn memory_at_rest(c: &reqwest::Client, agent: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    bdk_testkit::poll::until_some("no session in use", || async {
         let (status, m) = get_status(c, &format!("{agent}/memory")).await;
         assert_eq!(status, 200, "{m}");
-        if m["activeSessions"] == 0 {
-            return m;
-        }
-        assert!(Instant::now() < deadline, "sessions stayed active: {m}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (m["activeSessions"] == 0).then_some(m)
+    })
+    .await
 }
 
 /// Regression: 200 sessions started with a 1 MB message took the server from

@@ -21,7 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use bdk_bench::{Bench, machine, percentile};
+use bdk_bench::{Bench, machine};
 use bdk_events::{MessageAppended, SessionId, SessionMode, TurnId};
 use bdk_store::{FsStore, NewEvent, SessionRecord, Store};
 use chrono::Utc;
@@ -42,15 +42,7 @@ const BENCHMARKS: &[BenchFn] = &[
     store_append_throughput,
     store_subscribe_latency,
     turn_overhead,
-    reminders_armed,
 ];
-
-/// Reminders armed by the reminder-timer benchmark.
-const ARMED_REMINDERS: usize = 100_000;
-/// Reminders per idle chat session in that benchmark.
-const REMINDERS_PER_SESSION: usize = 100;
-/// Next-fire lookups timed once they are armed.
-const LOOKUPS: usize = 100_000;
 
 /// Turns timed by the turn-overhead benchmark.
 const TURNS: usize = 2_000;
@@ -364,114 +356,4 @@ fn turn_overhead(env: &Env) -> Result<Vec<Bench>> {
         &mut latencies,
         json!({ "p50": { "max": 1.0 }, "p99": { "max": 5.0 } }),
     )])
-}
-
-/// Resident set size of this process in bytes, from /proc/self/statm
-/// (second field, in pages).
-fn rss_bytes() -> Result<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm")?;
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .ok_or("/proc/self/statm has no resident field")?
-        .parse()?;
-    Ok(pages * rustix::param::page_size() as u64)
-}
-
-/// Microseconds with nanosecond resolution.
-fn micros(d: Duration) -> f64 {
-    (d.as_secs_f64() * 1_000_000_000.0).round() / 1000.0
-}
-
-/// (d) Timer overhead with many reminders armed: 100,000 prompt reminders
-/// on idle chat sessions, all due in 30 days so none fires during the run.
-/// Reports the resident memory each armed reminder costs and the latency of
-/// the timer's next-fire lookup, which it repeats after every change to the
-/// table. DESIGN gives no target for either, so both report an empty target.
-fn reminders_armed(env: &Env) -> Result<Vec<Bench>> {
-    let dir = env.scratch.path().join("reminders-project");
-    let files = [
-        ("agent/agent.toml", "model = \"scripted\"\n"),
-        ("agent/instructions.md", "Benchmark agent.\n"),
-        ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
-    ];
-    for (path, content) in files {
-        let p = dir.join(path);
-        if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(p, content)?;
-    }
-    let discovery = bdk_core::discover(&dir);
-    let valid = !discovery.has_errors();
-    let project = discovery
-        .project
-        .filter(|_| valid)
-        .ok_or("the benchmark project does not validate")?;
-    let total = env.count(ARMED_REMINDERS);
-    let sessions = total.div_ceil(REMINDERS_PER_SESSION).max(1);
-    let lookups = env.count(LOOKUPS);
-    let (grown, mut latencies) = env.runtime.block_on(async {
-        let store: std::sync::Arc<dyn Store> =
-            std::sync::Arc::new(FsStore::open(env.store_root("reminders"))?);
-        let host = bdk_core::host::Host::builder(project, store)
-            .build()
-            .await?;
-        let mut ids = Vec::with_capacity(sessions);
-        for _ in 0..sessions {
-            ids.push(
-                host.start_session(bdk_core::host::StartSession::default())
-                    .await?
-                    .session_id,
-            );
-        }
-        // The baseline is taken once the sessions exist, so the growth is
-        // that of the reminder table alone (plus the store's own caching of
-        // what it wrote, which a host pays for every reminder too).
-        let before = rss_bytes()?;
-        for i in 0..total {
-            let session = &ids[i % sessions];
-            host.create_reminder(
-                session,
-                bdk_core::reminders::NewReminder {
-                    delay: Some("30d".into()),
-                    prompt: Some(format!("reminder {i}")),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        }
-        let grown = rss_bytes()?.saturating_sub(before);
-        let mut latencies = Vec::with_capacity(lookups);
-        for _ in 0..lookups {
-            let start = Instant::now();
-            let next = host.next_reminder_fire();
-            let elapsed = start.elapsed();
-            if next.is_none() {
-                return Err::<_, BenchError>("no reminder is armed".into());
-            }
-            latencies.push(elapsed);
-        }
-        Ok((grown, latencies))
-    })?;
-    latencies.sort_unstable();
-    Ok(vec![
-        Bench::new(
-            "reminders.armed_100k.bytes_per_reminder",
-            "bytes",
-            total,
-            json!({ "value": (grown as f64 / total as f64).round() }),
-            json!({}),
-        ),
-        Bench::new(
-            "reminders.next_fire_lookup",
-            "us",
-            latencies.len(),
-            json!({
-                "p50": micros(percentile(&latencies, 50)),
-                "p99": micros(percentile(&latencies, 99)),
-            }),
-            json!({}),
-        ),
-    ])
 }

@@ -38,6 +38,7 @@ use tokio::net::unix::OwnedReadHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::extension::{HostExtension, OperationCall, OperationError};
 use crate::tool::{NewArtifact, ToolContext, ToolServices};
 
 pub mod grant;
@@ -118,6 +119,8 @@ struct Binding {
 /// State the accept loop and the connections share with the endpoint.
 struct Shared {
     store: Arc<dyn Store>,
+    /// The host's extensions, which answer the operations they declare.
+    extensions: Vec<Arc<dyn HostExtension>>,
     tokens: Mutex<HashMap<String, Arc<Binding>>>,
 }
 
@@ -176,12 +179,14 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// An endpoint over `store`; nothing is bound until the first grant.
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    /// An endpoint over `store` that also answers the operations of
+    /// `extensions`; nothing is bound until the first grant.
+    pub fn new(store: Arc<dyn Store>, extensions: Vec<Arc<dyn HostExtension>>) -> Self {
         let state_root = store.state_root();
         Self {
             shared: Arc::new(Shared {
                 store,
+                extensions,
                 tokens: Mutex::new(HashMap::new()),
             }),
             state_root,
@@ -606,8 +611,8 @@ async fn handle(shared: &Shared, line: &[u8]) -> Value {
 enum OpError {
     #[error("{0}")]
     InvalidArgs(String),
-    #[error("unknown op `{0}`; known ops: {KNOWN_OPS}")]
-    UnknownOp(String),
+    #[error("unknown op `{0}`; known ops: {1}")]
+    UnknownOp(String, String),
     #[error("{0}")]
     Unavailable(&'static str),
     #[error("`{0}` needs a call bound to a session; this call has none")]
@@ -618,22 +623,79 @@ enum OpError {
     NotText(String),
     #[error("host storage failed; the host log has the details")]
     Internal,
+    /// An extension's refusal: its code and message.
+    #[error("{1}")]
+    Extension(&'static str, String),
 }
 
 impl OpError {
     fn code(&self) -> &'static str {
         match self {
             OpError::InvalidArgs(_) | OpError::NotText(_) => "invalid_args",
-            OpError::UnknownOp(_) => "unknown_op",
+            OpError::UnknownOp(..) => "unknown_op",
             OpError::Unavailable(_) => "unavailable",
             OpError::NoSession(_) => "no_session",
             OpError::DryRun(_) => "dry_run",
             OpError::Internal => "internal",
+            OpError::Extension(code, _) => code,
         }
     }
 }
 
-const KNOWN_OPS: &str = "kv.get, kv.put, kv.delete, kv.list, files.get, files.put, files.delete, files.list, artifacts.tag, session.info, reminders.create, reminders.list, reminders.cancel, mcp.names, mcp.list_tools, mcp.call_tool";
+/// The operations every endpoint answers; extensions add theirs.
+const BUILTIN_OPS: &[&str] = &[
+    "kv.get",
+    "kv.put",
+    "kv.delete",
+    "kv.list",
+    "files.get",
+    "files.put",
+    "files.delete",
+    "files.list",
+    "artifacts.tag",
+    "session.info",
+    "mcp.names",
+    "mcp.list_tools",
+    "mcp.call_tool",
+];
+
+/// Every operation `shared` answers, for the `unknown_op` message.
+fn known_ops(shared: &Shared) -> String {
+    let extension_ops = shared.extensions.iter().flat_map(|e| e.operations().iter());
+    BUILTIN_OPS
+        .iter()
+        .chain(extension_ops)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An operation an extension declared, answered by it.
+async fn extension_op(
+    extension: &dyn HostExtension,
+    binding: &Binding,
+    op: &str,
+    args: Value,
+) -> Result<Value, OpError> {
+    let call = OperationCall {
+        op,
+        args,
+        ctx: &binding.ctx,
+    };
+    extension.operation(call).await.map_err(|e| {
+        let code = match &e {
+            OperationError::InvalidArgs(_) => "invalid_args",
+            OperationError::NoSession(_) => "no_session",
+            OperationError::DryRun(_) => "dry_run",
+            OperationError::Unavailable(_) => "unavailable",
+            OperationError::Storage(_) => "internal",
+        };
+        match e {
+            OperationError::Storage(e) => store_error(op, e),
+            other => OpError::Extension(code, other.to_string()),
+        }
+    })
+}
 
 fn store_error(op: &str, e: StoreError) -> OpError {
     match e {
@@ -832,45 +894,16 @@ async fn run_op(
         "send" => Err(OpError::Unavailable(
             "`send` is not available to tools in this version of bdk",
         )),
-        "reminders.create" | "reminders.list" | "reminders.cancel" => {
-            reminders_op(binding, op, args).await
-        }
         "mcp.names" | "mcp.list_tools" | "mcp.call_tool" => mcp_op(binding, op, args).await,
-        other => Err(OpError::UnknownOp(other.to_owned())),
+        other => match shared
+            .extensions
+            .iter()
+            .find(|e| e.operations().contains(&other))
+        {
+            Some(extension) => extension_op(extension.as_ref(), binding, op, args).await,
+            None => Err(OpError::UnknownOp(other.to_owned(), known_ops(shared))),
+        },
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReminderId {
-    id: String,
-}
-
-/// `reminders.*`: the calling session's reminders, as the built-in
-/// `reminders_*` tools see them.
-async fn reminders_op(binding: &Binding, op: &str, args: Value) -> Result<Value, OpError> {
-    let Some(reminders) = binding.services.reminders() else {
-        return Err(OpError::NoSession("reminders"));
-    };
-    let result = match op {
-        "reminders.create" => {
-            writable(binding, "reminders.create")?;
-            reminders.create(parse(op, args)?).await.map(|r| json!(r))
-        }
-        "reminders.cancel" => {
-            writable(binding, "reminders.cancel")?;
-            let a: ReminderId = parse(op, args)?;
-            reminders.cancel(&a.id).await.map(|r| json!(r))
-        }
-        _ => {
-            let _: Map<String, Value> = parse(op, args)?;
-            reminders.list().await.map(|all| json!({"reminders": all}))
-        }
-    };
-    result.map_err(|e| match e {
-        crate::reminders::records::ReminderError::Store(e) => store_error(op, e),
-        other => OpError::InvalidArgs(other.to_string()),
-    })
 }
 
 #[derive(Deserialize)]

@@ -27,8 +27,10 @@
 //! waits), `queued.rs` (durable coalesced follow-ups), `driver.rs` (the turn
 //! task), `direct.rs` (direct tool calls), `approvals.rs`, `recovery.rs`,
 //! `transcript.rs` (derivations from the log), `services.rs` (the
-//! `ToolServices` a call sees), `reminder.rs` (the host side of reminders)
-//! and `slots.rs` (slots and the conversation cache). They form a DAG: the
+//! `ToolServices` a call sees), `runtime.rs` (the host side of the
+//! [`Runtime`](crate::extension::Runtime) port that
+//! extensions reach the host through, see [`crate::extension`]) and
+//! `slots.rs` (slots and the conversation cache). They form a DAG: the
 //! state here names only `slots.rs` below it, and no file imports one that
 //! imports it.
 
@@ -46,12 +48,13 @@ use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentSpec, Decision, ToolEntry};
+use crate::clock::Clock;
 use crate::containment::Containment;
 use crate::endpoint::Endpoint;
+use crate::extension::HostExtension;
 use crate::hooks::HookBus;
 use crate::mcp::McpHub;
 use crate::project::Project;
-use crate::reminders;
 use crate::tool::ToolSpec;
 use bdk_models::prices::PriceTable;
 use bdk_models::replay::Recording;
@@ -62,11 +65,11 @@ mod approvals;
 mod build;
 mod direct;
 mod driver;
-mod error;
+pub(crate) mod error;
 mod keyed;
 mod queued;
 mod recovery;
-mod reminder;
+mod runtime;
 mod services;
 mod slots;
 mod transcript;
@@ -122,8 +125,11 @@ struct Inner {
     recording: Option<Arc<Recording>>,
     /// The local socket for subprocess tools; started by the first grant.
     endpoint: Endpoint,
-    /// Durable reminders and the clock of their timer.
-    reminders: Arc<reminders::Engine>,
+    /// "Now" for tools and extensions' timers.
+    clock: Arc<dyn Clock>,
+    /// What crates above the runtime added (reminders, ...), in the order
+    /// they were added.
+    extensions: Vec<Arc<dyn HostExtension>>,
     /// Turn leases and controls shared with other replicas, when there are any.
     coordination: Option<Arc<dyn Coordination>>,
     /// How the agent's programs run.
@@ -143,8 +149,9 @@ pub struct Host {
     inner: Arc<Inner>,
 }
 
-/// A handle that does not keep the host alive (held by the reminder timer,
-/// so a host dropped without [`Host::shutdown`] still goes away).
+/// A handle that does not keep the host alive (held by the replica task and
+/// by extensions, so a host dropped without [`Host::shutdown`] still goes
+/// away).
 #[derive(Clone)]
 pub(crate) struct WeakHost(std::sync::Weak<Inner>);
 

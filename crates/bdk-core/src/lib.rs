@@ -1,6 +1,7 @@
 //! The BDK agent runtime: project discovery and diagnostics, which model
 //! each agent runs ([`models`]), tools, the agent loop (turns and steps), the
-//! session runtime ("host"), and hooks.
+//! session runtime ("host"), hooks, and the port through which crates above
+//! add to a host ([`extension`]: `bdk-scheduler`'s reminders).
 //!
 //! It builds on `bdk-events` (the wire format), `bdk-store` (the storage
 //! port) and `bdk-models` (the model port and its providers), and never names
@@ -13,13 +14,13 @@ pub mod clock;
 pub mod containment;
 pub mod cron;
 pub mod endpoint;
+pub mod extension;
 pub mod hooks;
 pub mod host;
 pub mod mcp;
 pub mod models;
 mod process;
 pub mod project;
-pub mod reminders;
 pub mod replica;
 pub mod tool;
 pub mod trajectory;

@@ -46,11 +46,7 @@ fn project(dir: &TempDir, extra_config: &str) -> Project {
         ("agent/instructions.md", "You keep notes.\n".to_owned()),
         ("agent/scripted.toml", RULES.to_owned()),
     ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
     d.project.unwrap()

@@ -3,7 +3,6 @@
 //! tools, and the real file store on disk.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -22,40 +21,13 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::{Notify, mpsc};
 
-/// Writes a project from `(path, content)` pairs and discovers it.
+use bdk_testkit::rules::{WEATHER, lookup_tool};
+use bdk_testkit::{AgentFolder, host_over};
+
+/// The base scripted agent with `files` added, written and discovered.
 fn project(files: &[(&str, &str)]) -> (TempDir, Project) {
-    let dir = tempfile::tempdir().unwrap();
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
-    let d = discover(dir.path());
-    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
-    (dir, d.project.unwrap())
-}
-
-const BASE: &[(&str, &str)] = &[
-    ("agent/agent.toml", "model = \"scripted\"\n"),
-    ("agent/instructions.md", "You are a test agent.\n"),
-];
-
-fn with(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
-    let mut v = BASE.to_vec();
-    for (p, c) in extra {
-        v.retain(|(q, _)| q != p);
-        v.push((p, c));
-    }
-    v
-}
-
-async fn host_over(
-    project: Project,
-    root: &Path,
-    build: impl FnOnce(bdk_core::host::HostBuilder) -> bdk_core::host::HostBuilder,
-) -> Host {
-    let store: Arc<dyn Store> = Arc::new(FsStore::open(root).unwrap());
-    build(Host::builder(project, store)).build().await.unwrap()
+    let d = AgentFolder::new().files(files).discover();
+    (d.dir, d.project)
 }
 
 fn kinds(events: &[Envelope]) -> Vec<&str> {
@@ -111,40 +83,9 @@ fn gate_tool(
     )
 }
 
-const WEATHER_RULES: &str = r#"
-[[rules]]
-user_regex = "(?i)weather in (?P<city>[A-Za-z]+)"
-reasoning = "I should look it up."
-tool_calls = [{ name = "lookup", input = { city = "{{ captures.city }}" } }]
-
-[[rules]]
-tool_result = "lookup"
-reply = "It is {{ result.temp }} degrees in {{ result.city }}."
-chunk_chars = 4
-
-[[rules]]
-reply = "fallback: {{ user }}"
-"#;
-
-#[derive(Deserialize, JsonSchema)]
-struct City {
-    city: String,
-}
-
-fn lookup_tool() -> Arc<dyn bdk_core::tool::Tool> {
-    Arc::new(
-        native_tool(
-            "lookup",
-            "looks up the weather",
-            |c: City, _ctx: ToolContext| async move { Ok(json!({"city": c.city, "temp": 21})) },
-        )
-        .effect(Effect::Read),
-    )
-}
-
 #[tokio::test]
 async fn a_turn_records_the_full_event_sequence() {
-    let (dir, p) = project(&with(&[("agent/scripted.toml", WEATHER_RULES)]));
+    let (dir, p) = project(&[("agent/scripted.toml", WEATHER)]);
     let host = host_over(p, &dir.path().join("state"), |b| b.tool(lookup_tool())).await;
     let started = host
         .start_session(StartSession {
@@ -217,6 +158,35 @@ async fn a_turn_records_the_full_event_sequence() {
     );
 }
 
+/// The recorded sequence of a scripted turn with one tool call, as people
+/// read it (ids, times and durations redacted), kept as a reviewed snapshot:
+/// a change to what a turn records shows up as a diff to accept.
+#[tokio::test]
+async fn a_tool_turn_records_the_snapshotted_sequence() {
+    // Named, or the agent would take the temporary directory's name.
+    let (dir, p) = project(&[
+        (
+            "agent/agent.toml",
+            "name = \"weather\"\nmodel = \"scripted\"\n",
+        ),
+        ("agent/scripted.toml", WEATHER),
+    ]);
+    let host = host_over(p, &dir.path().join("state"), |b| b.tool(lookup_tool())).await;
+    let started = host
+        .start_session(StartSession {
+            message: Some("What's the weather in Paris?".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    bdk_testkit::wait::wait_until_waiting(&host, &started.session_id).await;
+    let events = host.events(&started.session_id, 0, None).await.unwrap();
+    insta::assert_json_snapshot!(
+        "weather_turn_events",
+        bdk_testkit::snapshot::redacted_events(&events, &[dir.path()])
+    );
+}
+
 #[tokio::test]
 async fn tool_errors_reach_the_model_and_never_kill_the_turn() {
     let rules = r#"
@@ -233,7 +203,7 @@ reply = "saw: {{ result_text }}"
 tool_result = "lookup"
 reply = "saw: {{ result_text }}"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let host = host_over(p, &dir.path().join("state"), |b| b.tool(lookup_tool())).await;
     for (msg, needle) in [
         ("unknown tool please", "unknown tool `nope`"),
@@ -275,7 +245,7 @@ delay_ms = 60000
 [[rules]]
 reply = "quick: {{ user }}"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     let s = host
         .start_session(StartSession {
@@ -328,7 +298,7 @@ reply = "quick: {{ user }}"
 #[tokio::test]
 async fn racing_sends_with_one_token_have_exactly_one_winner() {
     let rules = "[[rules]]\nreply = \"ok\"\n";
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     let s = host.start_session(StartSession::default()).await.unwrap();
     let mut tasks = Vec::new();
@@ -371,7 +341,7 @@ reply = "after hold"
 [[rules]]
 reply = "follow-up: {{ user }}"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let (entered_tx, mut entered) = mpsc::unbounded_channel();
     let release = Arc::new(Notify::new());
     let tool = gate_tool("hold", Effect::Read, entered_tx, Arc::clone(&release));
@@ -461,20 +431,15 @@ reply = "follow-up: {{ user }}"
     assert_gapless(&events);
     // The records of the queued sends go once their deliveries are durable
     // (right after the turn task lets go of the session).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !host
-        .store()
-        .kv_list(bdk_core::host::QUEUE_NAMESPACE, "")
-        .await
-        .unwrap()
-        .is_empty()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "queued records stayed"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // No event marks the records' removal: poll the kv.
+    bdk_testkit::poll::until("the queued records to go", || async {
+        host.store()
+            .kv_list(bdk_core::host::QUEUE_NAMESPACE, "")
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -487,7 +452,7 @@ delay_ms = 400
 [[rules]]
 reply = "drained: {{ user }}"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     let s = host
         .start_session(StartSession {
@@ -553,7 +518,7 @@ delay_ms = 60000
 [[rules]]
 reply = "back: {{ user }}"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     let s = host
         .start_session(StartSession {
@@ -591,10 +556,7 @@ reply = "back: {{ user }}"
 
 #[tokio::test]
 async fn task_sessions_complete_and_refuse_follow_ups() {
-    let (dir, p) = project(&with(&[(
-        "agent/scripted.toml",
-        "[[rules]]\nreply = \"done\"\n",
-    )]));
+    let (dir, p) = project(&[("agent/scripted.toml", "[[rules]]\nreply = \"done\"\n")]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     let s = host
         .start_session(StartSession {
@@ -635,13 +597,13 @@ reply = "held"
 [[rules]]
 reply = "ran"
 "#;
-    let (dir, p) = project(&with(&[
+    let (dir, p) = project(&[
         (
             "agent/agent.toml",
             "model = \"scripted\"\nmax_running_turns = 1\n",
         ),
         ("agent/scripted.toml", rules),
-    ]));
+    ]);
     let (entered_tx, mut entered) = mpsc::unbounded_channel();
     let release = Arc::new(Notify::new());
     let tool = gate_tool("hold", Effect::Read, entered_tx, Arc::clone(&release));
@@ -696,7 +658,7 @@ tool_calls = [{ name = "deploy", input = { label = "prod" } }]
 tool_result = "deploy"
 reply = "result: {{ result_text }}"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let runs = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&runs);
     let tool = native_tool("deploy", "deploys", move |w: Wait, ctx: ToolContext| {
@@ -780,7 +742,7 @@ tool_calls = [{ name = "deploy", input = { label = "prod" } }, { name = "deploy"
 [[rules]]
 reply = "ok: {{ user }}"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let tool = native_tool(
         "deploy",
         "deploys",
@@ -878,7 +840,7 @@ reply = "done"
 tool_result = "lookup"
 reply = "{{ result_text }}"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let host = host_over(p, &dir.path().join("state"), |b| b.tool(lookup_tool())).await;
     let s = host
         .start_session(StartSession {
@@ -943,10 +905,10 @@ async fn the_step_limit_ends_a_runaway_turn() {
 [[rules]]
 tool_calls = [{ name = "lookup", input = { city = "Loop" } }]
 "#;
-    let (dir, p) = project(&with(&[
+    let (dir, p) = project(&[
         ("agent/agent.toml", "model = \"scripted\"\nmax_steps = 3\n"),
         ("agent/scripted.toml", rules),
-    ]));
+    ]);
     let host = host_over(p, &dir.path().join("state"), |b| b.tool(lookup_tool())).await;
     let s = host
         .start_session(StartSession {
@@ -974,7 +936,7 @@ tool_calls = [{ name = "lookup", input = { city = "Loop" } }]
 
 #[tokio::test]
 async fn a_missing_remote_model_is_a_clear_turn_failure() {
-    let (dir, p) = project(&with(&[("agent/agent.toml", "model = \"xai/grok-4\"\n")]));
+    let (dir, p) = project(&[("agent/agent.toml", "model = \"xai/grok-4\"\n")]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     let s = host
         .start_session(StartSession {
@@ -993,10 +955,7 @@ async fn a_missing_remote_model_is_a_clear_turn_failure() {
 
 #[tokio::test]
 async fn ownership_is_enforced() {
-    let (dir, p) = project(&with(&[(
-        "agent/scripted.toml",
-        "[[rules]]\nreply = \"ok\"\n",
-    )]));
+    let (dir, p) = project(&[("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n")]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     let s = host
         .start_session(StartSession {
@@ -1026,10 +985,7 @@ async fn ownership_is_enforced() {
 
 #[tokio::test]
 async fn workspace_files_are_confined() {
-    let (dir, p) = project(&with(&[(
-        "agent/scripted.toml",
-        "[[rules]]\nreply = \"ok\"\n",
-    )]));
+    let (dir, p) = project(&[("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n")]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     for bad in ["../escape.txt", "/etc/passwd", "a/../../b"] {
         let mut files = BTreeMap::new();
@@ -1072,7 +1028,7 @@ tool_calls = [{ name = "hold", input = { label = "x" } }]
 [[rules]]
 reply = "ok"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let (entered_tx, mut entered) = mpsc::unbounded_channel();
     let release = Arc::new(Notify::new());
     let hold = gate_tool("hold", Effect::Read, entered_tx, Arc::clone(&release));
@@ -1234,13 +1190,13 @@ impl Hook for Broken {
 
 #[tokio::test]
 async fn hooks_observe_recorded_events_and_never_break_a_turn() {
-    let (dir, p) = project(&with(&[
+    let (dir, p) = project(&[
         ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
         (
             "agent/hooks/audit.toml",
             "events = [\"turn.completed\"]\nfile = \"audit/log.ndjson\"\n",
         ),
-    ]));
+    ]);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let state = dir.path().join("state");
     let host = host_over(p, &state, |b| {
@@ -1264,21 +1220,15 @@ async fn hooks_observe_recorded_events_and_never_break_a_turn() {
     assert_eq!(rx.recv().await.unwrap(), "turn.completed");
     // The file hook appends asynchronously; wait for its line with a bound.
     let log = state.join("audit/log.ndjson");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&log)
-            && text.lines().count() == 1
-        {
-            let v: Value = serde_json::from_str(text.trim()).unwrap();
-            assert_eq!(v["type"], "turn.completed");
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "file hook never wrote"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // The hook writes a file, which no event announces: poll it.
+    let text = bdk_testkit::poll::until_some("the file hook to write", || async {
+        std::fs::read_to_string(&log)
+            .ok()
+            .filter(|text| text.lines().count() == 1)
+    })
+    .await;
+    let v: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["type"], "turn.completed");
     assert!(host.hook_failures() > 0);
 }
 
@@ -1291,7 +1241,7 @@ reply = "continued"
 [[rules]]
 reply = "ok"
 "#;
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let state = dir.path().join("state");
     let (id, first_turn) = {
         let host = host_over(p.clone(), &state, |b| b).await;
@@ -1390,7 +1340,7 @@ tool_calls = [{ name = "task", input = { subagent = "researcher", prompt = "Rese
 tool_result = "task"
 reply = "parent got: {{ result_text }}"
 "#;
-    let (dir, p) = project(&with(&[
+    let (dir, p) = project(&[
         ("agent/scripted.toml", rules),
         (
             "agent/subagents/researcher/agent.toml",
@@ -1400,7 +1350,7 @@ reply = "parent got: {{ result_text }}"
             "agent/subagents/researcher/instructions.md",
             "You research.\n",
         ),
-    ]));
+    ]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     let s = host
         .start_session(StartSession {
@@ -1426,10 +1376,7 @@ reply = "parent got: {{ result_text }}"
 /// to race the session's rest state and answer `session_busy`.
 #[tokio::test]
 async fn a_write_call_right_after_the_turn_ends_is_not_refused() {
-    let (dir, p) = project(&with(&[(
-        "agent/scripted.toml",
-        "[[rules]]\nreply = \"ok\"\n",
-    )]));
+    let (dir, p) = project(&[("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n")]);
     let host = host_over(p, &dir.path().join("state"), |b| b).await;
     for i in 0..20 {
         let s = host
@@ -1459,18 +1406,11 @@ async fn a_write_call_right_after_the_turn_ends_is_not_refused() {
 /// Polls `memory()` until no session is in use: a turn task lets go of its
 /// session right after the session rests.
 async fn until_nothing_active(host: &Host) -> bdk_core::host::MemoryStats {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    bdk_testkit::poll::until_some("no session in use", || async {
         let m = host.memory();
-        if m.active_sessions == 0 {
-            return m;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "sessions stayed active: {m:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+        (m.active_sessions == 0).then_some(m)
+    })
+    .await
 }
 
 /// Regression: every session's slot and cached conversation stayed in the
@@ -1482,7 +1422,7 @@ async fn until_nothing_active(host: &Host) -> bdk_core::host::MemoryStats {
 async fn resting_sessions_cost_at_most_the_cache_budget_and_rebuild_their_conversation() {
     const BUDGET: u64 = 16 * 1024;
     let rules = "[[rules]]\nreply = \"ok: {{ user }}\"\n";
-    let (dir, p) = project(&with(&[("agent/scripted.toml", rules)]));
+    let (dir, p) = project(&[("agent/scripted.toml", rules)]);
     let recording = dir.path().join("steps.jsonl");
     let host = host_over(p, &dir.path().join("state"), |b| {
         b.session_cache_bytes(BUDGET).record_to(&recording)
@@ -1561,10 +1501,10 @@ async fn resting_sessions_cost_at_most_the_cache_budget_and_rebuild_their_conver
 #[tokio::test]
 async fn recovery_delivers_queued_follow_ups_once() {
     use bdk_core::host::QUEUE_NAMESPACE;
-    let (dir, p) = project(&with(&[(
+    let (dir, p) = project(&[(
         "agent/scripted.toml",
         "[[rules]]\nreply = \"ok: {{ user }}\"\n",
-    )]));
+    )]);
     let state = dir.path().join("state");
     let id = {
         let host = host_over(p.clone(), &state, |b| b).await;

@@ -139,18 +139,17 @@ reply = "ok"
 #[tokio::test]
 async fn advertised_tools_join_the_map_and_follow_catalog_changes() {
     let dir = TempDir::new().unwrap();
-    for (path, content) in [
-        (
-            "agent/agent.toml",
-            "model = \"scripted\"\n[builtin_tools]\nworkspace = false\nartifacts = false\n",
-        ),
-        ("agent/instructions.md", "You relay.\n"),
-        ("agent/scripted.toml", RULES),
-    ] {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(
+        dir.path(),
+        &[
+            (
+                "agent/agent.toml",
+                "model = \"scripted\"\n[builtin_tools]\nworkspace = false\nartifacts = false\n",
+            ),
+            ("agent/instructions.md", "You relay.\n"),
+            ("agent/scripted.toml", RULES),
+        ],
+    );
     let project = discover(dir.path()).project.unwrap();
     let hub = Arc::new(FakeHub::default());
     hub.advertise(&["early", "relay"]);

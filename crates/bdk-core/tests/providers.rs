@@ -1417,13 +1417,7 @@ async fn a_missing_key_is_a_clear_turn_failure_naming_the_variable() {
 // agent.toml: `[provider]` and `step_timeout_ms`
 
 fn write_project(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
-    dir
+    bdk_testkit::AgentFolder::empty().files(files).write()
 }
 
 #[test]

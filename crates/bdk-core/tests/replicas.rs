@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bdk_core::Project;
 use bdk_core::host::{DirectCall, FollowUp, Host, HostError, StartSession};
 use bdk_core::tool::native::native_tool;
 use bdk_core::tool::{Effect, ToolContext};
-use bdk_core::{Project, discover};
 use bdk_events::{Envelope, Event, FailStatus, SessionId, TurnId};
 use bdk_store::coord::Coordination;
 use bdk_store::{FsStore, MemoryCluster, Store};
@@ -39,19 +39,8 @@ reply = "quick: {{ user }}"
 "#;
 
 fn project() -> (TempDir, Project) {
-    let dir = tempfile::tempdir().unwrap();
-    for (path, content) in [
-        ("agent/agent.toml", "model = \"scripted\"\n"),
-        ("agent/instructions.md", "You are a test agent.\n"),
-        ("agent/scripted.toml", RULES),
-    ] {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
-    let d = discover(dir.path());
-    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
-    (dir, d.project.unwrap())
+    let d = bdk_testkit::AgentFolder::new().rules(RULES).discover();
+    (d.dir, d.project)
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -114,7 +103,6 @@ impl Cluster {
         Host::builder(self.project.clone(), Arc::clone(&self.store))
             .coordination(coord)
             .tool(note_tool(gate))
-            .reminder_timers(false)
             .build()
             .await
             .unwrap()
@@ -189,14 +177,12 @@ fn assert_one_turn_at_a_time(events: &[Envelope]) {
     }
 }
 
+/// The cluster announces no release: poll its lease table.
 async fn wait_lease_free(cluster: &MemoryCluster, id: &SessionId) {
-    tokio::time::timeout(PATIENCE, async {
-        while cluster.lease(id).is_some() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    bdk_testkit::poll::until("the lease to be released", || async {
+        cluster.lease(id).is_none()
     })
-    .await
-    .expect("the lease was never released");
+    .await;
 }
 
 #[tokio::test]
@@ -390,9 +376,7 @@ async fn doomed_replica(c: &Cluster, name: &str) -> (tokio::runtime::Runtime, Ho
         .build()
         .unwrap();
     let coord: Arc<dyn Coordination> = c.cluster.join(name);
-    let builder = Host::builder(c.project.clone(), Arc::clone(&c.store))
-        .coordination(coord)
-        .reminder_timers(false);
+    let builder = Host::builder(c.project.clone(), Arc::clone(&c.store)).coordination(coord);
     let host = rt.spawn(builder.build()).await.unwrap().unwrap();
     (rt, host)
 }
@@ -563,7 +547,6 @@ async fn a_follow_up_gives_up_with_session_busy_when_the_owner_never_answers() {
     let b = Host::builder(c.project.clone(), Arc::clone(&c.store))
         .coordination(coord)
         .coordination_wait(Duration::from_millis(200))
-        .reminder_timers(false)
         .build()
         .await
         .unwrap();
@@ -575,7 +558,6 @@ async fn a_follow_up_gives_up_with_session_busy_when_the_owner_never_answers() {
     let a2 = Host::builder(c.project.clone(), Arc::clone(&c.store))
         .coordination(c.cluster.join("a2") as Arc<dyn Coordination>)
         .tool(note_tool(Some((entered_tx, Arc::clone(&release)))))
-        .reminder_timers(false)
         .build()
         .await
         .unwrap();

@@ -121,11 +121,7 @@ fn is_dead(pid: u32) -> bool {
 /// Polls for a condition that has no event to await: the death of a process
 /// signalled by the code under test, or a file a subprocess writes.
 async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    bdk_testkit::poll::until(what, || std::future::ready(check())).await;
 }
 
 async fn read_pid(path: PathBuf) -> u32 {

@@ -69,7 +69,6 @@ async fn host(dir: &TempDir, p: Project, clock: &ManualClock) -> Host {
     );
     Host::builder(p, store)
         .clock(Arc::new(clock.clone()) as Arc<dyn Clock>)
-        .reminder_timers(false)
         .tool(Arc::new(what_time))
         .build()
         .await

@@ -402,7 +402,7 @@ pub(crate) enum ReminderStatus {
 }
 
 /// A reminder.
-// Mirrors `bdk_core::reminders::Reminder`.
+// Mirrors `bdk_scheduler::reminders::Reminder`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Reminder {
@@ -435,7 +435,7 @@ pub(crate) struct Reminder {
 
 /// How a reminder's fire went: `disarmed` when the reminder's session no longer
 /// exists, so it is disarmed with reason `session_deleted` instead of firing.
-// Mirrors `bdk_core::reminders::FireResult`.
+// Mirrors `bdk_scheduler::reminders::FireOutcome::result`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum FireResult {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use bdk_core::reminders::{Reminder, ReminderError};
 use bdk_events::TurnId;
+use bdk_scheduler::reminders::{HostReminders, Reminder, ReminderError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -90,7 +90,8 @@ pub(crate) async fn fire(
             result: out.result,
             turn_id: out.turn_id,
         })),
-        Err(ReminderError::NotFound(_)) => Err(ApiError::new(
+        // A host built without reminders has none to fire.
+        Err(ReminderError::NotFound(_) | ReminderError::Detached) => Err(ApiError::new(
             ErrorCode::NotFound,
             format!("no reminder with id `{id}`"),
         )),

@@ -6,8 +6,8 @@
 mod common;
 
 use bdk_core::host::StartSession;
-use bdk_core::reminders::NewReminder;
 use bdk_http::Config;
+use bdk_scheduler::reminders::{HostReminders, NewReminder};
 use serde_json::json;
 
 use common::{client, expect_error, expect_ok, serve};

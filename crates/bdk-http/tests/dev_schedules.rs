@@ -9,7 +9,6 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bdk_core::discover;
 use bdk_core::host::Host;
@@ -203,20 +202,13 @@ async fn unknown_schedules_and_non_dev_servers_answer_404() {
 
 /// Waits (bounded) until the host lists `n` sessions.
 async fn wait_for_sessions(host: &Host, n: usize) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        // Polling: the host publishes no event for "a session was created".
+    // Polling: the host publishes no event for "a session was created".
+    let count = bdk_testkit::poll::until_some(&format!("{n} sessions"), || async {
         let count = host.list_sessions(None).await.unwrap().len();
-        if count >= n {
-            assert_eq!(count, n);
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "only {count} sessions"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (count >= n).then_some(count)
+    })
+    .await;
+    assert_eq!(count, n);
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bdk_core::host::Host;
 use bdk_http::{Auth, BearerToken, Config, Mount};
@@ -70,10 +70,10 @@ async fn start(http: &reqwest::Client, base: &str, body: Value) -> reqwest::Resp
         .unwrap()
 }
 
-/// Polls the run until it leaves `running`, within a generous deadline.
+/// Polls the run until it leaves `running` (a run's status is no session
+/// event, so there is nothing to subscribe to).
 async fn settle(http: &reqwest::Client, base: &str, id: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    bdk_testkit::poll::until_some("the run to finish", || async {
         let v = expect_ok(
             http.get(format!("{base}/v1/dev/evals/runs/{id}"))
                 .send()
@@ -81,12 +81,9 @@ async fn settle(http: &reqwest::Client, base: &str, id: &str) -> Value {
                 .unwrap(),
         )
         .await;
-        if v["run"]["status"] != "running" {
-            return v["run"].clone();
-        }
-        assert!(Instant::now() < deadline, "the run did not finish: {v}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+        (v["run"]["status"] != "running").then(|| v["run"].clone())
+    })
+    .await
 }
 
 async fn accepted(resp: reqwest::Response) -> Value {
@@ -241,18 +238,25 @@ async fn a_second_run_conflicts_and_cancel_stops_the_active_one() {
     .await;
     assert_eq!(runs["activeRunId"], json!(id));
 
-    // Wait until the held turn is really running, then cancel.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let sessions = agent.host.list_sessions(None).await.unwrap();
-        if let Some(s) = sessions.first()
-            && agent.host.is_busy(&s.id)
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the eval turn never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Wait until the held turn is really running, then cancel. No event
+    // announces a new session, so its creation is polled; its turn is
+    // awaited on its events.
+    let session = bdk_testkit::poll::until_some("the eval session", || async {
+        agent
+            .host
+            .list_sessions(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .next()
+    })
+    .await;
+    bdk_testkit::wait::wait_for_kind(agent.host.store().as_ref(), &session.id, "step.started")
+        .await;
+    assert!(
+        agent.host.is_busy(&session.id),
+        "the eval turn never started"
+    );
     let cancelled = expect_ok(
         http.post(format!("{base}/v1/dev/evals/runs/{id}/cancel"))
             .send()
@@ -268,11 +272,9 @@ async fn a_second_run_conflicts_and_cancel_stops_the_active_one() {
     );
     // The held turn was stopped, not left running for 30 s.
     let session = &agent.host.list_sessions(None).await.unwrap()[0];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while agent.host.is_busy(&session.id) {
-        assert!(Instant::now() < deadline, "the eval turn was not stopped");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    tokio::time::timeout(Duration::from_secs(30), agent.host.wait_idle(&session.id))
+        .await
+        .expect("the eval turn was not stopped");
 
     expect_error(
         http.post(format!("{base}/v1/dev/evals/runs/{id}/cancel"))
@@ -516,17 +518,11 @@ async fn the_routes_sit_behind_auth() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 202);
-    let sessions = {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let s = agent.host.list_sessions(None).await.unwrap();
-            if !s.is_empty() {
-                break s;
-            }
-            assert!(Instant::now() < deadline);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let sessions = bdk_testkit::poll::until_some("the eval session", || async {
+        let s = agent.host.list_sessions(None).await.unwrap();
+        (!s.is_empty()).then_some(s)
+    })
+    .await;
     assert_eq!(sessions[0].principal.as_deref(), Some("ci"));
 }
 

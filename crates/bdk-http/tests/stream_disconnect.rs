@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bdk_http::{Config, open_streams};
 use common::*;
@@ -38,14 +38,10 @@ async fn a_disconnected_reader_leaves_nothing_behind() {
 
     // There is no event for "the server dropped a body", so poll the gauge
     // with a bounded deadline.
-    let deadline = Instant::now() + DEADLINE;
-    while open_streams() != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the stream body outlived its client"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    bdk_testkit::poll::until("the stream body to end with its client", || {
+        std::future::ready(open_streams() == 0)
+    })
+    .await;
 
     // The server still serves, the session still works, and a new reader
     // gets the whole sequence.
@@ -64,12 +60,8 @@ async fn a_disconnected_reader_leaves_nothing_behind() {
         all.iter().filter(|e| e["type"] == "turn.completed").count(),
         2
     );
-    let deadline = Instant::now() + DEADLINE;
-    while open_streams() != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "finished readers left streams open"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    bdk_testkit::poll::until("finished readers to close their streams", || {
+        std::future::ready(open_streams() == 0)
+    })
+    .await;
 }

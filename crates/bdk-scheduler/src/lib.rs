@@ -1,4 +1,5 @@
-//! Cron schedules (`agent/schedules/*`): when they fire and what a fire does.
+//! Time-driven work: cron schedules (`agent/schedules/*`), when they fire
+//! and what a fire does, and per-conversation reminders.
 //!
 //! - [`clock`]: the injectable [`Clock`] (system and manual), from `bdk-core`.
 //! - [`cron`]: the exact 5-field crontab matcher, UTC, minute granularity,
@@ -10,6 +11,9 @@
 //!   knows nothing of HTTP or channels; a TOML tool schedule calls a server
 //!   tool through the host's direct-call path as `schedule:<name>`. [`Dispatcher::dispatch_schedule`] is
 //!   the programmatic (and dev-route) entry point.
+//! - [`reminders`]: durable reminders as a host extension ([`Reminders`]:
+//!   the `reminders_*` tools, the `reminders.*` endpoint operations, the
+//!   timer), reaching the host only through `bdk_core::extension::Runtime`.
 //! - [`Scheduler`]: the owned background task that fires every schedule on
 //!   its cadence with a durable at-most-once claim per scheduled minute.
 //!
@@ -23,6 +27,7 @@
 
 pub mod clock;
 pub mod cron;
+pub mod reminders;
 pub mod status;
 
 use std::sync::Arc;
@@ -40,6 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cron::{CronError, CronExpr};
+pub use reminders::{HostReminders, Reminders};
 pub use status::{
     CLAIMS_NAMESPACE, LastRun, MissedFires, MissedIncident, MissedReason, ScheduleStatus, ToolRun,
     schedule_status,

@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use assert_cmd::cargo::CommandCargoExt;
 use futures::StreamExt;
@@ -102,34 +102,25 @@ impl Server {
         }
     }
 
-    /// Waits (polling, up to a minute) until the captured stderr satisfies
-    /// `ready`, and returns it.
+    /// Waits (polling: a child's output announces nothing) until the
+    /// captured stderr satisfies `ready`, and returns it.
     pub fn wait_for_stderr(&self, mut ready: impl FnMut(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        bdk_testkit::poll::blocking_until_some("stderr to get there", bdk_testkit::PATIENCE, || {
             let text = self.stderr.lock().unwrap().clone();
-            if ready(&text) {
-                return text;
-            }
-            assert!(Instant::now() < deadline, "stderr never got there:\n{text}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            ready(&text).then_some(text)
+        })
     }
 
     pub fn terminate(&mut self) -> i32 {
         let pid = self.child.id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "serve did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        bdk_testkit::poll::blocking_until_some(
+            "serve to exit after SIGTERM",
+            Duration::from_secs(30),
+            || self.child.try_wait().unwrap(),
+        )
+        .code()
+        .unwrap_or(-1)
     }
 }
 
@@ -200,18 +191,10 @@ reply = "quick: {{ user }}"
 /// Writes an agent at `dir` that runs one turn at a time
 /// (`max_running_turns = 1`) with [`QUEUE_RULES`].
 pub fn queue_agent(dir: &Path) {
-    for (path, content) in [
-        (
-            "agent/agent.toml",
-            "model = \"scripted\"\nmax_running_turns = 1\n",
-        ),
-        ("agent/instructions.md", "You are a test agent.\n"),
-        ("agent/scripted.toml", QUEUE_RULES),
-    ] {
-        let p = dir.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::AgentFolder::new()
+        .agent_toml("model = \"scripted\"\nmax_running_turns = 1\n")
+        .rules(QUEUE_RULES)
+        .write_to(dir);
 }
 
 async fn events_json(c: &reqwest::Client, url: &str) -> Vec<Value> {
@@ -221,20 +204,23 @@ async fn events_json(c: &reqwest::Client, url: &str) -> Vec<Value> {
     v["events"].as_array().unwrap().clone()
 }
 
-/// Polls a session's recorded events until one satisfies `pred`.
+/// Waits until a recorded event of the session at `url` (its `.../events`
+/// route) satisfies `pred`, following the server's stream of the session
+/// (a replay, then live events) rather than polling; returns every event
+/// recorded by then.
 pub async fn wait_for(c: &reqwest::Client, url: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let all = events_json(c, url).await;
-        if all.iter().any(&pred) {
-            return all;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the event never came: {all:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let base = url
+        .strip_suffix("/events")
+        .unwrap_or_else(|| panic!("not an events route: {url}"));
+    let resp = c
+        .get(format!("{base}/stream?startIndex=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{base}/stream");
+    let (seen, ended) = read_until(resp, |e| pred(e)).await;
+    assert!(!ended, "the stream ended before the event came: {seen:#?}");
+    events_json(c, url).await
 }
 
 /// How often each delivery id appears on `message.received` and

@@ -17,7 +17,6 @@ use crate::containment::Containment;
 use crate::hooks::Undelivered;
 use crate::mcp::{ConnectionError, McpHub};
 use crate::project::Project;
-use crate::reminders;
 use crate::tool::{ToolSource, ToolSpec};
 use bdk_models::prices::PriceTable;
 use bdk_models::replay::Recording;
@@ -33,13 +32,9 @@ impl Host {
         WeakHost(Arc::downgrade(&self.inner))
     }
 
-    /// The host's clock: "now" for tools and reminders.
+    /// The host's clock: "now" for tools and extensions' timers.
     pub fn clock(&self) -> Arc<dyn Clock> {
-        Arc::clone(self.inner.reminders.clock())
-    }
-
-    pub(crate) fn reminder_engine(&self) -> Arc<reminders::Engine> {
-        Arc::clone(&self.inner.reminders)
+        Arc::clone(&self.inner.clock)
     }
 
     /// The coordination shared with other replicas, when there are any.

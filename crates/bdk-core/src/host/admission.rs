@@ -330,9 +330,9 @@ impl Host {
     }
 
     /// Deletes a session owned by `principal`: stops its running turn,
-    /// removes it from the store (record, events, workspace) and disarms its
-    /// reminders with [`reminders::SESSION_DELETED`](crate::reminders::SESSION_DELETED). `Ok(false)` when there
-    /// is no such session.
+    /// removes it from the store (record, events, workspace) and tells the
+    /// host's extensions (reminders disarm the session's). `Ok(false)` when
+    /// there is no such session.
     pub async fn delete_session(
         &self,
         id: &SessionId,
@@ -352,10 +352,7 @@ impl Host {
         let deleted = self.inner.store.delete_session(id).await?;
         self.inner.slots.forget(id);
         self.drop_stored_queue(id).await;
-        if let Err(e) = self.disarm_session_reminders(id).await {
-            // The fire-time check disarms them later if this fails.
-            tracing::warn!(session_id = %id, error = %e, "cannot disarm the reminders of a deleted session");
-        }
+        self.extensions_session_deleted(id).await;
         Ok(deleted)
     }
 

@@ -1,5 +1,5 @@
 //! Assembling a host ([`HostBuilder`]: tools, models, hooks, containment,
-//! recovery, the reminder timer and the replica task) and taking it down
+//! extensions, recovery and the replica task) and taking it down
 //! (`Host::shutdown`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -17,11 +17,11 @@ use crate::agent::{AgentSpec, DEFAULT_MAX_STEPS, DEFAULT_TOOL_TIMEOUT, TASK_TOOL
 use crate::clock::{Clock, SystemClock};
 use crate::containment::{Containment, Sandbox};
 use crate::endpoint::Endpoint;
+use crate::extension::HostExtension;
 use crate::hooks::{Hook, HookBus, ManifestHook};
 use crate::mcp::McpHub;
 use crate::models::{BuiltinModels, ModelResolver};
 use crate::project::Project;
-use crate::reminders;
 use crate::tool::Tool;
 use crate::tool::{builtin, subprocess};
 use bdk_models::context::{BudgetedModel, context_window};
@@ -46,7 +46,7 @@ pub struct HostBuilder {
     pub(super) record_to: Option<PathBuf>,
     pub(super) mcp: Option<Arc<dyn McpHub>>,
     pub(super) clock: Arc<dyn Clock>,
-    pub(super) reminder_timers: bool,
+    pub(super) extensions: Vec<Arc<dyn HostExtension>>,
     pub(super) coordination: Option<Arc<dyn Coordination>>,
     pub(super) coordination_wait: Duration,
     pub(super) sandbox: Option<Sandbox>,
@@ -66,7 +66,7 @@ impl HostBuilder {
             record_to: None,
             mcp: None,
             clock: Arc::new(SystemClock),
-            reminder_timers: true,
+            extensions: Vec::new(),
             coordination: None,
             coordination_wait: crate::replica::DEFAULT_REMOTE_WAIT,
             sandbox: None,
@@ -93,17 +93,18 @@ impl HostBuilder {
     }
 
     /// Replaces the clock (a [`crate::clock::ManualClock`] in tests): it is
-    /// "now" for tools (unless a session pins `asOf`) and drives reminders;
-    /// give the schedule cadence the same one to share it.
+    /// "now" for tools (unless a session pins `asOf`) and for extensions'
+    /// timers (reminders); give the schedule cadence the same one to share it.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
-    /// Turns automatic reminder firing on (default) or off; when off,
-    /// reminders stay armed and fire only through [`Host::dispatch_reminder`].
-    pub fn reminder_timers(mut self, on: bool) -> Self {
-        self.reminder_timers = on;
+    /// Adds an extension (see [`crate::extension`]): its built-in tools
+    /// join the tool map, its operations the host endpoint, and it is
+    /// started once the host is built. `bdk-scheduler`'s reminders are one.
+    pub fn extension(mut self, extension: Arc<dyn HostExtension>) -> Self {
+        self.extensions.push(extension);
         self
     }
 
@@ -200,8 +201,8 @@ impl HostBuilder {
         if builtins.artifacts {
             add(builtin::tag_artifact_tool(), &mut tools);
         }
-        if builtins.reminders {
-            for t in builtin::reminder_tools() {
+        for extension in &self.extensions {
+            for t in extension.tools(&project) {
                 add(t, &mut tools);
             }
         }
@@ -371,8 +372,7 @@ impl HostBuilder {
             .iter()
             .map(|s| (s.name.clone(), s.body.clone()))
             .collect();
-        let endpoint = Endpoint::new(Arc::clone(&self.store));
-        let reminders = Arc::new(reminders::Engine::new(Arc::clone(&self.store), self.clock));
+        let endpoint = Endpoint::new(Arc::clone(&self.store), self.extensions.clone());
         let prices = PriceTable::with_overrides(&config.prices);
         let hooks = HookBus::start(hooks, Some(Arc::clone(&self.store)));
         let inner = Arc::new(Inner {
@@ -393,7 +393,8 @@ impl HostBuilder {
             endpoint,
             prices,
             recording,
-            reminders,
+            clock: self.clock,
+            extensions: self.extensions,
             coordination: self.coordination,
             coordination_wait: self.coordination_wait,
             containment,
@@ -413,15 +414,10 @@ impl HostBuilder {
                 host.inner.shutdown.child_token(),
             ));
         }
-        host.rearm_reminders()
-            .await
-            .map_err(|e| HostError::InvalidRequest(format!("cannot load reminders: {e}")))?;
-        if self.reminder_timers {
-            let weak = host.downgrade();
-            tokio::spawn(reminders::run_timer(
-                move || weak.upgrade(),
-                host.inner.shutdown.child_token(),
-            ));
+        for extension in &host.inner.extensions {
+            extension
+                .start(host.runtime_link(), host.inner.shutdown.child_token())
+                .await?;
         }
         Ok(host)
     }

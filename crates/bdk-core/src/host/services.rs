@@ -1,6 +1,5 @@
 //! The host services a tool call may use ([`ToolServices`]): skills,
-//! artifact tagging, the local endpoint, MCP connections and the session's
-//! reminders.
+//! artifact tagging, the local endpoint and MCP connections.
 
 use std::sync::Arc;
 
@@ -12,7 +11,6 @@ use chrono::Utc;
 
 use crate::endpoint::EndpointGrant;
 use crate::mcp::McpHub;
-use crate::reminders::{self, SessionReminders};
 use crate::tool::{NewArtifact, ToolContext, ToolServices};
 
 use super::Host;
@@ -35,12 +33,13 @@ impl ToolServices for Services {
         self.host.inner.mcp.clone()
     }
 
-    fn reminders(&self) -> Option<Arc<dyn SessionReminders>> {
-        let session = self.session_id.clone()?;
-        Some(Arc::new(reminders::Scoped {
-            host: self.host.clone(),
-            session,
-        }))
+    fn extensions(&self) -> Vec<Arc<dyn std::any::Any + Send + Sync>> {
+        self.host
+            .inner
+            .extensions
+            .iter()
+            .map(|e| Arc::clone(e).into_any())
+            .collect()
     }
 
     async fn tag_artifact(

@@ -536,9 +536,23 @@ fn walk_workspace(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<Sandbox
 /// The names of the built-in tools the agent has (its `[builtin_tools]`,
 /// and `load_skill` when it has skills).
 pub(crate) fn builtin_tool_names(project: &crate::project::Project) -> BTreeSet<String> {
-    schedules::known_tools(&project.config, &[], !project.skills.is_empty())
+    enabled_builtins(&project.config, !project.skills.is_empty())
+}
+
+/// The names of the built-ins `config` turns on: the runtime's own and the
+/// reminder tools an extension adds.
+fn enabled_builtins(config: &crate::project::AgentConfig, has_skills: bool) -> BTreeSet<String> {
+    let mut names: BTreeSet<String> = schedules::known_tools(config, &[], has_skills)
         .into_keys()
-        .collect()
+        .collect();
+    if config.builtin_tools.reminders {
+        names.extend(
+            crate::project::REMINDER_TOOLS
+                .iter()
+                .map(|n| (*n).to_owned()),
+        );
+    }
+    names
 }
 
 /// `[builtin_tools] direct` may only name built-ins the agent has.
@@ -552,7 +566,7 @@ fn check_tool_collisions(
     has_skills: bool,
     has_subagents: bool,
 ) {
-    let enabled = schedules::known_tools(config, &[], has_skills);
+    let enabled = enabled_builtins(config, has_skills);
     for tool in tools {
         let name = tool.spec.name.as_str();
         if name == crate::agent::TASK_TOOL {
@@ -568,7 +582,7 @@ fn check_tool_collisions(
             );
             continue;
         }
-        if !enabled.contains_key(name) {
+        if !enabled.contains(name) {
             continue;
         }
         let fix = match name {
@@ -592,10 +606,10 @@ fn check_direct_builtins(
     config: &crate::project::AgentConfig,
     has_skills: bool,
 ) {
-    let enabled = schedules::known_tools(config, &[], has_skills);
+    let enabled = enabled_builtins(config, has_skills);
     for name in &config.builtin_tools.direct {
-        if !enabled.contains_key(name) {
-            let mut names: Vec<&str> = enabled.keys().map(String::as_str).collect();
+        if !enabled.contains(name) {
+            let mut names: Vec<&str> = enabled.iter().map(String::as_str).collect();
             names.sort_unstable();
             d.error(
                 path,

@@ -77,7 +77,8 @@ pub struct BuiltinTools {
     pub workspace: bool,
     /// A shell tool in the workspace. Default off.
     pub shell: bool,
-    /// Reminder tools. Default off (needs the scheduler).
+    /// Reminder tools ([`REMINDER_TOOLS`]). Default off. The host gets
+    /// them from `bdk-scheduler`'s `Reminders` extension.
     pub reminders: bool,
     /// `tag_artifact`. Default on.
     pub artifacts: bool,
@@ -85,6 +86,11 @@ pub struct BuiltinTools {
     /// MCP). Default none: built-ins are the model's.
     pub direct: Vec<String>,
 }
+
+/// The tools `[builtin_tools] reminders = true` turns on. Discovery knows
+/// their names (for collisions, `direct` and `bdk info`); the tools
+/// themselves come from `bdk-scheduler`'s `Reminders` host extension.
+pub const REMINDER_TOOLS: &[&str] = &["reminders_create", "reminders_list", "reminders_cancel"];
 
 impl Default for BuiltinTools {
     fn default() -> Self {

@@ -1,6 +1,5 @@
 //! Built-in tools the runtime offers the model next to the project's own:
-//! workspace file tools, `shell`, `load_skill`, `tag_artifact`, the
-//! `reminders_*` tools, and the spec
+//! workspace file tools, `shell`, `load_skill`, `tag_artifact`, and the spec
 //! of `task` (which the agent loop executes itself, since running a subagent
 //! is a turn, not a tool body).
 //!
@@ -112,61 +111,6 @@ pub fn load_skill_tool() -> Arc<dyn Tool> {
             Effect::Read,
         ),
     })
-}
-
-/// `reminders_create`, `reminders_list`, `reminders_cancel`: the calling
-/// session's reminders (see [`crate::reminders`]).
-pub fn reminder_tools() -> Vec<Arc<dyn Tool>> {
-    let schedule = json!({
-        "delay": {"type": "string", "description": "Fire once after this long: a whole number and s, m, h or d (e.g. 10m, 2h)."},
-        "every": {"type": "string", "description": "Fire repeatedly with this period (at least 1m)."},
-        "cron": {"type": "string", "description": "Fire on this 5-field cron expression, in UTC."},
-        "at": {"type": "string", "description": "Fire once at this RFC 3339 time with a zone, in the future."},
-        "prompt": {"type": "string", "minLength": 1, "description": "The message you will receive when it fires."},
-        "until": {"type": "string", "description": "The condition under which you should cancel a repeating reminder; shown with each fire."},
-        "handler": {"type": "string", "minLength": 1, "description": "A server tool called with `args` instead of sending a prompt."},
-        "args": {"type": "object", "description": "The handler's input."}
-    });
-    vec![
-        Arc::new(Reminders {
-            op: ReminderOp::Create,
-            spec: spec(
-                "reminders_create",
-                "Schedule a reminder in this conversation. Give exactly one of `delay`, `every`, \
-                 `cron` or `at`, and a `prompt` (or a `handler` tool). When it fires, the prompt \
-                 arrives as a new message in this conversation.",
-                json!({
-                    "type": "object",
-                    "properties": schedule,
-                    "additionalProperties": false
-                }),
-                Effect::Write,
-            ),
-        }),
-        Arc::new(Reminders {
-            op: ReminderOp::List,
-            spec: spec(
-                "reminders_list",
-                "List the reminders of this conversation with their status, fire count and next fire time.",
-                json!({"type": "object", "properties": {}, "additionalProperties": false}),
-                Effect::Read,
-            ),
-        }),
-        Arc::new(Reminders {
-            op: ReminderOp::Cancel,
-            spec: spec(
-                "reminders_cancel",
-                "Cancel one of this conversation's armed reminders by id.",
-                json!({
-                    "type": "object",
-                    "properties": {"id": {"type": "string", "minLength": 1, "description": "The reminder id (rem_...)."}},
-                    "required": ["id"],
-                    "additionalProperties": false
-                }),
-                Effect::Write,
-            ),
-        }),
-    ]
 }
 
 /// `tag_artifact`: records a workspace file or inline text as an artifact of
@@ -1112,57 +1056,5 @@ mod tests {
             json!(["reviewer", "writer"])
         );
         assert_eq!(spec.input_schema["additionalProperties"], json!(false));
-    }
-}
-
-// ---------------------------------------------------------------- reminders
-
-#[derive(Clone, Copy)]
-enum ReminderOp {
-    Create,
-    List,
-    Cancel,
-}
-
-struct Reminders {
-    spec: ToolSpec,
-    op: ReminderOp,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CancelInput {
-    id: String,
-}
-
-#[async_trait]
-impl Tool for Reminders {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn source(&self) -> ToolSource {
-        ToolSource::Builtin
-    }
-
-    async fn call(&self, input: Value, ctx: ToolContext) -> ToolOutput {
-        let Some(reminders) = ctx.services.as_ref().and_then(|s| s.reminders()) else {
-            return ToolOutput::error("reminders need a call bound to a chat session");
-        };
-        let result = match self.op {
-            ReminderOp::Create => match parse_input(input) {
-                Ok(req) => reminders.create(req).await.map(|r| json!(r)),
-                Err(output) => return output,
-            },
-            ReminderOp::List => reminders.list().await.map(|all| json!({"reminders": all})),
-            ReminderOp::Cancel => match parse_input::<CancelInput>(input) {
-                Ok(input) => reminders.cancel(&input.id).await.map(|r| json!(r)),
-                Err(output) => return output,
-            },
-        };
-        match result {
-            Ok(value) => ToolOutput::ok(value),
-            Err(e) => ToolOutput::error(e.to_string()),
-        }
     }
 }

@@ -13,9 +13,9 @@
 //! This file holds the ports a call sees: [`Tool`], the [`ToolContext`] it
 //! runs in and the [`ToolServices`] the host offers through it, among them
 //! the agent's MCP connections ([`McpHub`], re-exported as [`crate::mcp`])
-//! and the session's reminders ([`SessionReminders`]). The plain data lives
-//! in [`spec`]. Everything here names only leaves ([`spec`],
-//! `endpoint::grant`, `reminders::records`), so the modules that implement
+//! and the host's extensions. The plain data lives in [`spec`]. Everything
+//! here names only leaves ([`spec`], `endpoint::grant`), so the modules that
+//! implement
 //! these ports (the host, the endpoint, `bdk-mcp`) depend on tools and never
 //! the other way round.
 
@@ -29,7 +29,6 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::grant::EndpointGrant;
-use crate::reminders::records::SessionReminders;
 
 pub mod builtin;
 pub mod native;
@@ -89,10 +88,11 @@ pub trait ToolServices: Send + Sync {
         None
     }
 
-    /// The reminders of the call's session (`host.reminders`), when the
-    /// call is bound to a session of a host.
-    fn reminders(&self) -> Option<Arc<dyn SessionReminders>> {
-        None
+    /// The extensions of the host the call runs on (see
+    /// [`crate::extension`]), as `Any`: an extension's own helpers find
+    /// themselves here (e.g. `bdk_scheduler::Reminders::for_call`).
+    fn extensions(&self) -> Vec<Arc<dyn std::any::Any + Send + Sync>> {
+        Vec::new()
     }
 }
 

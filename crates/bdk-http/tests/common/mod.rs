@@ -13,7 +13,6 @@ use bdk_core::tool::native::native_tool;
 use bdk_core::tool::{Effect, Tool, ToolContext};
 use bdk_core::{Diagnostic, Project, discover};
 use bdk_http::{Config, Mount};
-use bdk_store::{FsStore, Store};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -137,11 +136,7 @@ pub fn project(name: &str) -> (TempDir, Project, Vec<Diagnostic>) {
             "#!/bin/sh\necho ok\n".to_owned(),
         ),
     ];
-    for (path, content) in &files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
     (dir, d.project.unwrap(), d.diagnostics)
@@ -156,12 +151,12 @@ pub struct Agent {
 
 pub async fn agent(name: &str) -> Agent {
     let (dir, project, diagnostics) = project(name);
-    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
-    let mut builder = Host::builder(project, store);
-    for t in tools() {
-        builder = builder.tool(t);
-    }
-    let host = builder.build().await.unwrap();
+    // As `bdk serve` builds it: with reminders.
+    let host = bdk_testkit::host_over(project, &dir.path().join("state"), |b| {
+        let b = b.extension(Arc::new(bdk_scheduler::Reminders::new()));
+        tools().into_iter().fold(b, |b, t| b.tool(t))
+    })
+    .await;
     Agent {
         dir,
         host,

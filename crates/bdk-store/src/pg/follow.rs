@@ -28,7 +28,7 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{EventRow, PgStore, db, envelope, to_db_index};
+use super::rows::{EventRow, db, envelope, to_db_index};
 use crate::{EventStream, Result};
 
 /// Rows read per query while catching up.
@@ -177,7 +177,10 @@ async fn listen(mut listener: PgListener, watchers: Weak<Watchers>) {
 
 /// The state of one follower.
 struct Follower {
-    store: PgStore,
+    pool: PgPool,
+    /// The store this follower reads: kept alive with it, so its hub (and
+    /// the wake-ups) last as long as the stream.
+    _store: Arc<dyn std::any::Any + Send + Sync>,
     id: SessionId,
     pk: i64,
     next: u64,
@@ -187,16 +190,26 @@ struct Follower {
     done: bool,
 }
 
-pub(super) async fn subscribe(store: PgStore, id: SessionId, from: u64) -> Result<EventStream> {
-    let hub = &store.inner.hub;
+/// A stream of session `id`'s events from index `from`, read from `pool`
+/// and woken by `hub`; `pk` looks the session's row up (after the wake-up
+/// is registered); `store` is kept alive with the stream.
+pub(super) async fn subscribe(
+    hub: &Hub,
+    pool: PgPool,
+    store: Arc<dyn std::any::Any + Send + Sync>,
+    id: SessionId,
+    from: u64,
+    pk: impl std::future::Future<Output = Result<i64>>,
+) -> Result<EventStream> {
     hub.ensure_listening().await?;
     // Registered before the session is looked up and before the first read:
     // nothing committed from here on can go unnoticed.
     let mut rx = hub.watch(&id);
     let checked = rx.borrow_and_update().check;
-    let pk = store.session_pk(&id).await?;
+    let pk = pk.await?;
     let follower = Follower {
-        store,
+        pool,
+        _store: store,
         id,
         pk,
         next: from,
@@ -265,7 +278,7 @@ impl Follower {
         .bind(self.pk)
         .bind(to_db_index(self.next))
         .bind(PAGE)
-        .fetch_all(&self.store.inner.pool)
+        .fetch_all(&self.pool)
         .await
         .map_err(db)
     }
@@ -273,7 +286,7 @@ impl Follower {
     async fn exists(&self) -> Result<bool> {
         let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM bdk_sessions WHERE pk = $1")
             .bind(self.pk)
-            .fetch_optional(&self.store.inner.pool)
+            .fetch_optional(&self.pool)
             .await
             .map_err(db)?;
         Ok(found.is_some())

@@ -33,6 +33,7 @@
 
 mod coord;
 mod follow;
+mod rows;
 
 pub use self::coord::PgCoordination;
 
@@ -42,7 +43,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bdk_events::{Envelope, Event, SessionId, TurnId};
+use bdk_events::{Envelope, SessionId};
 use chrono::{DateTime, SubsecRound, Utc};
 use serde_json::Value;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
@@ -50,6 +51,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Connection, Executor, Row};
 
 use self::follow::Hub;
+pub(crate) use self::rows::db;
+use self::rows::{corrupt, envelope, from_db_index, to_db_index};
 use crate::fs::paths::{self, MAX_KEY_LEN, MAX_NAMESPACE_LEN, invalid, safe_id};
 use crate::{
     ArtifactFilter, ArtifactRecord, EventStream, NewEvent, Result, SessionRecord, Store,
@@ -146,28 +149,6 @@ struct Inner {
     tmp: PathBuf,
 }
 
-/// Wraps a database error.
-pub(crate) fn db(e: sqlx::Error) -> StoreError {
-    StoreError::Database(Box::new(e))
-}
-
-fn corrupt(what: impl std::fmt::Display, e: impl ToString) -> StoreError {
-    StoreError::Corrupt {
-        path: what.to_string(),
-        message: e.to_string(),
-    }
-}
-
-/// Indices and limits travel as `bigint`; anything past `i64::MAX` is
-/// treated as `i64::MAX`, which no stored row reaches.
-fn to_db_index(i: u64) -> i64 {
-    i64::try_from(i).unwrap_or(i64::MAX)
-}
-
-fn from_db_index(i: i64) -> Result<u64> {
-    u64::try_from(i).map_err(|_| corrupt("bdk_events", format!("negative index {i}")))
-}
-
 /// Creates `schema` if it does not exist. Two replicas starting at once may
 /// race on it; the loser's duplicate error means the schema is there.
 async fn create_schema(options: &PgConnectOptions, schema: &str) -> Result<()> {
@@ -204,25 +185,6 @@ fn migrator() -> Migrator {
     let mut migrator = Migrator::with_migrations(migrations);
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
     migrator
-}
-
-/// One row of `bdk_events` as read back.
-type EventRow = (i64, Option<String>, DateTime<Utc>, String, String);
-
-fn envelope(id: &SessionId, row: EventRow) -> Result<Envelope> {
-    let (idx, turn_id, at, kind, data) = row;
-    let index = from_db_index(idx)?;
-    let data: Value = serde_json::from_str(&data)
-        .map_err(|e| corrupt(format_args!("bdk_events {id}#{index}"), e))?;
-    let event = Event::from_parts(&kind, data)
-        .map_err(|e| corrupt(format_args!("bdk_events {id}#{index}"), e))?;
-    Ok(Envelope {
-        index,
-        session_id: id.clone(),
-        turn_id: turn_id.map(TurnId::from_string),
-        at,
-        event,
-    })
 }
 
 fn parse_record(json: &str, what: &str) -> Result<SessionRecord> {
@@ -649,7 +611,16 @@ impl Store for PgStore {
 
     async fn subscribe(&self, id: &SessionId, from: u64) -> Result<EventStream> {
         safe_id("session id", id.as_str())?;
-        follow::subscribe(self.clone(), id.clone(), from).await
+        let keep_alive: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(&self.inner) as _;
+        follow::subscribe(
+            &self.inner.hub,
+            self.inner.pool.clone(),
+            keep_alive,
+            id.clone(),
+            from,
+            self.session_pk(id),
+        )
+        .await
     }
 
     /// `sessions/<id>/workspace` under the local state root, as in

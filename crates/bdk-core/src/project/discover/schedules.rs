@@ -39,8 +39,10 @@ pub(crate) struct Targets {
     pub(crate) mcp_advertises: bool,
 }
 
-/// The tools discovery can see: the enabled built-ins, then the manifest
-/// tools (which replace a built-in of the same name, as in the host).
+/// The tools discovery can see: the enabled built-ins of the runtime, then
+/// the manifest tools (which replace a built-in of the same name, as in the
+/// host). The reminder tools are not among them: a host extension adds
+/// them, and they need a chat session, which a tool schedule's call has not.
 pub(crate) fn known_tools(
     config: &AgentConfig,
     manifests: &[ToolManifest],
@@ -56,9 +58,6 @@ pub(crate) fn known_tools(
     }
     if b.artifacts {
         builtins.push(builtin::tag_artifact_tool());
-    }
-    if b.reminders {
-        builtins.extend(builtin::reminder_tools());
     }
     if has_skills {
         builtins.push(builtin::load_skill_tool());

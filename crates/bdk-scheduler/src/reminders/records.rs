@@ -3,9 +3,9 @@
 //! errors, and [`SessionReminders`], the port through which tools reach the
 //! reminders of their session.
 //!
-//! A leaf (it names only [`crate::cron`]): the tool context and the host
-//! endpoint use it without depending on the engine in [`crate::reminders`],
-//! which drives fires through the host. Re-exported from there.
+//! A leaf (it names only [`crate::cron`]): the tools and the endpoint
+//! operations use it without depending on the engine in
+//! [`crate::reminders`]. Re-exported from there.
 
 use async_trait::async_trait;
 use bdk_events::SessionId;
@@ -58,6 +58,12 @@ pub enum ReminderError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The reminders are not attached to a running host: the host was not
+    /// built with the `Reminders` extension, or it is gone.
+    #[error(
+        "reminders are not available: the host was not built with bdk_scheduler::Reminders, or it has shut down"
+    )]
+    Detached,
 }
 
 impl ReminderError {
@@ -70,6 +76,7 @@ impl ReminderError {
             Self::UnknownHandler(_) => "unknown_tool",
             Self::NotArmed(_) => "conflict",
             Self::Delivery(_) | Self::Store(_) => "internal",
+            Self::Detached => "unavailable",
         }
     }
 }
@@ -274,7 +281,12 @@ pub fn claim_key(id: &str, due: DateTime<Utc>) -> String {
 // ---------------------------------------------------------------------------
 // Session-scoped access for tools
 
-/// Reminders of one session, as tools see them (`host.reminders`).
+/// Finds the reminders of a session (`None` when the host is gone): what
+/// the tools and the endpoint operations are given by the extension.
+pub(crate) type SessionLookup =
+    std::sync::Arc<dyn Fn(SessionId) -> Option<std::sync::Arc<dyn SessionReminders>> + Send + Sync>;
+
+/// Reminders of one session, as tools see them (`Reminders::for_call`).
 #[async_trait]
 pub trait SessionReminders: Send + Sync {
     /// Creates a reminder in the session.

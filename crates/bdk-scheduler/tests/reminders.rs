@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bdk_core::host::{Host, StartSession};
-use bdk_core::reminders::{
-    Clock, HANDLER_LOST, ManualClock, NewReminder, Reminder, ReminderError, ReminderStatus,
-    SESSION_DELETED,
-};
 use bdk_core::tool::ToolContext;
 use bdk_core::tool::native::native_tool;
 use bdk_core::{Project, discover};
 use bdk_events::{Event, SessionId, SessionMode};
+use bdk_scheduler::reminders::{
+    HANDLER_LOST, HostReminders, NewReminder, Reminder, ReminderError, ReminderStatus, Reminders,
+    SESSION_DELETED,
+};
+use bdk_scheduler::{Clock, ManualClock};
 use bdk_store::{FsStore, Store};
 use chrono::{DateTime, TimeDelta, Utc};
 use schemars::JsonSchema;
@@ -88,7 +89,9 @@ async fn host_at(
     with_handler: bool,
 ) -> Host {
     let store: Arc<dyn Store> = Arc::new(FsStore::open(root).unwrap());
-    let mut b = Host::builder(project.clone(), store).clock(Arc::clone(clock) as Arc<dyn Clock>);
+    let mut b = Host::builder(project.clone(), store)
+        .extension(Arc::new(Reminders::new()))
+        .clock(Arc::clone(clock) as Arc<dyn Clock>);
     if with_handler {
         b = b.tool(handler_tool());
     }
@@ -413,7 +416,7 @@ async fn timers_can_be_switched_off() {
     let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
     let host = Host::builder(p, store)
         .clock(Arc::clone(&clock) as Arc<dyn Clock>)
-        .reminder_timers(false)
+        .extension(Arc::new(Reminders::new().timers(false)))
         .build()
         .await
         .unwrap();
@@ -541,7 +544,7 @@ async fn dispatching_a_reminder_of_a_deleted_session_disarms_it() {
     let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
     let host = Host::builder(p, store)
         .clock(Arc::clone(&clock) as Arc<dyn Clock>)
-        .reminder_timers(false)
+        .extension(Arc::new(Reminders::new().timers(false)))
         .build()
         .await
         .unwrap();
@@ -658,6 +661,7 @@ async fn hosts_sharing_a_store_deliver_each_due_time_once() {
     let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
     let build = || {
         Host::builder(p.clone(), Arc::clone(&store))
+            .extension(Arc::new(Reminders::new()))
             .clock(Arc::clone(&clock) as Arc<dyn Clock>)
             .build()
     };
@@ -690,7 +694,10 @@ async fn hosts_sharing_a_store_deliver_each_due_time_once() {
     }
     // Only the latest claim is kept.
     let claims = store
-        .kv_list(bdk_core::reminders::CLAIMS_NAMESPACE, &format!("{}@", r.id))
+        .kv_list(
+            bdk_scheduler::reminders::CLAIMS_NAMESPACE,
+            &format!("{}@", r.id),
+        )
         .await
         .unwrap();
     assert_eq!(claims.len(), 1, "{claims:?}");
@@ -708,6 +715,7 @@ async fn replicas_act_on_the_stored_reminder() {
     let cluster = bdk_store::MemoryCluster::new(Duration::from_secs(15));
     let build = |name: &str| {
         Host::builder(p.clone(), Arc::clone(&store))
+            .extension(Arc::new(Reminders::new()))
             .clock(Arc::clone(&clock) as Arc<dyn Clock>)
             .coordination(cluster.join(name))
             .build()
@@ -788,7 +796,7 @@ async fn a_resync_skips_unreadable_records() {
     let store = host.store();
     store
         .kv_put(
-            bdk_core::reminders::KV_NAMESPACE,
+            bdk_scheduler::reminders::KV_NAMESPACE,
             "rem_garbage",
             json!({"not": "a reminder"}),
         )
@@ -802,7 +810,7 @@ async fn a_resync_skips_unreadable_records() {
     stored.id = "rem_from_elsewhere".into();
     store
         .kv_put(
-            bdk_core::reminders::KV_NAMESPACE,
+            bdk_scheduler::reminders::KV_NAMESPACE,
             &stored.id,
             serde_json::to_value(&stored).unwrap(),
         )
@@ -831,6 +839,7 @@ async fn an_approval_tool_cannot_be_a_reminder_handler() {
     )
     .needs_approval(true);
     let host = Host::builder(p.clone(), store)
+        .extension(Arc::new(Reminders::new()))
         .clock(Arc::clone(&clock) as Arc<dyn Clock>)
         .tool(Arc::new(guarded))
         .build()
@@ -854,4 +863,104 @@ async fn an_approval_tool_cannot_be_a_reminder_handler() {
         "{e}"
     );
     assert!(host.list_reminders(None).is_empty());
+}
+
+/// A native Rust tool reaches its session's reminders through
+/// `Reminders::for_call`; a call bound to no session gets none.
+#[tokio::test]
+async fn native_tools_reach_the_reminders_of_their_session() {
+    let (dir, p) = project();
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let later = native_tool(
+        "later",
+        "sets a reminder in the calling session",
+        |n: Note, ctx: ToolContext| async move {
+            let Some(reminders) = Reminders::for_call(&ctx) else {
+                return Ok(json!("no session"));
+            };
+            let r = reminders
+                .create(NewReminder {
+                    delay: Some("1h".into()),
+                    prompt: Some(n.note.clone()),
+                    ..NewReminder::default()
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(
+                json!({"id": r.id, "listed": reminders.list().await.map_err(|e| e.to_string())?.len()}),
+            )
+        },
+    );
+    let host = Host::builder(p, store)
+        .extension(Arc::new(Reminders::new().timers(false)))
+        .tool(Arc::new(later))
+        .build()
+        .await
+        .unwrap();
+    let s = chat(&host).await;
+    let call = |session: Option<SessionId>| bdk_core::host::DirectCall {
+        name: "later".into(),
+        input: json!({"note": "water the plants"}),
+        session_id: session,
+        ..Default::default()
+    };
+    let out = host.call_tool(call(Some(s.clone()))).await.unwrap();
+    assert!(!out.is_error, "{:?}", out.result);
+    assert_eq!(out.result["listed"], json!(1));
+    let id = out.result["id"].as_str().unwrap();
+    let r = host.reminder(id).unwrap();
+    assert_eq!(r.session_id, s);
+    assert_eq!(r.prompt.as_deref(), Some("water the plants"));
+
+    let out = host.call_tool(call(None)).await.unwrap();
+    assert_eq!(out.result, json!("no session"));
+}
+
+/// A host built without the extension has no reminder tools, even when the
+/// agent turns them on, and its reminder API says why it refuses.
+#[tokio::test]
+async fn a_host_without_the_extension_has_no_reminders() {
+    let (dir, p) = project();
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let host = Host::builder(p, store).build().await.unwrap();
+    assert!(
+        !host
+            .tools()
+            .iter()
+            .any(|t| t.name.starts_with("reminders_")),
+        "{:?}",
+        host.tools()
+    );
+    assert!(Reminders::of(&host).is_none());
+    let s = chat(&host).await;
+    let e = host.create_reminder(&s, req(|_| {})).await.unwrap_err();
+    assert!(matches!(e, ReminderError::Detached), "{e:?}");
+    assert!(host.list_reminders(None).is_empty());
+}
+
+/// The reminder tools the extension adds are the ones discovery knows by
+/// name (for collisions, `direct` and `bdk info`).
+#[tokio::test]
+async fn the_extension_adds_exactly_the_tools_discovery_names() {
+    let (dir, p) = project();
+    let host = host_at(
+        &p,
+        &dir.path().join("state"),
+        &Arc::new(ManualClock::new(start())),
+        false,
+    )
+    .await;
+    let mut added: Vec<String> = host
+        .tools()
+        .into_iter()
+        .map(|t| t.name)
+        .filter(|n| n.starts_with("reminders"))
+        .collect();
+    added.sort();
+    let mut named: Vec<String> = bdk_core::project::REMINDER_TOOLS
+        .iter()
+        .map(|n| (*n).to_owned())
+        .collect();
+    named.sort();
+    assert_eq!(added, named);
 }

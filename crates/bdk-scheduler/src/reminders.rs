@@ -1,23 +1,30 @@
 //! Durable per-conversation reminders: the schedule grammar (`delay`,
 //! `every`, `cron`, `at`), next-fire computation and the stored reminder
-//! records (store kv namespace `reminders`), all in [`records`], and the
-//! engine here: the reminder table and the single timer task that
-//! fires due reminders through the host on the host's [`Clock`] (re-exported
-//! here from [`crate::clock`]; `cron` schedules use [`crate::cron::CronExpr`]).
+//! records (store kv namespace `reminders`), all in [`records`], the
+//! built-in `reminders_*` tools ([`tools`]), and the engine here: the
+//! reminder table and the single timer task that fires due reminders on the
+//! host's [`Clock`] (`cron` schedules use [`crate::cron::CronExpr`]).
 //!
-//! The engine reaches the host only through `ReminderHost` (its store,
-//! tools and sessions), which the host implements; the host's public
-//! reminder methods (`Host::create_reminder`, ...) call the functions here.
-//!
-//! The engine lives in core rather than in `bdk-scheduler` because the
-//! built-in `reminders_*` tools and the host endpoint are core features, and
-//! core must not depend on a crate above it.
+//! [`Reminders`] is a host extension (see [`bdk_core::extension`]): build a
+//! host with `HostBuilder::extension(Arc::new(Reminders::new()))` and it
+//! adds the tools (when `agent.toml` has `[builtin_tools] reminders =
+//! true`) and the `reminders.*` host-endpoint operations, loads and arms the
+//! stored reminders when the host starts, runs the timer (unless
+//! [`Reminders::timers`] turned it off), and disarms a deleted session's
+//! reminders. It reaches the host only through the runtime's narrow
+//! [`Runtime`] port: wake a session with a coalesced message, or call a
+//! handler tool as the agent's own machinery. [`HostReminders`] offers the
+//! API as methods of `Host`.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
+use bdk_core::extension::{HostExtension, OperationCall, OperationError, Runtime, RuntimeLink};
+use bdk_core::host::Host;
+use bdk_core::project::Project;
+use bdk_core::tool::{Tool, ToolContext, ToolSpec};
 use bdk_events::ids::new_id;
 use bdk_events::{SessionId, SessionMode};
 use bdk_store::Store;
@@ -27,16 +34,15 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 pub mod records;
+pub mod tools;
 
-pub use crate::clock::{Clock, ManualClock, Sleep, SystemClock};
+use crate::clock::Clock;
 pub use records::{
     CLAIMS_NAMESPACE, FireOutcome, HANDLER_LOST, KV_NAMESPACE, NewReminder, Reminder,
     ReminderError, ReminderResult, ReminderStatus, SESSION_DELETED, ScheduleKind, SessionReminders,
     claim_key, parse_at, parse_duration,
 };
-use records::{next_fire, parse_cron};
-
-use crate::tool::ToolSpec;
+use records::{SessionLookup, next_fire, parse_cron};
 
 /// The shortest accepted `every` period.
 const MIN_EVERY: TimeDelta = TimeDelta::minutes(1);
@@ -47,10 +53,9 @@ const RESYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 // ---------------------------------------------------------------------------
 // The host port
 
-/// What reminders need of the host they fire through: the engine it owns,
-/// its store and tools, and a way to reach a session (a coalesced follow-up,
-/// or a direct call of a handler tool). The host implements it
-/// (`host/reminder.rs`), so this module names no host type.
+/// What the engine's functions need: the engine, and the host's store,
+/// tools and sessions. [`Bound`] implements it over the runtime's
+/// [`Runtime`] port.
 #[async_trait]
 pub(crate) trait ReminderHost: Send + Sync + 'static {
     /// The host's reminder table and timer channel.
@@ -401,25 +406,12 @@ pub(crate) async fn create_reminder<H: ReminderHost>(
     Ok(reminder)
 }
 
-/// The time the reminder timer wakes next: the earliest armed fire,
-/// dropping stale entries on the way. This is the lookup the timer does
-/// after every change, exposed so the runtime benchmark can time it with
-/// many reminders armed.
-pub(crate) fn next_reminder_fire<H: ReminderHost>(host: &H) -> Option<DateTime<Utc>> {
-    host.reminder_engine().next_due()
-}
-
 /// All reminders, or those of one session, oldest first.
 pub(crate) fn list_reminders<H: ReminderHost>(
     host: &H,
     session: Option<&SessionId>,
 ) -> Vec<Reminder> {
     host.reminder_engine().list(session)
-}
-
-/// One reminder.
-pub(crate) fn reminder<H: ReminderHost>(host: &H, id: &str) -> Option<Reminder> {
-    host.reminder_engine().get(id)
 }
 
 /// Cancels an armed reminder (scoped to `session` when given).
@@ -798,6 +790,361 @@ impl<H: ReminderHost> SessionReminders for Scoped<H> {
 
     async fn cancel(&self, id: &str) -> ReminderResult<Reminder> {
         cancel_reminder(&self.host, id, Some(&self.session)).await
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The extension
+
+/// The engine bound to a live host: what the engine's functions run over.
+#[derive(Clone)]
+pub(crate) struct Bound {
+    engine: Arc<Engine>,
+    runtime: Arc<dyn Runtime>,
+    store: Arc<dyn Store>,
+}
+
+#[async_trait]
+impl ReminderHost for Bound {
+    fn reminder_engine(&self) -> Arc<Engine> {
+        Arc::clone(&self.engine)
+    }
+
+    fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn shares_store(&self) -> bool {
+        self.runtime.shares_store()
+    }
+
+    fn tools(&self) -> Vec<ToolSpec> {
+        self.runtime.tools()
+    }
+
+    async fn session_mode(&self, session: &SessionId) -> ReminderResult<SessionMode> {
+        self.runtime
+            .session_mode(session)
+            .await?
+            .ok_or_else(|| ReminderError::SessionNotFound(session.to_string()))
+    }
+
+    async fn send_coalesced(
+        &self,
+        session: &SessionId,
+        message: String,
+    ) -> Result<Option<bdk_events::TurnId>, String> {
+        self.runtime
+            .wake(session, message)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn call_handler(
+        &self,
+        session: &SessionId,
+        handler: &str,
+        args: Value,
+    ) -> Result<(bool, Value), String> {
+        self.runtime
+            .call_tool(session, handler, args)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The engine over the live host, or why there is none.
+fn bound(attached: &std::sync::OnceLock<Attached>) -> ReminderResult<Bound> {
+    let attached = attached.get().ok_or(ReminderError::Detached)?;
+    let runtime = attached.runtime.get().ok_or(ReminderError::Detached)?;
+    Ok(Bound {
+        engine: Arc::clone(&attached.engine),
+        store: runtime.store(),
+        runtime,
+    })
+}
+
+/// Durable reminders as a host extension (see the module docs). Cheap to
+/// share; one per host.
+pub struct Reminders {
+    timers: bool,
+    /// Set when the host starts the extension; shared with the tools.
+    attached: Arc<std::sync::OnceLock<Attached>>,
+}
+
+struct Attached {
+    engine: Arc<Engine>,
+    runtime: RuntimeLink,
+}
+
+/// The host endpoint operations reminders answer.
+const OPERATIONS: &[&str] = &["reminders.create", "reminders.list", "reminders.cancel"];
+
+impl Default for Reminders {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Reminders {
+    /// Reminders that fire on their own (the timer runs).
+    pub fn new() -> Self {
+        Self {
+            timers: true,
+            attached: Arc::new(std::sync::OnceLock::new()),
+        }
+    }
+
+    /// Turns automatic firing on (default) or off; when off, reminders stay
+    /// armed and fire only through [`Reminders::dispatch`] (`bdk serve
+    /// --dev`, tests).
+    pub fn timers(mut self, on: bool) -> Self {
+        self.timers = on;
+        self
+    }
+
+    /// The reminders of `host`, when it was built with this extension.
+    pub fn of(host: &Host) -> Option<Arc<Reminders>> {
+        host.extension::<Reminders>()
+    }
+
+    /// The reminders of the session a tool call runs in, when the call is
+    /// bound to a session of a host built with this extension: what native
+    /// Rust tools use.
+    pub fn for_call(ctx: &ToolContext) -> Option<Arc<dyn SessionReminders>> {
+        let session = ctx.session.id.clone()?;
+        let reminders = ctx
+            .services
+            .as_ref()?
+            .extensions()
+            .into_iter()
+            .find_map(|e| e.downcast::<Reminders>().ok())?;
+        (reminders.lookup())(session)
+    }
+
+    /// The engine over the live host, or why there is none.
+    fn bound(&self) -> ReminderResult<Bound> {
+        bound(&self.attached)
+    }
+
+    /// Finds a session's reminders, for the tools and the operations.
+    fn lookup(&self) -> SessionLookup {
+        let attached = Arc::clone(&self.attached);
+        Arc::new(move |session| {
+            let host = bound(&attached).ok()?;
+            Some(Arc::new(Scoped { host, session }) as Arc<dyn SessionReminders>)
+        })
+    }
+
+    /// Creates a reminder bound to the chat session `session`.
+    pub async fn create(&self, session: &SessionId, req: NewReminder) -> ReminderResult<Reminder> {
+        create_reminder(&self.bound()?, session, req).await
+    }
+
+    /// The time the timer wakes next: the earliest armed fire, dropping
+    /// stale entries on the way. This is the lookup the timer does after
+    /// every change, exposed so the runtime benchmark can time it with many
+    /// reminders armed.
+    #[doc(hidden)]
+    pub fn next_fire(&self) -> Option<DateTime<Utc>> {
+        self.attached.get().and_then(|a| a.engine.next_due())
+    }
+
+    /// All reminders, or those of one session, oldest first.
+    pub fn list(&self, session: Option<&SessionId>) -> Vec<Reminder> {
+        self.attached
+            .get()
+            .map(|a| a.engine.list(session))
+            .unwrap_or_default()
+    }
+
+    /// One reminder.
+    pub fn get(&self, id: &str) -> Option<Reminder> {
+        self.attached.get().and_then(|a| a.engine.get(id))
+    }
+
+    /// Cancels an armed reminder (scoped to `session` when given).
+    pub async fn cancel(&self, id: &str, session: Option<&SessionId>) -> ReminderResult<Reminder> {
+        cancel_reminder(&self.bound()?, id, session).await
+    }
+
+    /// Arms the reminders that other hosts sharing the store (replicas)
+    /// created since this host loaded its table, so that a reminder still
+    /// fires when the replica that created it is gone. Returns how many it
+    /// added. The timer runs it every 30 seconds on replicas.
+    pub async fn resync(&self) -> ReminderResult<usize> {
+        resync_reminders(&self.bound()?).await
+    }
+
+    /// Fires a reminder now through the production path (the dev route).
+    /// A recurring reminder keeps its next scheduled fire.
+    pub async fn dispatch(&self, id: &str) -> ReminderResult<FireOutcome> {
+        dispatch_reminder(&self.bound()?, id).await
+    }
+}
+
+#[async_trait]
+impl HostExtension for Reminders {
+    fn name(&self) -> &'static str {
+        "reminders"
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+
+    fn tools(&self, project: &Project) -> Vec<Arc<dyn Tool>> {
+        if project.config.builtin_tools.reminders {
+            tools::reminder_tools(&self.lookup())
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn operations(&self) -> &'static [&'static str] {
+        OPERATIONS
+    }
+
+    async fn operation(&self, call: OperationCall<'_>) -> Result<Value, OperationError> {
+        let scoped = call.ctx.session.id.clone().and_then(|s| (self.lookup())(s));
+        tools::operation(scoped, call).await
+    }
+
+    async fn start(
+        &self,
+        runtime: RuntimeLink,
+        shutdown: CancellationToken,
+    ) -> bdk_core::host::HostResult<()> {
+        let unavailable = || {
+            bdk_core::host::HostError::InvalidRequest(
+                "cannot load reminders: the host is gone".to_owned(),
+            )
+        };
+        let live = runtime.get().ok_or_else(unavailable)?;
+        let engine = Arc::new(Engine::new(live.store(), live.clock()));
+        let attached = Attached {
+            engine: Arc::clone(&engine),
+            runtime: runtime.clone(),
+        };
+        if self.attached.set(attached).is_err() {
+            return Err(bdk_core::host::HostError::InvalidRequest(
+                "one Reminders extension cannot serve two hosts; give each host its own".to_owned(),
+            ));
+        }
+        let bound = Bound {
+            engine: Arc::clone(&engine),
+            store: live.store(),
+            runtime: live,
+        };
+        rearm_reminders(&bound).await.map_err(|e| {
+            bdk_core::host::HostError::InvalidRequest(format!("cannot load reminders: {e}"))
+        })?;
+        drop(bound);
+        if self.timers {
+            tokio::spawn(run_timer(
+                move || {
+                    let runtime = runtime.get()?;
+                    Some(Bound {
+                        engine: Arc::clone(&engine),
+                        store: runtime.store(),
+                        runtime,
+                    })
+                },
+                shutdown,
+            ));
+        }
+        Ok(())
+    }
+
+    async fn session_deleted(&self, session: &SessionId) {
+        let Ok(bound) = self.bound() else { return };
+        if let Err(e) = disarm_session_reminders(&bound, session).await {
+            // The fire-time check disarms them later if this fails.
+            tracing::warn!(session_id = %session, error = %e, "cannot disarm the reminders of a deleted session");
+        }
+    }
+}
+
+/// The reminder API as methods of a [`Host`] built with [`Reminders`]. On
+/// a host without it, reads are empty and changes fail with
+/// [`ReminderError::Detached`].
+#[async_trait]
+pub trait HostReminders {
+    /// Creates a reminder bound to the chat session `session`.
+    async fn create_reminder(
+        &self,
+        session: &SessionId,
+        req: NewReminder,
+    ) -> ReminderResult<Reminder>;
+    /// All reminders, or those of one session, oldest first.
+    fn list_reminders(&self, session: Option<&SessionId>) -> Vec<Reminder>;
+    /// One reminder.
+    fn reminder(&self, id: &str) -> Option<Reminder>;
+    /// Cancels an armed reminder (scoped to `session` when given).
+    async fn cancel_reminder(
+        &self,
+        id: &str,
+        session: Option<&SessionId>,
+    ) -> ReminderResult<Reminder>;
+    /// See [`Reminders::resync`].
+    async fn resync_reminders(&self) -> ReminderResult<usize>;
+    /// See [`Reminders::dispatch`].
+    async fn dispatch_reminder(&self, id: &str) -> ReminderResult<FireOutcome>;
+    /// See [`Reminders::next_fire`].
+    #[doc(hidden)]
+    fn next_reminder_fire(&self) -> Option<DateTime<Utc>>;
+}
+
+#[async_trait]
+impl HostReminders for Host {
+    async fn create_reminder(
+        &self,
+        session: &SessionId,
+        req: NewReminder,
+    ) -> ReminderResult<Reminder> {
+        Reminders::of(self)
+            .ok_or(ReminderError::Detached)?
+            .create(session, req)
+            .await
+    }
+
+    fn list_reminders(&self, session: Option<&SessionId>) -> Vec<Reminder> {
+        Reminders::of(self)
+            .map(|r| r.list(session))
+            .unwrap_or_default()
+    }
+
+    fn reminder(&self, id: &str) -> Option<Reminder> {
+        Reminders::of(self)?.get(id)
+    }
+
+    async fn cancel_reminder(
+        &self,
+        id: &str,
+        session: Option<&SessionId>,
+    ) -> ReminderResult<Reminder> {
+        Reminders::of(self)
+            .ok_or(ReminderError::Detached)?
+            .cancel(id, session)
+            .await
+    }
+
+    async fn resync_reminders(&self) -> ReminderResult<usize> {
+        Reminders::of(self)
+            .ok_or(ReminderError::Detached)?
+            .resync()
+            .await
+    }
+
+    async fn dispatch_reminder(&self, id: &str) -> ReminderResult<FireOutcome> {
+        Reminders::of(self)
+            .ok_or(ReminderError::Detached)?
+            .dispatch(id)
+            .await
+    }
+
+    fn next_reminder_fire(&self) -> Option<DateTime<Utc>> {
+        Reminders::of(self)?.next_fire()
     }
 }
 

@@ -1,0 +1,185 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The `reminders.*` host-endpoint operations the `Reminders` extension
+//! adds, reached by a Python tool (no Rust) over the socket named in its
+//! environment.
+
+use std::sync::Arc;
+
+use bdk_core::discover;
+use bdk_core::host::{DirectCall, DirectOutcome, Host, StartSession};
+use bdk_events::SessionId;
+use bdk_scheduler::Reminders;
+use bdk_store::{FsStore, Store};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+/// The tool program: runs the requests of its input on one connection, in
+/// order, and prints the answers.
+const CLIENT_PY: &str = r#"
+import json, os, socket, sys
+
+request = json.loads(sys.stdin.readline())
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(os.environ["BDK_HOST_SOCKET"])
+stream = conn.makefile("rwb")
+answers = []
+for n, step in enumerate(request["input"]["requests"]):
+    message = {"token": os.environ["BDK_HOST_TOKEN"], "id": n, "op": step["op"], "args": step["args"]}
+    stream.write(json.dumps(message).encode() + b"\n")
+    stream.flush()
+    answers.append(json.loads(stream.readline()))
+print(json.dumps({"answers": answers}))
+"#;
+
+const CLIENT_TOML: &str = r#"
+description = "Runs requests against the host endpoint."
+effect = "read"
+command = ["python3", "client.py"]
+
+[input_schema]
+type = "object"
+required = ["requests"]
+properties = { requests = { type = "array" } }
+"#;
+
+/// A project with the client tool and a host over it with reminders.
+async fn setup() -> (TempDir, Host) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("agent/agent.toml", "model = \"scripted\"\n"),
+        ("agent/instructions.md", "You are a test agent.\n"),
+        ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
+        ("agent/tools/client.toml", CLIENT_TOML),
+        ("agent/tools/client.py", CLIENT_PY),
+    ];
+    for (path, content) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    let d = discover(dir.path());
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let host = Host::builder(d.project.unwrap(), store)
+        .extension(Arc::new(Reminders::new()))
+        .build()
+        .await
+        .unwrap();
+    (dir, host)
+}
+
+/// Runs the client tool with `requests`, bound to `session` when given.
+async fn run_client(
+    host: &Host,
+    session: Option<&SessionId>,
+    _principal: Option<&str>,
+    requests: Value,
+) -> DirectOutcome {
+    let out = host
+        .call_tool(DirectCall {
+            name: "client".into(),
+            input: json!({ "requests": requests }),
+            session_id: session.cloned(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{:?}", out.result);
+    out
+}
+
+fn answers(out: &DirectOutcome) -> &Vec<Value> {
+    out.result["answers"].as_array().unwrap()
+}
+
+fn assert_error(answer: &Value, code: &str) {
+    assert_eq!(answer["ok"], json!(false), "{answer}");
+    assert_eq!(answer["error"], json!(code), "{answer}");
+    assert!(
+        answer["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{answer}"
+    );
+}
+
+fn assert_ok(answer: &Value) -> &Value {
+    assert_eq!(answer["ok"], json!(true), "{answer}");
+    &answer["result"]
+}
+
+/// `reminders.create` without a schedule is refused with the reason.
+#[tokio::test]
+async fn a_reminder_without_a_schedule_is_refused_with_the_reason() {
+    let (_dir, host) = setup().await;
+    let session = host
+        .start_session(StartSession::default())
+        .await
+        .unwrap()
+        .session_id;
+    let out = run_client(
+        &host,
+        Some(&session),
+        None,
+        json!([{"op": "reminders.create", "args": {}}]),
+    )
+    .await;
+    let a = answers(&out);
+    assert_error(&a[0], "invalid_args");
+    assert!(
+        a[0]["message"].as_str().unwrap().contains("exactly one of"),
+        "{}",
+        a[0]
+    );
+}
+
+/// The `reminders.*` ops manage the calling session's reminders; an unbound
+/// call has no session to attach them to.
+#[tokio::test]
+async fn reminder_ops_are_scoped_to_the_calling_session() {
+    let (_dir, host) = setup().await;
+    let session = host
+        .start_session(StartSession::default())
+        .await
+        .unwrap()
+        .session_id;
+    let out = run_client(
+        &host,
+        Some(&session),
+        None,
+        json!([
+            {"op": "reminders.create", "args": {"every": "1h", "prompt": "check the queue"}},
+            {"op": "reminders.list", "args": {}},
+            {"op": "reminders.create", "args": {"delay": "-5m", "prompt": "x"}},
+        ]),
+    )
+    .await;
+    let a = answers(&out);
+    let created = assert_ok(&a[0]);
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["status"], "armed");
+    assert_eq!(created["sessionId"], json!(session.as_str()));
+    assert_eq!(assert_ok(&a[1])["reminders"][0]["id"], json!(id));
+    assert_error(&a[2], "invalid_args");
+    assert!(
+        a[2]["message"].as_str().unwrap().contains("positive"),
+        "{}",
+        a[2]
+    );
+
+    let out = run_client(
+        &host,
+        Some(&session),
+        None,
+        json!([{"op": "reminders.cancel", "args": {"id": id}}]),
+    )
+    .await;
+    assert_eq!(assert_ok(&answers(&out)[0])["status"], "cancelled");
+
+    let out = run_client(
+        &host,
+        None,
+        None,
+        json!([{"op": "reminders.list", "args": {}}]),
+    )
+    .await;
+    assert_error(&answers(&out)[0], "no_session");
+}
