@@ -190,20 +190,49 @@ struct Inner {
     secrets: Secrets,
     locks: KeyedLocks,
     delivery: Delivery,
+    /// When this instance was made: [`Channels::resume`] covers the
+    /// sessions created before.
+    created_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl Channels {
     /// Prepares `manifests` (a channel or route that cannot be served is
     /// logged and left out) and resumes event delivery for the channels'
     /// existing sessions in a background task when called inside a Tokio
-    /// runtime.
+    /// runtime: [`Channels::new`] and then [`Channels::resume`].
     pub fn start(
         host: Host,
         manifests: &[ChannelManifest],
         shutdown: CancellationToken,
         options: Options,
     ) -> Self {
-        let started_at = chrono::Utc::now();
+        let this = Self::new(host, manifests, shutdown, options);
+        if this.delivers() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    let resuming = this.clone();
+                    runtime.spawn(async move { resuming.resume().await });
+                }
+                Err(_) => tracing::warn!(
+                    "channels were started outside a Tokio runtime; event delivery does not resume for existing sessions"
+                ),
+            }
+        }
+        this
+    }
+
+    /// Prepares `manifests` (a channel or route that cannot be served is
+    /// logged and left out) and starts no task: event delivery covers the
+    /// sessions this instance creates or continues, and the sessions that
+    /// already exist once [`Channels::resume`] has run. `shutdown` stops
+    /// every delivery.
+    pub fn new(
+        host: Host,
+        manifests: &[ChannelManifest],
+        shutdown: CancellationToken,
+        options: Options,
+    ) -> Self {
+        let created_at = chrono::Utc::now();
         let mut channels = BTreeMap::new();
         for manifest in manifests {
             let (channel, skipped) = config::compile(manifest);
@@ -213,28 +242,37 @@ impl Channels {
             channels.insert(channel.name.clone(), Arc::new(channel));
         }
         let delivery = Delivery::new(host.clone(), shutdown);
-        let this = Self {
+        Self {
             inner: Arc::new(Inner {
                 host,
                 channels,
                 secrets: options.secrets,
                 locks: KeyedLocks::default(),
                 delivery,
+                created_at,
             }),
-        };
-        let list: Vec<Arc<ChannelConfig>> = this.inner.channels.values().cloned().collect();
-        if list.iter().any(|c| !c.events.is_empty()) {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    let delivery = this.inner.delivery.clone();
-                    runtime.spawn(async move { delivery.resume(&list, started_at).await });
-                }
-                Err(_) => tracing::warn!(
-                    "channels were started outside a Tokio runtime; event delivery does not resume for existing sessions"
-                ),
-            }
         }
-        this
+    }
+
+    /// Resumes event delivery for the channels' sessions created before
+    /// this instance was (later ones are followed as they are created):
+    /// from each session's cursor, or from the end of its stream. Returns
+    /// once every such session is followed; the deliveries run on in tasks
+    /// of their own.
+    pub async fn resume(&self) {
+        if !self.delivers() {
+            return;
+        }
+        let list: Vec<Arc<ChannelConfig>> = self.inner.channels.values().cloned().collect();
+        self.inner
+            .delivery
+            .resume(&list, self.inner.created_at)
+            .await;
+    }
+
+    /// True when some channel has an events map.
+    fn delivers(&self) -> bool {
+        self.inner.channels.values().any(|c| !c.events.is_empty())
     }
 
     /// The router (see [`routes`]): default-auth routes read the caller an
