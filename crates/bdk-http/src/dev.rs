@@ -19,13 +19,13 @@ use bdk_scheduler::{Dispatcher, Handoff, HandoffFn, ScheduleError, ScheduleStatu
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::Agent;
 use crate::api::True;
 use crate::auth::Caller;
 use crate::channels::{Channels, Receive};
 use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::PathParams;
+use crate::state::Agent;
 
 /// The path of a schedule.
 #[derive(Deserialize, JsonSchema)]

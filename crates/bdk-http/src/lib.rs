@@ -30,17 +30,16 @@
 //! grace period of the shutdown signal, whatever clients do.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::{Extension, Router};
-use bdk_core::Diagnostic;
-use bdk_core::host::Host;
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
+
+use crate::state::{Agent, Shared};
 
 mod api;
 mod artifacts;
@@ -64,66 +63,21 @@ mod playground;
 mod routes;
 mod server;
 mod sessions;
+mod state;
 mod stream;
 mod tools;
 
+pub use auth::policy::{Auth, BearerToken};
 pub use background::{Background, Schedules, Workers};
 pub use error::ErrorCode;
+pub use extract::DEFAULT_MAX_BODY_BYTES;
 pub use logs::{LogBuffer, LogLine};
 pub use server::{
     Connections, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE, MAX_DEFAULT_CONNECTIONS, default_max_connections, serve, serve_with,
 };
+pub use state::Mount;
 pub use stream::open_streams;
-
-/// One agent served by the app.
-#[derive(Clone)]
-pub struct Mount {
-    /// URL slug; `None` in `--mode single` (routes at `/v1/*`).
-    pub slug: Option<String>,
-    /// The agent's session runtime.
-    pub host: Host,
-    /// Discovery diagnostics (warnings), served in `/v1/info`.
-    pub diagnostics: Vec<Diagnostic>,
-}
-
-/// Who may call the agent routes, and as which principal.
-#[derive(Clone, Debug, Default)]
-pub enum Auth {
-    /// Default: only direct loopback peers. A request carrying a
-    /// proxy-forwarding header (`Forwarded`, `Via`, `X-Real-IP`, any
-    /// `X-Forwarded-*`) is refused with 401, since it was relayed from
-    /// somewhere else; so is one that does not name exactly one well-formed
-    /// loopback host (a missing, repeated, malformed or foreign `Host`),
-    /// since it may come from a page that rebound a foreign name to
-    /// 127.0.0.1. Principal `local`.
-    #[default]
-    LocalDevStrict,
-    /// `Authorization: Bearer <token>`, compared in constant time; each token
-    /// is its own principal. Missing or wrong: 401.
-    Bearer(Vec<BearerToken>),
-    /// Anyone; principal `anonymous`.
-    Anonymous,
-}
-
-/// One accepted bearer token and the principal it authenticates.
-#[derive(Clone)]
-pub struct BearerToken {
-    /// The principal name sessions created with this token belong to.
-    pub principal: String,
-    /// The secret.
-    pub token: String,
-}
-
-impl fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The secret never reaches a log line.
-        f.debug_struct("BearerToken")
-            .field("principal", &self.principal)
-            .field("token", &"<redacted>")
-            .finish()
-    }
-}
 
 /// Settings of the whole app.
 #[derive(Clone, Debug)]
@@ -151,8 +105,6 @@ pub struct Config {
     pub connections: Connections,
 }
 
-/// The default body limit: 1 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// The default stream heartbeat: 15 seconds.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(15);
 /// The default capacity of the log ring buffer.
@@ -201,31 +153,6 @@ pub fn check_slug(slug: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// State every request handler of one agent shares.
-pub(crate) struct Agent {
-    pub(crate) host: Host,
-    pub(crate) slug: Option<String>,
-    /// `/<slug>`, or empty in single mode.
-    pub(crate) prefix: String,
-    pub(crate) diagnostics: Vec<Diagnostic>,
-    pub(crate) shared: Arc<Shared>,
-    /// Fires this agent's schedules (dev route and cadence alike).
-    pub(crate) schedules: bdk_scheduler::Dispatcher,
-    /// The eval routes' state (run history, the active run).
-    pub(crate) evals: evals::Evals,
-}
-
-/// App-wide settings, derived once from [`Config`].
-pub(crate) struct Shared {
-    pub(crate) auth: auth::Policy,
-    pub(crate) dev: bool,
-    pub(crate) playground: bool,
-    pub(crate) docs: bool,
-    pub(crate) heartbeat: Option<Duration>,
-    pub(crate) logs: LogBuffer,
-    pub(crate) shutdown: CancellationToken,
-}
-
 /// The router of the whole app, without its [`Background`] work: what
 /// [`App::new`] builds, for callers that start no background work.
 pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
@@ -258,13 +185,14 @@ impl App {
 
 fn build(mounts: Vec<Mount>, config: Config) -> App {
     let shared = Arc::new(Shared {
-        auth: auth::Policy::new(&config.auth),
+        auth: auth::policy::Policy::new(&config.auth),
         dev: config.dev,
         playground: config.playground,
         docs: config.docs,
         heartbeat: (!config.heartbeat.is_zero()).then_some(config.heartbeat),
         logs: config.logs.clone(),
         shutdown: config.shutdown.clone(),
+        openapi: openapi::document,
     });
     let mut background = Background::new(config.dev, config.shutdown.clone());
 
@@ -352,7 +280,7 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>, background: &mut Background)
     background.add(host.clone(), schedules.clone(), channels.clone());
     let agent = Arc::new(Agent {
         schedules,
-        evals: evals::Evals::new(host.clone(), shared.shutdown.clone()),
+        evals: evals::state::Evals::new(host.clone(), shared.shutdown.clone()),
         host,
         slug: mount.slug,
         prefix,
