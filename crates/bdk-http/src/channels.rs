@@ -10,7 +10,7 @@
 //! continuation token is `<channel>:<key>`. The answer is `202` with the
 //! session's identifiers; the turn runs in the background. The events map
 //! delivers chosen events of the channel's sessions to a URL or a command
-//! (the `delivery` module).
+//! (core's durable hook kind, `bdk_core::hooks::ChannelDelivery`).
 //!
 //! Two requests with the same key never create two sessions, on one server
 //! or on replicas sharing a store: the host finds or creates the key's
@@ -53,14 +53,13 @@ use crate::described;
 use crate::error::{ApiError, ErrorCode};
 
 mod config;
-mod delivery;
 mod keyed;
 mod verify;
 
+pub use bdk_core::hooks::CURSOR_NAMESPACE;
+use bdk_core::hooks::{ChannelDelivery, DeliveryStart};
 pub use config::ConfigError;
 use config::{Auth as RouteAuth, ChannelConfig, RouteConfig};
-pub use delivery::CURSOR_NAMESPACE;
-use delivery::{Delivery, Start};
 use keyed::KeyedLocks;
 pub use verify::{Secrets, env_secrets, sign};
 
@@ -189,7 +188,7 @@ struct Inner {
     channels: BTreeMap<String, Arc<ChannelConfig>>,
     secrets: Secrets,
     locks: KeyedLocks,
-    delivery: Delivery,
+    delivery: ChannelDelivery,
     /// When this instance was made: [`Channels::resume`] covers the
     /// sessions created before.
     created_at: chrono::DateTime<chrono::Utc>,
@@ -241,7 +240,12 @@ impl Channels {
             }
             channels.insert(channel.name.clone(), Arc::new(channel));
         }
-        let delivery = Delivery::new(host.clone(), shutdown);
+        let delivery = ChannelDelivery::new(
+            Arc::clone(host.store()),
+            host.containment().clone(),
+            host.project().lib_dir(),
+            shutdown,
+        );
         Self {
             inner: Arc::new(Inner {
                 host,
@@ -263,7 +267,12 @@ impl Channels {
         if !self.delivers() {
             return;
         }
-        let list: Vec<Arc<ChannelConfig>> = self.inner.channels.values().cloned().collect();
+        let list: Vec<Arc<ChannelManifest>> = self
+            .inner
+            .channels
+            .values()
+            .map(|c| Arc::clone(&c.manifest))
+            .collect();
         self.inner
             .delivery
             .resume(&list, self.inner.created_at)
@@ -272,7 +281,10 @@ impl Channels {
 
     /// True when some channel has an events map.
     fn delivers(&self) -> bool {
-        self.inner.channels.values().any(|c| !c.events.is_empty())
+        self.inner
+            .channels
+            .values()
+            .any(|c| !c.manifest.events.is_empty())
     }
 
     /// The router (see [`routes`]): default-auth routes read the caller an
@@ -425,10 +437,10 @@ impl Channels {
         self.inner
             .delivery
             .follow(
-                channel,
+                &channel.manifest,
                 &started.session_id,
                 &started.continuation_token,
-                Start::New,
+                DeliveryStart::New,
             )
             .await;
         Accepted {
@@ -452,7 +464,7 @@ impl Channels {
         // its cursor or from before this message.
         self.inner
             .delivery
-            .follow(channel, &id, &token, Start::Resume)
+            .follow(&channel.manifest, &id, &token, DeliveryStart::Resume)
             .await;
         let sent = self
             .inner

@@ -9,7 +9,7 @@
 //! logged, never a panic at startup.
 
 use axum::http::HeaderName;
-use bdk_core::project::{ChannelEvents, ChannelManifest, ChannelRoute, RouteAuth};
+use bdk_core::project::{ChannelManifest, ChannelRoute, RouteAuth};
 use bdk_core::tool::schema::InputValidator;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 
@@ -60,9 +60,9 @@ pub(crate) struct RouteConfig {
 /// A channel ready to serve.
 pub(crate) struct ChannelConfig {
     pub(crate) name: String,
-    /// The folder of the manifest: event commands run there.
-    pub(crate) dir: std::path::PathBuf,
-    pub(crate) events: Vec<ChannelEvents>,
+    /// The manifest, as discovery typed it (its events map is delivered
+    /// by core's `ChannelEvents`).
+    pub(crate) manifest: std::sync::Arc<ChannelManifest>,
     pub(crate) routes: Vec<RouteConfig>,
     /// The channel's compiled templates, named `routes[<i>].<key>`.
     pub(crate) templates: Environment<'static>,
@@ -107,8 +107,7 @@ pub(crate) fn compile(manifest: &ChannelManifest) -> (ChannelConfig, Vec<ConfigE
     (
         ChannelConfig {
             name: manifest.name.clone(),
-            dir: manifest.dir(),
-            events: manifest.events.clone(),
+            manifest: std::sync::Arc::new(manifest.clone()),
             routes,
             templates,
         },
