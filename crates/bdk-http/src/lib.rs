@@ -5,8 +5,9 @@
 //! the app's [`Background`] work, which the server's owner starts beside
 //! the router and stops at shutdown (the schedule cadence, and event
 //! delivery for channel sessions that existed before the server started).
-//! [`app`] is the router alone. The router serves per agent the session API (start, follow-up, NDJSON stream,
-//! events, stop, list, cost, approvals), direct tool calls, discovery
+//! [`app`] is the router alone. The router serves per agent the session
+//! API (start, follow-up, NDJSON stream, events, stop, list, cost,
+//! approvals), direct tool calls, discovery
 //! (`/v1/info`, `/v1/tools`, `/v1/meta`, `/v1/health`, `/v1/logs`),
 //! artifacts, the agent's custom channel routes ([`channels`]) and the
 //! OpenAPI document ([`openapi`]) and the web playground (`/playground`,
@@ -24,8 +25,8 @@
 //!
 //! This is the only crate that knows axum. It knows nothing of the CLI: the
 //! binary builds the hosts, the listener and the log pipeline, and runs the
-//! app with [`serve_with`] (and starts its [`Background`]), which hands peer addresses to the default auth
-//! policy, bounds what each connection may hold (the connection limit, the
+//! app with [`serve_with`] (and starts its [`Background`]), which hands
+//! peer addresses to the default auth policy, bounds what each connection may hold (the connection limit, the
 //! header, body and idle timeouts of [`Connections`]) and stops within a
 //! grace period of the shutdown signal, whatever clients do.
 
