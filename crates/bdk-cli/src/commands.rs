@@ -256,7 +256,10 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
         project
             .channels
             .iter()
-            .map(|c| format!("{} {}", c.name, c.routes.join(", ")))
+            .map(|c| {
+                let routes: Vec<String> = c.routes.iter().map(ToString::to_string).collect();
+                format!("{} {}", c.name, routes.join(", "))
+            })
             .collect(),
     );
     section(

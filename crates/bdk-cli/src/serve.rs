@@ -406,11 +406,6 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         heartbeat: Duration::from_secs(15),
         logs,
         shutdown: shutdown.clone(),
-        schedules: if opts.schedules && !opts.dev {
-            Schedules::On(Arc::clone(&clock))
-        } else {
-            Schedules::Off
-        },
         connections: opts.connections.resolve(),
     };
     let connections = config.connections.clone();
@@ -418,7 +413,16 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         .iter()
         .map(|m| (m.slug.clone(), m.host.project().name.clone()))
         .collect();
-    let app = bdk_http::app(mounts, config);
+    let app = bdk_http::App::new(mounts, config);
+    // The work the app does on its own (the schedule cadence, channel
+    // event delivery for existing sessions) runs beside the router until
+    // shutdown.
+    let workers = app.background.start(if opts.schedules && !opts.dev {
+        Schedules::On(Arc::clone(&clock))
+    } else {
+        Schedules::Off
+    });
+    let app = app.router;
     let listener = bind(&opts.host, opts.port)?;
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
@@ -495,6 +499,15 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         signal.cancel();
         futures::future::join_all(stopping.iter().map(|h| h.shutdown(settle))).await;
         shutdown.cancel();
+        if tokio::time::timeout(grace, workers.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?grace,
+                "the schedule cadence did not stop within the shutdown grace"
+            );
+        }
         // What the shutdown recorded (interrupted turns) reaches the hooks
         // too, within what is left of the grace.
         let drains = stopping.iter().map(|h| h.drain_hooks(grace));

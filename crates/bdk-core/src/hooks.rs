@@ -14,9 +14,15 @@
 //! ([`HookBus::drain`], through `Host::drain_hooks`), so its last events are
 //! delivered rather than dropped with the runtime.
 //!
+//! Channel event delivery ([`ChannelDelivery`], `hooks/channel_events.rs`)
+//! is the durable kind: it reads the channel sessions' streams from the
+//! store behind a per-session cursor, so it resumes after a restart.
+//!
 //! Manifest hooks (`hooks/<name>.toml`) deliver to a command (one JSON line on
 //! stdin), a URL (POSTed JSON) or a file (appended NDJSON): the envelope with
 //! one more key, `session`. Rust embedders implement [`Hook`].
+
+mod channel_events;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +39,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::containment::{Containment, Program, ProgramEnd};
 use crate::project::{HookEvents, HookManifest, HookTarget};
+
+pub use channel_events::{CURSOR_NAMESPACE, ChannelDelivery, DeliveryStart};
 
 /// How much stdout a command hook may write (it is read and thrown away);
 /// more kills the command.

@@ -8,8 +8,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use bdk_core::project::{
-    Diagnostic, Discovery, HookEvents, HookTarget, McpTransport, ScheduleAction, Severity,
-    SkillForm, ToolRunner, discover,
+    Diagnostic, Discovery, HookEvents, HookTarget, McpTransport, RouteAuth, ScheduleAction,
+    Severity, SkillForm, ToolRunner, discover,
 };
 use bdk_core::tool::{Effect, Execution};
 use bdk_models::scripted::{RulesFile, ScriptedModel};
@@ -244,14 +244,27 @@ fn full_fixture_discovers_every_form_without_diagnostics() {
         }
     );
 
-    // Channels keep the whole manifest.
+    // Channels are typed, the channel's auth block inherited by routes
+    // without their own.
     assert_eq!(p.channels.len(), 1);
     assert_eq!(p.channels[0].name, "drive");
     assert_eq!(p.channels[0].routes, ["POST /webhook", "GET /status"]);
-    assert_eq!(p.channels[0].raw["auth"], "bearer");
     assert_eq!(
-        p.channels[0].raw["routes"][1]["signature_header"],
-        "x-signature"
+        p.channels[0].routes[0].auth,
+        RouteAuth::Bearer {
+            token_env: "BDK_CHANNEL_DRIVE_TOKEN".into()
+        }
+    );
+    assert_eq!(
+        p.channels[0].routes[1].auth,
+        RouteAuth::Hmac {
+            secret_env: "DRIVE_SECRET".into(),
+            signature_header: "x-signature".into(),
+        }
+    );
+    assert_eq!(
+        p.channels[0].routes[0].body_schema,
+        Some(serde_json::json!({"type": "object"}))
     );
 
     // Hooks.

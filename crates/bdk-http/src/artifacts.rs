@@ -18,12 +18,12 @@ use bdk_store::{ArtifactFilter, ArtifactRecord, StoreError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::Agent;
 use crate::api::True;
 use crate::auth::Caller;
 use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{PathParams, QueryParams};
+use crate::state::Agent;
 
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 1000;

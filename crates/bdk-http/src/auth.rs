@@ -4,6 +4,8 @@
 //! the request by the app's [`Policy`] and records the [`Caller`] in the
 //! request extensions; handlers take it as an extractor.
 
+pub(crate) mod policy;
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -12,71 +14,14 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::auth::policy::{Policy, digest};
 use crate::error::{ApiError, ErrorCode};
-use crate::{Auth, Shared};
+use crate::state::Shared;
 
 /// Headers that mean a proxy relayed the request.
 const PROXY_HEADERS: &[&str] = &["forwarded", "via", "x-real-ip"];
-
-/// The auth policy, prepared once: bearer secrets are kept as SHA-256
-/// digests so every comparison runs over 32 bytes, whatever the lengths of
-/// the presented and expected tokens.
-pub(crate) enum Policy {
-    LocalDevStrict,
-    Bearer(Vec<(String, [u8; 32])>),
-    Anonymous,
-}
-
-/// The name of an auth policy, as `/v1/meta` reports it.
-#[derive(Clone, Copy, Debug, serde::Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) enum PolicyName {
-    /// Loopback clients only (the default).
-    LocalDevStrict,
-    /// `--bearer-token`.
-    Bearer,
-    /// `--allow-anonymous`.
-    Anonymous,
-}
-
-impl Policy {
-    pub(crate) fn new(auth: &Auth) -> Self {
-        match auth {
-            Auth::LocalDevStrict => Policy::LocalDevStrict,
-            Auth::Bearer(tokens) => Policy::Bearer(
-                tokens
-                    .iter()
-                    .map(|t| (t.principal.clone(), digest(t.token.as_bytes())))
-                    .collect(),
-            ),
-            Auth::Anonymous => Policy::Anonymous,
-        }
-    }
-
-    /// The policy's name as `/v1/meta` reports it.
-    pub(crate) fn name(&self) -> PolicyName {
-        match self {
-            Policy::LocalDevStrict => PolicyName::LocalDevStrict,
-            Policy::Bearer(_) => PolicyName::Bearer,
-            Policy::Anonymous => PolicyName::Anonymous,
-        }
-    }
-
-    /// True when callers cannot come through a proxy (so forwarded-scheme
-    /// headers are never trusted).
-    pub(crate) fn is_local(&self) -> bool {
-        matches!(self, Policy::LocalDevStrict)
-    }
-}
-
-fn digest(bytes: &[u8]) -> [u8; 32] {
-    let mut out = [0u8; 32];
-    out.copy_from_slice(&Sha256::digest(bytes));
-    out
-}
 
 /// The authenticated caller of a request.
 #[derive(Clone, Debug)]

@@ -10,16 +10,19 @@
 //! continuation token is `<channel>:<key>`. The answer is `202` with the
 //! session's identifiers; the turn runs in the background. The events map
 //! delivers chosen events of the channel's sessions to a URL or a command
-//! (the `delivery` module).
+//! (core's durable hook kind, `bdk_core::hooks::ChannelDelivery`).
 //!
-//! Two requests with the same key never create two sessions: the lookup and
-//! the creation run under a lock per continuation token (the `keyed`
-//! module), and the second request finds the session the first created.
-//! The lock is per process; replicas sharing a PostgreSQL store need the
-//! store's own guarantee.
+//! Two requests with the same key never create two sessions, on one server
+//! or on replicas sharing a store: the host finds or creates the key's
+//! session behind a durable claim in the store
+//! (`bdk_core::host::Host::session_for_key`), and the second request finds
+//! the session the first created. A lock per continuation token in this
+//! process (the `keyed` module) only spares local callers the claim's
+//! polling.
 //!
 //! The manifest format is documented in `docs/channels.md`; discovery
-//! checks it, the `config` module turns it into what runs here.
+//! checks it and types it (`bdk_core::project::ChannelManifest`), the
+//! `config` module compiles its schemas and templates.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,11 +35,11 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, Route, on};
-use bdk_core::host::{FollowUp, Host, HostError, StartSession};
-use bdk_core::project::ChannelManifest;
+use bdk_core::host::{FollowUp, Host, HostError, KeySession, StartSession, Started};
+use bdk_core::project::{ChannelManifest, RouteMethod};
 use bdk_events::ids::new_id;
 use bdk_events::{Admission, DeliveryId, SessionId, SessionMode, TurnId};
 use schemars::JsonSchema;
@@ -50,14 +53,13 @@ use crate::described;
 use crate::error::{ApiError, ErrorCode};
 
 mod config;
-mod delivery;
 mod keyed;
 mod verify;
 
+pub use bdk_core::hooks::CURSOR_NAMESPACE;
+use bdk_core::hooks::{ChannelDelivery, DeliveryStart};
 pub use config::ConfigError;
-use config::{ChannelConfig, RouteAuth, RouteConfig};
-pub use delivery::CURSOR_NAMESPACE;
-use delivery::{Delivery, Start};
+use config::{Auth as RouteAuth, ChannelConfig, RouteConfig};
 use keyed::KeyedLocks;
 pub use verify::{Secrets, env_secrets, sign};
 
@@ -186,49 +188,29 @@ struct Inner {
     channels: BTreeMap<String, Arc<ChannelConfig>>,
     secrets: Secrets,
     locks: KeyedLocks,
-    delivery: Delivery,
+    delivery: ChannelDelivery,
+    /// When this instance was made: [`Channels::resume`] covers the
+    /// sessions created before.
+    created_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl Channels {
     /// Prepares `manifests` (a channel or route that cannot be served is
     /// logged and left out) and resumes event delivery for the channels'
     /// existing sessions in a background task when called inside a Tokio
-    /// runtime.
+    /// runtime: [`Channels::new`] and then [`Channels::resume`].
     pub fn start(
         host: Host,
         manifests: &[ChannelManifest],
         shutdown: CancellationToken,
         options: Options,
     ) -> Self {
-        let started_at = chrono::Utc::now();
-        let mut channels = BTreeMap::new();
-        for manifest in manifests {
-            match config::parse(manifest) {
-                Ok((channel, skipped)) => {
-                    for e in skipped {
-                        tracing::error!(error = %e, "channel route not served");
-                    }
-                    channels.insert(channel.name.clone(), Arc::new(channel));
-                }
-                Err(e) => tracing::error!(error = %e, "channel not served"),
-            }
-        }
-        let delivery = Delivery::new(host.clone(), shutdown);
-        let this = Self {
-            inner: Arc::new(Inner {
-                host,
-                channels,
-                secrets: options.secrets,
-                locks: KeyedLocks::default(),
-                delivery,
-            }),
-        };
-        let list: Vec<Arc<ChannelConfig>> = this.inner.channels.values().cloned().collect();
-        if list.iter().any(|c| !c.events.is_empty()) {
+        let this = Self::new(host, manifests, shutdown, options);
+        if this.delivers() {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
-                    let delivery = this.inner.delivery.clone();
-                    runtime.spawn(async move { delivery.resume(&list, started_at).await });
+                    let resuming = this.clone();
+                    runtime.spawn(async move { resuming.resume().await });
                 }
                 Err(_) => tracing::warn!(
                     "channels were started outside a Tokio runtime; event delivery does not resume for existing sessions"
@@ -236,6 +218,73 @@ impl Channels {
             }
         }
         this
+    }
+
+    /// Prepares `manifests` (a channel or route that cannot be served is
+    /// logged and left out) and starts no task: event delivery covers the
+    /// sessions this instance creates or continues, and the sessions that
+    /// already exist once [`Channels::resume`] has run. `shutdown` stops
+    /// every delivery.
+    pub fn new(
+        host: Host,
+        manifests: &[ChannelManifest],
+        shutdown: CancellationToken,
+        options: Options,
+    ) -> Self {
+        let created_at = chrono::Utc::now();
+        let mut channels = BTreeMap::new();
+        for manifest in manifests {
+            let (channel, skipped) = config::compile(manifest);
+            for e in skipped {
+                tracing::error!(error = %e, "channel route not served");
+            }
+            channels.insert(channel.name.clone(), Arc::new(channel));
+        }
+        let delivery = ChannelDelivery::new(
+            Arc::clone(host.store()),
+            host.containment().clone(),
+            host.project().lib_dir(),
+            shutdown,
+        );
+        Self {
+            inner: Arc::new(Inner {
+                host,
+                channels,
+                secrets: options.secrets,
+                locks: KeyedLocks::default(),
+                delivery,
+                created_at,
+            }),
+        }
+    }
+
+    /// Resumes event delivery for the channels' sessions created before
+    /// this instance was (later ones are followed as they are created):
+    /// from each session's cursor, or from the end of its stream. Returns
+    /// once every such session is followed; the deliveries run on in tasks
+    /// of their own.
+    pub async fn resume(&self) {
+        if !self.delivers() {
+            return;
+        }
+        let list: Vec<Arc<ChannelManifest>> = self
+            .inner
+            .channels
+            .values()
+            .map(|c| Arc::clone(&c.manifest))
+            .collect();
+        self.inner
+            .delivery
+            .resume(&list, self.inner.created_at)
+            .await;
+    }
+
+    /// True when some channel has an events map.
+    fn delivers(&self) -> bool {
+        self.inner
+            .channels
+            .values()
+            .any(|c| !c.manifest.events.is_empty())
     }
 
     /// The router (see [`routes`]): default-auth routes read the caller an
@@ -267,14 +316,14 @@ impl Channels {
                     let state = Arc::clone(&state);
                     async move { handle(&state, req).await }
                 };
-                let mut one = on(method_filter(&route.method), handler);
+                let mut one = on(method_filter(route.route.method), handler);
                 if route.auth == RouteAuth::Default {
                     one = one.route_layer(default_auth.clone());
                 }
-                let full = if route.path == "/" {
+                let full = if route.route.path == "/" {
                     format!("/{}", channel.name)
                 } else {
-                    format!("/{}{}", channel.name, route.path)
+                    format!("/{}{}", channel.name, route.route.path)
                 };
                 let merged = match paths.remove(&full) {
                     Some(existing) => existing.merge(one),
@@ -322,21 +371,34 @@ impl Channels {
         }
         let token = format!("{}:{key}", channel.name);
         let work = async {
-            let existing = self
+            let delivery_id = receive
+                .delivery_id
+                .clone()
+                .unwrap_or_else(|| DeliveryId::generate().to_string());
+            let start = StartSession {
+                message: Some(receive.message.clone()),
+                mode: receive.mode,
+                principal: receive.principal.clone(),
+                delivery_id: Some(delivery_id.clone()),
+                ..StartSession::default()
+            };
+            match self
                 .inner
                 .host
-                .store()
-                .find_by_token(&token)
-                .await
-                .map_err(HostError::from)?;
-            match existing {
-                Some(record) => {
+                .session_for_key(&channel.name, &key, start)
+                .await?
+            {
+                KeySession::Found(record) => {
                     self.continue_session(channel, record.id, token.clone(), receive)
                         .await
                 }
-                None => self.start_session(channel, token.clone(), receive).await,
+                KeySession::Started(started) => {
+                    Ok(self.started(channel, started, delivery_id).await)
+                }
             }
         };
+        // The host's claim is what holds across replicas; this in-process
+        // lock only spares callers of this process the claim's polling.
         self.inner.locks.run(&token, work).await
     }
 
@@ -362,22 +424,32 @@ impl Channels {
                 ..StartSession::default()
             })
             .await?;
+        Ok(self.started(channel, started, delivery_id).await)
+    }
+
+    /// Follows a session this process just created and says so.
+    async fn started(
+        &self,
+        channel: &Arc<ChannelConfig>,
+        started: Started,
+        delivery_id: String,
+    ) -> Accepted {
         self.inner
             .delivery
             .follow(
-                channel,
+                &channel.manifest,
                 &started.session_id,
                 &started.continuation_token,
-                Start::New,
+                DeliveryStart::New,
             )
             .await;
-        Ok(Accepted {
+        Accepted {
             session_id: started.session_id,
             continuation_token: started.continuation_token,
             delivery_id: started.delivery_id.unwrap_or(delivery_id),
             turn_id: started.turn_id,
             created: true,
-        })
+        }
     }
 
     async fn continue_session(
@@ -392,7 +464,7 @@ impl Channels {
         // its cursor or from before this message.
         self.inner
             .delivery
-            .follow(channel, &id, &token, Start::Resume)
+            .follow(&channel.manifest, &id, &token, DeliveryStart::Resume)
             .await;
         let sent = self
             .inner
@@ -419,14 +491,13 @@ impl Channels {
     }
 }
 
-fn method_filter(method: &Method) -> MethodFilter {
-    match *method {
-        Method::GET => MethodFilter::GET,
-        Method::PUT => MethodFilter::PUT,
-        Method::PATCH => MethodFilter::PATCH,
-        Method::DELETE => MethodFilter::DELETE,
-        // The config only produces the five methods above and POST.
-        _ => MethodFilter::POST,
+fn method_filter(method: RouteMethod) -> MethodFilter {
+    match method {
+        RouteMethod::Get => MethodFilter::GET,
+        RouteMethod::Post => MethodFilter::POST,
+        RouteMethod::Put => MethodFilter::PUT,
+        RouteMethod::Patch => MethodFilter::PATCH,
+        RouteMethod::Delete => MethodFilter::DELETE,
     }
 }
 
@@ -495,7 +566,7 @@ struct ChannelRoutePath {
 /// method a route may declare (`/v1/info` lists an agent's real ones).
 pub(crate) fn documented<S: Clone + Send + Sync + 'static>() -> ApiRouter<S> {
     let mut router = ApiRouter::new();
-    for method in config::METHODS {
+    for method in RouteMethod::ALL {
         let lower = method.as_str().to_ascii_lowercase();
         let Some(name) = ["get", "post", "put", "patch", "delete"]
             .into_iter()
@@ -595,7 +666,7 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
         }
         RouteAuth::Hmac { .. } => None,
     };
-    let params = if route.path.contains('{') {
+    let params = if route.route.path.contains('{') {
         RawPathParams::from_request_parts(&mut parts, &())
             .await
             .map_err(|e| ApiError::new(ErrorCode::NotFound, format!("no such resource: {e}")))?
@@ -686,8 +757,8 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
     let receive = Receive {
         message,
         continuation_key,
-        admission: route.admission,
-        mode: route.mode,
+        admission: route.route.admission,
+        mode: route.route.mode,
         delivery_id,
         principal,
     };

@@ -17,12 +17,12 @@ use bdk_models::prices::{CostTotals, TurnCost, session_cost};
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::Agent;
 use crate::api::True;
 use crate::auth::Caller;
 use crate::described;
 use crate::error::ApiError;
 use crate::extract::SessionPath;
+use crate::state::Agent;
 
 /// A session's token usage and estimated cost: one entry per ended turn,
 /// and the totals.

@@ -1,7 +1,7 @@
 //! Schedules in the HTTP app: the dev routes (`GET /v1/dev/schedules`, each
 //! schedule's next fire, last run and skipped fires; `POST
-//! /v1/dev/schedules/{id}`, a dispatch by hand) and the production cadence
-//! task.
+//! /v1/dev/schedules/{id}`, a dispatch by hand) and the dispatcher they
+//! share with the production cadence (started by [`crate::Background`]).
 //!
 //! Both go through one [`Dispatcher`] per agent, whose channel hand-off is
 //! the agent's own [`Channels`] instance, so a scheduled hand-off joins its
@@ -15,20 +15,17 @@ use axum::Json;
 use axum::extract::State;
 use bdk_core::host::Host;
 use bdk_events::SessionId;
-use bdk_scheduler::{
-    Clock, Dispatcher, Handoff, HandoffFn, ScheduleError, ScheduleStatus, Scheduler, ToolRun,
-};
+use bdk_scheduler::{Dispatcher, Handoff, HandoffFn, ScheduleError, ScheduleStatus, ToolRun};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 
-use crate::Agent;
 use crate::api::True;
 use crate::auth::Caller;
 use crate::channels::{Channels, Receive};
 use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::PathParams;
+use crate::state::Agent;
 
 /// The path of a schedule.
 #[derive(Deserialize, JsonSchema)]
@@ -90,37 +87,6 @@ pub(crate) fn dispatcher(host: &Host, channels: Option<&Channels>) -> Dispatcher
     dispatcher.with_handoff(handoff)
 }
 
-/// Starts the cadence of `agent`'s schedules on `clock`, stopped by
-/// `shutdown`. A schedule that cannot be scheduled is logged and none of the
-/// agent's schedules fire; the CLI checks them before it gets here.
-pub(crate) fn start_cadence(agent: &Agent, clock: Arc<dyn Clock>, shutdown: &CancellationToken) {
-    let schedules = &agent.host.project().schedules;
-    if schedules.is_empty() {
-        return;
-    }
-    let started = Scheduler::start(
-        schedules,
-        Arc::clone(agent.host.store()),
-        Arc::new(agent.schedules.clone()),
-        clock,
-        shutdown.child_token(),
-    );
-    match started {
-        Ok(scheduler) => {
-            let shutdown = shutdown.clone();
-            // This task owns the scheduler: dropping it would abort the
-            // schedule loops, so it is held until shutdown and then stopped.
-            tokio::spawn(async move {
-                shutdown.cancelled().await;
-                scheduler.shutdown().await;
-            });
-        }
-        Err(e) => {
-            tracing::error!(agent = %agent.host.project().name, error = %e, "schedules do not fire")
-        }
-    }
-}
-
 fn dev_only(agent: &Agent) -> Result<(), ApiError> {
     if agent.shared.dev {
         Ok(())
@@ -141,11 +107,9 @@ pub(crate) async fn list_schedules(
     _caller: Caller,
 ) -> Result<Json<Schedules>, ApiError> {
     dev_only(&agent)?;
-    let now = agent
-        .shared
-        .schedule_clock
-        .as_ref()
-        .map_or_else(|| agent.host.clock().now(), |c| c.now());
+    // The dev routes only answer under `--dev`, where nothing fires on a
+    // cadence clock: "now" is the host's.
+    let now = agent.host.clock().now();
     let schedules =
         bdk_scheduler::schedule_status(agent.host.store(), &agent.host.project().schedules, now)
             .await

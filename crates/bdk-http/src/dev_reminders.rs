@@ -12,12 +12,12 @@ use bdk_scheduler::reminders::{HostReminders, Reminder, ReminderError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::Agent;
 use crate::api::True;
 use crate::auth::Caller;
 use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::PathParams;
+use crate::state::Agent;
 
 /// The path of a reminder.
 #[derive(Deserialize, JsonSchema)]

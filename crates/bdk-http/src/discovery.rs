@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use aide::axum::ApiRouter;
 use aide::axum::routing::get_with;
+use aide::transform::TransformOperation;
 use axum::Json;
 use axum::extract::State;
 use axum::response::Html;
@@ -16,12 +17,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::api::{Describe, True, open};
-use crate::auth::{Caller, PolicyName};
+use crate::auth::Caller;
+use crate::auth::policy::PolicyName;
 use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::QueryParams;
 use crate::logs::LogLine;
-use crate::{Agent, Mount, Shared};
+use crate::state::{Agent, Mount, Shared};
 
 /// Lines one `/v1/logs` poll returns when the caller names no limit.
 const DEFAULT_LOG_LIMIT: usize = 200;
@@ -251,7 +253,7 @@ pub(crate) fn host_api() -> ApiRouter<Arc<HostIndex>> {
                 )
             }),
         )
-        .api_route("/v1/health", get_with(health, crate::routes::health_doc));
+        .api_route("/v1/health", get_with(health, health_doc));
     open(routes)
 }
 
@@ -311,6 +313,16 @@ pub(crate) fn escape(s: &str) -> String {
         }
     }
     out
+}
+
+/// `GET /v1/health`, under each agent and at the host root.
+pub(crate) fn health_doc(op: TransformOperation<'_>) -> TransformOperation<'_> {
+    op.doc(
+        "getHealth",
+        "discovery",
+        "Liveness",
+        "Answers as long as the server runs. Served under each agent and at the root of a multi-agent server.",
+    )
 }
 
 #[cfg(test)]

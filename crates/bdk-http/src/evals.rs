@@ -15,13 +15,13 @@
 //! memory, capped by `max_playground_runs`, and in the store's key-value
 //! space too when `persist_runs` is set.
 
-use std::path::PathBuf;
+pub(crate) mod state;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use bdk_core::host::Host;
 use bdk_core::{Diagnostic, Severity};
 use bdk_evals::history::{CancelError, RunHistory};
 use bdk_evals::runner::{
@@ -32,15 +32,13 @@ use bdk_evals::{EvalConfig, Suite};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{Mutex, OnceCell, watch};
-use tokio_util::sync::CancellationToken;
 
-use crate::Agent;
 use crate::api::{Accepted, True};
 use crate::auth::Caller;
 use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{JsonBody, PathParams};
+use crate::state::Agent;
 
 /// The cases discovered under `evals/` and the eval config.
 #[derive(Serialize, JsonSchema)]
@@ -120,53 +118,6 @@ const MAX_SELECTOR_CHARS: usize = 300;
 const MAX_TIMEOUT_MS: u64 = 3_600_000;
 /// How long the cancel route waits for the run to settle before answering.
 const CANCEL_WAIT: Duration = Duration::from_secs(10);
-
-/// Per-agent eval state.
-pub(crate) struct Evals {
-    host: Host,
-    root: PathBuf,
-    shutdown: CancellationToken,
-    history: OnceCell<Arc<RunHistory>>,
-    /// Serializes run starts, so two requests cannot both become active.
-    starting: Mutex<()>,
-    /// Bumped each time a run finishes.
-    finished: watch::Sender<u64>,
-}
-
-impl Evals {
-    pub(crate) fn new(host: Host, shutdown: CancellationToken) -> Evals {
-        let root = host.project().root.clone();
-        Evals {
-            host,
-            root,
-            shutdown,
-            history: OnceCell::new(),
-            starting: Mutex::new(()),
-            finished: watch::channel(0).0,
-        }
-    }
-
-    async fn load(&self) -> Result<bdk_evals::spec::Loaded, ApiError> {
-        let root = self.root.clone();
-        tokio::task::spawn_blocking(move || bdk_evals::load(&root))
-            .await
-            .map_err(|e| ApiError::internal(&e))
-    }
-
-    /// The history, opened on first use with the config in force then.
-    async fn history(&self, config: Option<&EvalConfig>) -> Arc<RunHistory> {
-        let config = config.cloned().unwrap_or_default();
-        let store = Arc::clone(self.host.store());
-        Arc::clone(
-            self.history
-                .get_or_init(|| async move {
-                    let store = config.persist_runs.then_some(store);
-                    Arc::new(RunHistory::open(store, config.max_playground_runs).await)
-                })
-                .await,
-        )
-    }
-}
 
 fn config_view(config: Option<&EvalConfig>, durable: bool) -> ConfigView {
     let c = config.cloned().unwrap_or_default();

@@ -27,6 +27,9 @@ use crate::api::add_errors;
 use crate::described;
 use crate::error::{ApiError, ErrorCode};
 
+/// The default body limit: 1 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
 /// How much of an oversized body is read and thrown away before answering
 /// 413, as a multiple of the limit. Answering while the client is still
 /// sending makes the kernel reset the connection, and the client then often
@@ -53,7 +56,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         let limit = req
             .extensions()
             .get::<BodyLimit>()
-            .map_or(crate::DEFAULT_MAX_BODY_BYTES, |l| l.0);
+            .map_or(DEFAULT_MAX_BODY_BYTES, |l| l.0);
         let content_type = req
             .headers()
             .get(header::CONTENT_TYPE)

@@ -1,8 +1,13 @@
 //! The HTTP surface of `bdk serve`: an axum router over the core host.
 //!
-//! [`app`] builds the whole application from one [`Mount`] per agent and a
-//! [`Config`]: per agent the session API (start, follow-up, NDJSON stream,
-//! events, stop, list, cost, approvals), direct tool calls, discovery
+//! [`App::new`] builds the whole application from one [`Mount`] per agent
+//! and a [`Config`]: a router (routes only; building it starts no task) and
+//! the app's [`Background`] work, which the server's owner starts beside
+//! the router and stops at shutdown (the schedule cadence, and event
+//! delivery for channel sessions that existed before the server started).
+//! [`app`] is the router alone. The router serves per agent the session
+//! API (start, follow-up, NDJSON stream, events, stop, list, cost,
+//! approvals), direct tool calls, discovery
 //! (`/v1/info`, `/v1/tools`, `/v1/meta`, `/v1/health`, `/v1/logs`),
 //! artifacts, the agent's custom channel routes ([`channels`]) and the
 //! OpenAPI document ([`openapi`]) and the web playground (`/playground`,
@@ -20,27 +25,27 @@
 //!
 //! This is the only crate that knows axum. It knows nothing of the CLI: the
 //! binary builds the hosts, the listener and the log pipeline, and runs the
-//! app with [`serve_with`], which hands peer addresses to the default auth
-//! policy, bounds what each connection may hold (the connection limit, the
+//! app with [`serve_with`] (and starts its [`Background`]), which hands
+//! peer addresses to the default auth policy, bounds what each connection may hold (the connection limit, the
 //! header, body and idle timeouts of [`Connections`]) and stops within a
 //! grace period of the shutdown signal, whatever clients do.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::{Extension, Router};
-use bdk_core::Diagnostic;
-use bdk_core::host::Host;
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::state::{Agent, Shared};
+
 mod api;
 mod artifacts;
 mod auth;
+mod background;
 pub mod channels;
 mod cost;
 mod described;
@@ -59,65 +64,21 @@ mod playground;
 mod routes;
 mod server;
 mod sessions;
+mod state;
 mod stream;
 mod tools;
 
+pub use auth::policy::{Auth, BearerToken};
+pub use background::{Background, Schedules, Workers};
 pub use error::ErrorCode;
+pub use extract::DEFAULT_MAX_BODY_BYTES;
 pub use logs::{LogBuffer, LogLine};
 pub use server::{
     Connections, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE, MAX_DEFAULT_CONNECTIONS, default_max_connections, serve, serve_with,
 };
+pub use state::Mount;
 pub use stream::open_streams;
-
-/// One agent served by the app.
-#[derive(Clone)]
-pub struct Mount {
-    /// URL slug; `None` in `--mode single` (routes at `/v1/*`).
-    pub slug: Option<String>,
-    /// The agent's session runtime.
-    pub host: Host,
-    /// Discovery diagnostics (warnings), served in `/v1/info`.
-    pub diagnostics: Vec<Diagnostic>,
-}
-
-/// Who may call the agent routes, and as which principal.
-#[derive(Clone, Debug, Default)]
-pub enum Auth {
-    /// Default: only direct loopback peers. A request carrying a
-    /// proxy-forwarding header (`Forwarded`, `Via`, `X-Real-IP`, any
-    /// `X-Forwarded-*`) is refused with 401, since it was relayed from
-    /// somewhere else; so is one that does not name exactly one well-formed
-    /// loopback host (a missing, repeated, malformed or foreign `Host`),
-    /// since it may come from a page that rebound a foreign name to
-    /// 127.0.0.1. Principal `local`.
-    #[default]
-    LocalDevStrict,
-    /// `Authorization: Bearer <token>`, compared in constant time; each token
-    /// is its own principal. Missing or wrong: 401.
-    Bearer(Vec<BearerToken>),
-    /// Anyone; principal `anonymous`.
-    Anonymous,
-}
-
-/// One accepted bearer token and the principal it authenticates.
-#[derive(Clone)]
-pub struct BearerToken {
-    /// The principal name sessions created with this token belong to.
-    pub principal: String,
-    /// The secret.
-    pub token: String,
-}
-
-impl fmt::Debug for BearerToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The secret never reaches a log line.
-        f.debug_struct("BearerToken")
-            .field("principal", &self.principal)
-            .field("token", &"<redacted>")
-            .finish()
-    }
-}
 
 /// Settings of the whole app.
 #[derive(Clone, Debug)]
@@ -137,17 +98,14 @@ pub struct Config {
     pub heartbeat: Duration,
     /// The ring buffer served at `/v1/logs`.
     pub logs: LogBuffer,
-    /// Cancelled on shutdown: open streams end cleanly.
+    /// Cancelled on shutdown: open streams end cleanly, and so does the
+    /// event delivery of channel sessions.
     pub shutdown: CancellationToken,
-    /// Whether schedules fire on their cadence (never under `dev`).
-    pub schedules: Schedules,
     /// Connection limits and timeouts. [`app`] applies the request body
     /// deadline; hand the same value to [`serve_with`] for the rest.
     pub connections: Connections,
 }
 
-/// The default body limit: 1 MiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 /// The default stream heartbeat: 15 seconds.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(15);
 /// The default capacity of the log ring buffer.
@@ -164,7 +122,6 @@ impl Default for Config {
             heartbeat: DEFAULT_HEARTBEAT,
             logs: LogBuffer::new(DEFAULT_LOG_LINES),
             shutdown: CancellationToken::new(),
-            schedules: Schedules::Off,
             connections: Connections::default(),
         }
     }
@@ -197,85 +154,54 @@ pub fn check_slug(slug: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// State every request handler of one agent shares.
-pub(crate) struct Agent {
-    pub(crate) host: Host,
-    pub(crate) slug: Option<String>,
-    /// `/<slug>`, or empty in single mode.
-    pub(crate) prefix: String,
-    pub(crate) diagnostics: Vec<Diagnostic>,
-    pub(crate) shared: Arc<Shared>,
-    /// Fires this agent's schedules (dev route and cadence alike).
-    pub(crate) schedules: bdk_scheduler::Dispatcher,
-    /// The eval routes' state (run history, the active run).
-    pub(crate) evals: evals::Evals,
+/// The router of the whole app, without its [`Background`] work: what
+/// [`App::new`] builds, for callers that start no background work.
+pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
+    App::new(mounts, config).router
 }
 
-/// App-wide settings, derived once from [`Config`].
-pub(crate) struct Shared {
-    pub(crate) auth: auth::Policy,
-    pub(crate) dev: bool,
-    pub(crate) playground: bool,
-    pub(crate) docs: bool,
-    pub(crate) heartbeat: Option<Duration>,
-    pub(crate) logs: LogBuffer,
-    pub(crate) shutdown: CancellationToken,
-    /// The clock schedules fire on; `None` when they do not fire.
-    pub(crate) schedule_clock: Option<Arc<dyn bdk_scheduler::Clock>>,
+/// The whole app: its routes and the background work they go with.
+pub struct App {
+    /// Every route. Run it with [`serve_with`] (or [`serve`]), which add
+    /// the connection limits, or with
+    /// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`:
+    /// without the peer address the default auth policy admits no one.
+    pub router: Router,
+    /// The work the app does on its own, not yet started: start it with
+    /// [`Background::start`] beside the router and stop it at shutdown.
+    pub background: Background,
 }
 
-/// Whether [`app`] fires schedules on their cadence ([`Config::schedules`]).
-#[derive(Clone, Default)]
-pub enum Schedules {
-    /// Nothing fires on its own (the default; `--no-schedules`). The dev
-    /// route still dispatches under `--dev`.
-    #[default]
-    Off,
-    /// Every agent's schedules fire on this clock until [`Config::shutdown`],
-    /// unless [`Config::dev`] is set. [`app`] must then be called inside a
-    /// Tokio runtime.
-    On(Arc<dyn bdk_scheduler::Clock>),
-}
-
-impl fmt::Debug for Schedules {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The clock itself has nothing worth printing.
-        f.write_str(match self {
-            Schedules::Off => "Off",
-            Schedules::On(_) => "On",
-        })
+impl App {
+    /// Builds the router and prepares the background work; starts no task.
+    ///
+    /// Mounts that cannot be served are skipped with an error in the log
+    /// (the CLI validates slugs before it gets here): in a multi-agent app
+    /// a mount without a slug, a slug that fails [`check_slug`], or a
+    /// repeated slug.
+    pub fn new(mounts: Vec<Mount>, config: Config) -> Self {
+        build(mounts, config)
     }
 }
 
-/// Builds the whole app. Run it with [`serve_with`] (or [`serve`]), which
-/// add the connection limits, or with
-/// `axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())`:
-/// without the peer address the default auth policy admits no one.
-///
-/// Mounts that cannot be served are skipped with an error in the log (the
-/// CLI validates slugs before it gets here): in a multi-agent app a mount
-/// without a slug, a slug that fails [`check_slug`], or a repeated slug.
-pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
-    let schedule_clock = match &config.schedules {
-        Schedules::On(clock) if !config.dev => Some(Arc::clone(clock)),
-        _ => None,
-    };
+fn build(mounts: Vec<Mount>, config: Config) -> App {
     let shared = Arc::new(Shared {
-        auth: auth::Policy::new(&config.auth),
+        auth: auth::policy::Policy::new(&config.auth),
         dev: config.dev,
         playground: config.playground,
         docs: config.docs,
         heartbeat: (!config.heartbeat.is_zero()).then_some(config.heartbeat),
         logs: config.logs.clone(),
         shutdown: config.shutdown.clone(),
-        schedule_clock,
+        openapi: openapi::document,
     });
+    let mut background = Background::new(config.dev, config.shutdown.clone());
 
     let single = mounts.len() == 1 && mounts.iter().all(|m| m.slug.is_none());
     let mut router = Router::new();
     if single {
         for mount in mounts {
-            router = router.merge(agent_router(mount, &shared));
+            router = router.merge(agent_router(mount, &shared, &mut background));
         }
     } else {
         let mut index = Vec::new();
@@ -299,7 +225,7 @@ pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
             }
             index.push(discovery::IndexEntry::new(&mount, &slug));
             slugs.push(slug.clone());
-            let nested = agent_router(mount, &shared);
+            let nested = agent_router(mount, &shared, &mut background);
             router = router.nest(&format!("/{slug}"), nested);
         }
         router = router.merge(discovery::host_routes(index, Arc::clone(&shared)));
@@ -310,7 +236,7 @@ pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
     }
 
     let body_timeout = config.connections.body_read_timeout;
-    router
+    let router = router
         .fallback(error::not_found)
         // Installed last so that it reaches every route registered above,
         // nested ones included.
@@ -327,38 +253,41 @@ pub fn app(mounts: Vec<Mount>, config: Config) -> Router {
         // that every hostile request gets its documented code), but a bug
         // must still answer with the JSON error shape, not a dropped
         // connection.
-        .layer(CatchPanicLayer::custom(error::panicked))
+        .layer(CatchPanicLayer::custom(error::panicked));
+    App { router, background }
 }
 
-/// The routes of one agent, relative to its prefix.
-fn agent_router(mount: Mount, shared: &Arc<Shared>) -> Router {
+/// The routes of one agent, relative to its prefix; its background work
+/// joins `background`.
+fn agent_router(mount: Mount, shared: &Arc<Shared>, background: &mut Background) -> Router {
     let prefix = mount
         .slug
         .as_ref()
         .map_or_else(String::new, |s| format!("/{s}"));
     // The channels are built first: the schedule dispatcher hands TOML
-    // schedules to this same instance, so they share its per-key locks.
+    // schedules to this same instance, so they share its per-key locks, and
+    // the background work resumes delivery through it, so a session is
+    // followed once.
     let host = mount.host;
     let channels = (!host.project().channels.is_empty()).then(|| {
-        channels::Channels::start(
+        channels::Channels::new(
             host.clone(),
             &host.project().channels,
             shared.shutdown.clone(),
             channels::Options::default(),
         )
     });
+    let schedules = dev::dispatcher(&host, channels.as_ref());
+    background.add(host.clone(), schedules.clone(), channels.clone());
     let agent = Arc::new(Agent {
-        schedules: dev::dispatcher(&host, channels.as_ref()),
-        evals: evals::Evals::new(host.clone(), shared.shutdown.clone()),
+        schedules,
+        evals: evals::state::Evals::new(host.clone(), shared.shutdown.clone()),
         host,
         slug: mount.slug,
         prefix,
         diagnostics: mount.diagnostics,
         shared: Arc::clone(shared),
     });
-    if let Some(clock) = &shared.schedule_clock {
-        dev::start_cadence(&agent, Arc::clone(clock), &shared.shutdown);
-    }
 
     // The route table (`routes`) is also what the OpenAPI document is
     // generated from.

@@ -13,10 +13,10 @@ use axum::response::{IntoResponse, Response};
 use bdk_mcp::server::{McpServer, Principal, Surface};
 use http_body_util::Full;
 
-use crate::Agent;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{BodyLimit, read_limited};
+use crate::state::Agent;
 
 /// `POST /v1/mcp`: one JSON-RPC message for the conversational tools.
 pub(crate) async fn agent(
@@ -52,7 +52,7 @@ async fn serve(agent: &Agent, caller: Caller, req: Request, surface: Surface) ->
     let limit = req
         .extensions()
         .get::<BodyLimit>()
-        .map_or(crate::DEFAULT_MAX_BODY_BYTES, |l| l.0);
+        .map_or(crate::extract::DEFAULT_MAX_BODY_BYTES, |l| l.0);
     let (mut parts, body) = req.into_parts();
     let bytes = match read_limited(body, limit).await {
         Ok(b) => b,

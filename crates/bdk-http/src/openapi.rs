@@ -35,29 +35,28 @@
 //! The document holds nothing about any particular agent, so it is served
 //! without auth, like `/docs`.
 
+pub(crate) mod served;
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::{Arc, LazyLock};
 
 use aide::axum::ApiRouter;
-use aide::axum::routing::get_with;
 use aide::generate::in_context;
 use aide::openapi::OpenApi;
-use axum::Json;
-use axum::extract::State;
+use schemars::SchemaGenerator;
 use schemars::generate::SchemaSettings;
-use schemars::{JsonSchema, SchemaGenerator};
-use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::api::{ERRORS, OPEN, open, schema_of};
+use crate::api::{ERRORS, OPEN, schema_of};
 use crate::error::{ErrorBody, ErrorCode};
-use crate::{Agent, channels, described, discovery, docs, playground, routes};
+use crate::state::Agent;
+use crate::{channels, discovery, docs, playground, routes};
+use served::{HOST, host_api};
 
 /// Where a group of routes is served.
 const AGENT: &str = "agent";
-const HOST: &str = "host";
 const SERVER: &str = "server";
 
 /// The HTTP methods of a path item.
@@ -74,67 +73,10 @@ pub fn document() -> Value {
     DOCUMENT.clone()
 }
 
-/// An OpenAPI document, as served.
-#[derive(Serialize, JsonSchema)]
-#[serde(transparent)]
-#[schemars(inline)]
-pub(crate) struct Document(#[schemars(with = "described::OpenApiDocument")] Value);
-
-/// `GET /v1/openapi.json` under an agent's base path: the document, with
-/// the agent's base path as its server.
-pub(crate) async fn agent_document(State(agent): State<Arc<Agent>>) -> Json<Document> {
-    let url = if agent.prefix.is_empty() {
-        "/".to_owned()
-    } else {
-        agent.prefix.clone()
-    };
-    let mut server = json!({ "url": url });
-    if let Some(slug) = &agent.slug {
-        server["description"] = json!(format!("the agent `{slug}`"));
-    }
-    let mut doc = with_servers(json!([server]));
-    if agent.slug.is_none() {
-        // Single mode serves no host routes (the agent sits at the root):
-        // describe exactly the routes this layout answers.
-        if let Some(paths) = doc["paths"].as_object_mut() {
-            paths.retain(|_, item| item["x-bdk-mount"] != json!([HOST]));
-        }
-    }
-    Json(Document(doc))
-}
-
-/// The root copy of a multi-agent server, whose server names the agent
-/// with a `{slug}` variable.
-async fn host_document(State(doc): State<Arc<Value>>) -> Json<Document> {
-    Json(Document(Value::clone(&doc)))
-}
-
-/// The host route of a multi-agent app, described.
-fn host_api() -> ApiRouter<Arc<Value>> {
-    open(ApiRouter::new().api_route(
-        "/v1/openapi.json",
-        get_with(host_document, routes::openapi_doc),
-    ))
-}
-
 /// The host route of a multi-agent app serving `slugs`:
 /// `GET /v1/openapi.json` at the root.
 pub(crate) fn host_routes(slugs: Vec<String>) -> axum::Router {
-    let servers = match slugs.first() {
-        Some(first) => json!([{
-            "url": "/{slug}",
-            "description": "one of the agents this server hosts",
-            "variables": {"slug": {"default": first, "enum": slugs}},
-        }]),
-        None => json!([{ "url": "/" }]),
-    };
-    axum::Router::from(host_api()).with_state(Arc::new(with_servers(servers)))
-}
-
-fn with_servers(servers: Value) -> Value {
-    let mut doc = document();
-    doc["servers"] = servers;
-    doc
+    served::host_routes(document(), slugs)
 }
 
 /// Builds the document, with the problems aide reported while collecting

@@ -31,10 +31,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::Agent;
 use crate::api::{Describe, open};
 use crate::discovery::escape;
 use crate::error::{ApiError, ErrorCode};
+use crate::state::Agent;
 
 /// The policy of every playground answer. `connect-src 'self'` is what
 /// keeps the app on the public API of the server that served it.

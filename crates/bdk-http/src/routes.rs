@@ -17,9 +17,10 @@ use serde_json::json;
 
 use crate::api::{Describe, open, protected, schema_of};
 use crate::error::ErrorCode;
+use crate::openapi::served;
+use crate::state::Agent;
 use crate::{
-    Agent, artifacts, cost, described, dev, dev_reminders, discovery, evals, mcp, openapi,
-    sessions, stream, tools,
+    artifacts, cost, described, dev, dev_reminders, discovery, evals, mcp, sessions, stream, tools,
 };
 
 /// The codes of every route that reads a session.
@@ -47,7 +48,7 @@ pub(crate) fn protected_routes() -> ApiRouter<Arc<Agent>> {
 /// the app adds unless `--no-playground`).
 pub(crate) fn open_routes() -> ApiRouter<Arc<Agent>> {
     let routes = ApiRouter::new()
-        .api_route("/v1/health", get_with(discovery::health, health_doc))
+        .api_route("/v1/health", get_with(discovery::health, discovery::health_doc))
         .api_route(
             "/v1/meta",
             get_with(discovery::meta, |op| {
@@ -61,29 +62,9 @@ pub(crate) fn open_routes() -> ApiRouter<Arc<Agent>> {
         )
         .api_route(
             "/v1/openapi.json",
-            get_with(openapi::agent_document, openapi_doc),
+            get_with(served::agent_document, served::openapi_doc),
         );
     open(routes)
-}
-
-/// `GET /v1/health`, under each agent and at the host root.
-pub(crate) fn health_doc(op: TransformOperation<'_>) -> TransformOperation<'_> {
-    op.doc(
-        "getHealth",
-        "discovery",
-        "Liveness",
-        "Answers as long as the server runs. Served under each agent and at the root of a multi-agent server.",
-    )
-}
-
-/// `GET /v1/openapi.json`, under each agent and at the host root.
-pub(crate) fn openapi_doc(op: TransformOperation<'_>) -> TransformOperation<'_> {
-    op.doc(
-        "getOpenApi",
-        "discovery",
-        "This document",
-        "The OpenAPI description of the HTTP surface. Under an agent its `servers` entry is the agent's base path; at the root of a multi-agent server it is `/{slug}` with the agents as the variable's values.",
-    )
 }
 
 fn session_routes() -> ApiRouter<Arc<Agent>> {

@@ -23,12 +23,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::Agent;
 use crate::api::{True, response};
 use crate::auth::{Caller, request_host};
 use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{CallPath, JsonBody, QueryParams, SessionPath};
+use crate::state::Agent;
 
 /// Longest accepted caller-chosen delivery id.
 const MAX_DELIVERY_ID: usize = 256;

@@ -27,12 +27,12 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::Agent;
 use crate::api::response;
 use crate::auth::Caller;
 use crate::described;
 use crate::error::ApiError;
 use crate::extract::{QueryParams, SessionPath};
+use crate::state::Agent;
 
 /// A chunk stops growing past this size, so one burst of ready events does
 /// not build an unbounded buffer.

@@ -17,12 +17,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::Agent;
 use crate::api::True;
 use crate::auth::Caller;
 use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{JsonBody, PathParams};
+use crate::state::Agent;
 
 /// Body of `POST /v1/tools/{name}`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]

@@ -3,8 +3,8 @@
 //! `--dev` (task sessions, channel hand-offs, unknown ids), its absence
 //! without `--dev`, tool schedules (the answer carries the call), the
 //! schedule list with last runs and skipped fires (`GET /v1/dev/schedules`),
-//! and the cadence wiring of `Config::schedules` on a manual clock (fires in
-//! production, never under `--dev`).
+//! and the cadence the app's background work starts on a manual clock
+//! (fires in production once started, never under `--dev`).
 
 mod common;
 
@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bdk_core::discover;
 use bdk_core::host::Host;
-use bdk_http::{Config, Mount, Schedules};
+use bdk_http::{App, Config, Mount, Schedules};
 use bdk_scheduler::ManualClock;
 use bdk_store::{FsStore, Store};
 use chrono::{TimeZone, Utc};
@@ -217,26 +217,24 @@ async fn the_cadence_fires_in_production_and_never_under_dev() {
 
     let (_dev_dir, dev_host) = agent("* * * * *").await;
     let dev_clock = ManualClock::new(start);
-    let _dev = bdk_http::app(
+    // Building an app starts nothing; its background work does, and
+    // never under `--dev`.
+    let _dev_workers = App::new(
         vec![mount(&dev_host)],
         Config {
             dev: true,
-            schedules: Schedules::On(Arc::new(dev_clock.clone())),
             ..Config::default()
         },
-    );
+    )
+    .background
+    .start(Schedules::On(Arc::new(dev_clock.clone())));
 
     let (_dir, host) = agent("* * * * *").await;
     let clock = ManualClock::new(start);
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let _app = bdk_http::app(
-        vec![mount(&host)],
-        Config {
-            schedules: Schedules::On(Arc::new(clock.clone())),
-            shutdown: shutdown.clone(),
-            ..Config::default()
-        },
-    );
+    let built = App::new(vec![mount(&host)], Config::default());
+    let workers = built
+        .background
+        .start(Schedules::On(Arc::new(clock.clone())));
     clock.advance(chrono::Duration::minutes(1));
     dev_clock.advance(chrono::Duration::minutes(1));
     wait_for_sessions(&host, 1).await;
@@ -253,7 +251,7 @@ async fn the_cadence_fires_in_production_and_never_under_dev() {
     // The production app fired twice while the dev one, on a clock that
     // moved the same way, fired nothing.
     assert!(dev_host.list_sessions(None).await.unwrap().is_empty());
-    shutdown.cancel();
+    workers.shutdown().await;
 }
 
 #[tokio::test]

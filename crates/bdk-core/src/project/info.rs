@@ -32,28 +32,23 @@ fn tool_json(spec: &ToolSpec, source: &ToolSource) -> Value {
 /// A channel route declares no output schema: it answers the fixed shape
 /// of a channel delivery.
 fn channel_routes(ch: &super::ChannelManifest) -> Vec<Value> {
-    let Some(routes) = ch.raw.get("routes").and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    routes
+    ch.routes
         .iter()
-        .filter_map(|r| {
-            let method = r.get("method")?.as_str()?;
-            let path = r.get("path")?.as_str()?;
-            let full = if path == "/" {
+        .map(|r| {
+            let full = if r.path == "/" {
                 format!("/v1/channels/{}", ch.name)
             } else {
-                format!("/v1/channels/{}{path}", ch.name)
+                format!("/v1/channels/{}{}", ch.name, r.path)
             };
-            Some(json!({
-                "method": method,
-                "path": path,
+            json!({
+                "method": r.method,
+                "path": r.path,
                 "fullPath": full,
-                "description": r.get("description"),
-                "mode": r.get("mode").and_then(Value::as_str).unwrap_or("chat"),
-                "bodySchema": r.get("body_schema"),
-                "querySchema": r.get("query_schema"),
-            }))
+                "description": r.description,
+                "mode": r.mode,
+                "bodySchema": r.body_schema,
+                "querySchema": r.query_schema,
+            })
         })
         .collect()
 }
@@ -131,7 +126,7 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
         })).collect::<Vec<_>>(),
         "channels": project.channels.iter().map(|ch| json!({
             "name": ch.name,
-            "description": ch.raw.get("description"),
+            "description": ch.description,
             "routes": channel_routes(ch),
         })).collect::<Vec<_>>(),
         "hooks": project.hooks.iter().map(|h| json!({

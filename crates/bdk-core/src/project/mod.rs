@@ -19,8 +19,13 @@ use serde_json::Value;
 
 use crate::tool::ToolSpec;
 
+mod channel;
 mod discover;
 pub mod info;
+pub use channel::{
+    ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
+    DEFAULT_EVENT_BACKOFF, MAX_EVENT_ATTEMPTS, RouteAuth, RouteMethod, default_token_env,
+};
 pub use discover::discover;
 
 /// How bad a diagnostic is.
@@ -300,20 +305,6 @@ pub struct McpConnection {
     pub advertise_tools: bool,
     /// Per-call timeout.
     pub timeout_ms: Option<u64>,
-}
-
-/// A custom channel manifest (`channels/<name>.toml`), parsed and shape-checked.
-/// The HTTP issue gives it behaviour; until then the parsed TOML is kept as JSON.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ChannelManifest {
-    /// The channel id (file stem); routes live under `/v1/channels/<name>`.
-    pub name: String,
-    /// The manifest.
-    pub path: PathBuf,
-    /// The declared routes, as `METHOD path` strings, for `info`.
-    pub routes: Vec<String>,
-    /// The whole manifest as JSON.
-    pub raw: Value,
 }
 
 /// Which events a hook receives.

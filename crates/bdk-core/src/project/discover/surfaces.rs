@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use bdk_events::EVENT_TYPES;
 use toml::Table;
@@ -12,8 +13,11 @@ use super::util::{
     table_to_json,
 };
 use crate::project::{
-    ChannelManifest, HookEvents, HookManifest, HookTarget, McpConnection, McpTransport,
+    ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
+    DEFAULT_EVENT_BACKOFF, HookEvents, HookManifest, HookTarget, MAX_EVENT_ATTEMPTS, McpConnection,
+    McpTransport, RouteAuth, RouteMethod, default_token_env,
 };
+use bdk_events::{Admission, SessionMode};
 
 /// The `.toml` manifests of a folder, with strays reported. `what` names the
 /// folder in messages.
@@ -159,8 +163,6 @@ fn mcp_transport(d: &mut Diags, path: &Path, table: &Table) -> Option<McpTranspo
     }
 }
 
-const METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
-
 /// Channel-level keys. The auth keys set the default for every route that
 /// declares no `auth` of its own.
 const CHANNEL_KEYS: &[&str] = &[
@@ -173,7 +175,7 @@ const CHANNEL_KEYS: &[&str] = &[
     "events",
 ];
 
-/// Keys of one `[[routes]]` entry (the HTTP layer gives them behaviour).
+/// Keys of one `[[routes]]` entry.
 const ROUTE_KEYS: &[&str] = &[
     "method",
     "path",
@@ -201,13 +203,12 @@ const EVENT_KEYS: &[&str] = &[
     "backoff_ms",
 ];
 
-/// The most delivery attempts an `[[events]]` entry may ask for.
-const MAX_EVENT_ATTEMPTS: u64 = 10;
-
-/// Discovers custom channels, sorted by name. The HTTP layer
-/// (`bdk_http::channels`) gives the manifest its behaviour; discovery checks
-/// everything that can be checked without serving: keys, methods, path
-/// syntax, auth settings, schemas, template syntax and the events map.
+/// Discovers custom channels, sorted by name, typed. Discovery checks
+/// everything that can be checked without serving (keys, methods, path
+/// syntax, path-parameter conflicts, auth settings, schemas, template syntax
+/// and the events map) and settles the defaults, so the HTTP layer
+/// (`bdk_http::channels`) and the event delivery read the typed manifest
+/// without checking it again.
 pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
     let mut out = Vec::new();
     for entry in manifests(d, dir, "channels") {
@@ -226,9 +227,9 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
         };
         let f = Fields::new(&table, path);
         f.unknown_keys(d, CHANNEL_KEYS);
-        f.string(d, "description");
-        check_auth(d, &f);
-        check_events(d, path, &table);
+        let description = f.string(d, "description");
+        let channel_auth = check_auth(d, &f, &name);
+        let events = check_events(d, path, &table);
         let mut routes = Vec::new();
         let mut shapes = RouteShapes::default();
         match table.get("routes") {
@@ -253,17 +254,15 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
                         );
                         continue;
                     };
-                    if let Some(r) = check_route(d, path, i, route) {
-                        if let Some((_, route_path)) = r.split_once(' ')
-                            && let Err(message) = shapes.add(route_path)
-                        {
+                    if let Some(r) = check_route(d, path, i, route, &name, &channel_auth) {
+                        if let Err(message) = shapes.add(&r.path) {
                             d.error(
                                 path,
                                 format!("`routes[{i}].path`: {message}"),
                                 "give a path parameter at one position the same name in every route",
                             );
                         }
-                        if !seen.insert(r.clone()) {
+                        if !seen.insert((r.method, r.path.clone())) {
                             d.error(
                                 path,
                                 format!("route `{r}` is declared more than once"),
@@ -289,33 +288,60 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
         out.push(ChannelManifest {
             name,
             path: entry.path.clone(),
+            description,
             routes,
-            raw: table_to_json(&table),
+            events,
         });
     }
     out
 }
 
-/// One route: method, path, optional auth and schemas. Returns `METHOD path`.
-fn check_route(d: &mut Diags, path: &Path, i: usize, route: &Table) -> Option<String> {
+/// One route: method, path, optional auth and schemas. A route without its
+/// own `auth` takes the channel's whole auth block (`channel_auth`), so a
+/// secret set beside the channel's `auth` is never mixed with a route's
+/// different scheme. `None` when the route has an error (reported).
+fn check_route(
+    d: &mut Diags,
+    path: &Path,
+    i: usize,
+    route: &Table,
+    channel: &str,
+    channel_auth: &Option<RouteAuth>,
+) -> Option<ChannelRoute> {
     let f = Fields::nested(route, path, format!("routes[{i}]."));
     f.unknown_keys(d, ROUTE_KEYS);
-    f.string(d, "description");
-    check_auth(d, &f);
-    for key in ["body_schema", "query_schema"] {
-        if let Some(t) = f.table(d, key) {
-            check_schema(d, path, &f.key(key), &table_to_json(t));
-        }
+    let description = f.string(d, "description");
+    let own_auth = check_auth(d, &f, channel);
+    let auth = if f.has("auth") {
+        own_auth
+    } else {
+        channel_auth.clone()
     }
-    for key in ["message", "continuation_key", "delivery_id"] {
-        if let Some(source) = f.nonempty_string(d, key) {
-            check_template(d, &f, key, &source);
-        }
-    }
-    check_choice(d, &f, "admission", &["preempt", "coalesce"]);
-    check_choice(d, &f, "mode", &["chat", "task"]);
+    .unwrap_or(RouteAuth::Default);
+    let mut schema = |key: &str| {
+        let t = f.table(d, key)?;
+        let schema = table_to_json(t);
+        check_schema(d, path, &f.key(key), &schema).then_some(schema)
+    };
+    let body_schema = schema("body_schema");
+    let query_schema = schema("query_schema");
+    let mut template = |key: &str| {
+        let source = f.nonempty_string(d, key)?;
+        check_template(d, &f, key, &source).then_some(source)
+    };
+    let message = template("message");
+    let continuation_key = template("continuation_key");
+    let delivery_id = template("delivery_id");
+    let admission = match check_choice(d, &f, "admission", &["preempt", "coalesce"]).as_deref() {
+        Some("coalesce") => Admission::Coalesce,
+        _ => Admission::Preempt,
+    };
+    let mode = match check_choice(d, &f, "mode", &["chat", "task"]).as_deref() {
+        Some("task") => SessionMode::Task,
+        _ => SessionMode::Chat,
+    };
     let method = match f.string(d, "method") {
-        Some(m) if METHODS.contains(&m.as_str()) => Some(m),
+        Some(m) if RouteMethod::parse(&m).is_some() => RouteMethod::parse(&m),
         Some(m) => {
             d.error(
                 path,
@@ -368,7 +394,19 @@ fn check_route(d: &mut Diags, path: &Path, i: usize, route: &Table) -> Option<St
             None
         }
     };
-    Some(format!("{} {}", method?, route_path?))
+    Some(ChannelRoute {
+        method: method?,
+        path: route_path?,
+        description,
+        auth,
+        body_schema,
+        query_schema,
+        message,
+        continuation_key,
+        delivery_id,
+        admission,
+        mode,
+    })
 }
 
 /// The syntax of a route path: `/`, or `/`-separated segments that are
@@ -448,10 +486,12 @@ impl RouteShapes {
     }
 }
 
-/// A channel template must compile; rendering happens per request.
-fn check_template(d: &mut Diags, f: &Fields<'_>, key: &str, source: &str) {
+/// A channel template must compile; rendering happens per request. True
+/// when it does.
+fn check_template(d: &mut Diags, f: &Fields<'_>, key: &str, source: &str) -> bool {
     let env = minijinja::Environment::new();
-    if let Err(e) = env.template_from_str(source) {
+    let compiled = env.template_from_str(source);
+    if let Err(e) = &compiled {
         let k = f.key(key);
         let detail = e
             .detail()
@@ -462,13 +502,13 @@ fn check_template(d: &mut Diags, f: &Fields<'_>, key: &str, source: &str) {
             format!("fix the template syntax of `{k}` (minijinja, `{{{{ body.field }}}}`)"),
         );
     }
+    compiled.is_ok()
 }
 
-/// A string key limited to `choices`.
-fn check_choice(d: &mut Diags, f: &Fields<'_>, key: &str, choices: &[&str]) {
-    if let Some(value) = f.string(d, key)
-        && !choices.contains(&value.as_str())
-    {
+/// A string key limited to `choices`: the value when it is one of them.
+fn check_choice(d: &mut Diags, f: &Fields<'_>, key: &str, choices: &[&str]) -> Option<String> {
+    let value = f.string(d, key)?;
+    if !choices.contains(&value.as_str()) {
         let k = f.key(key);
         let list = choices
             .iter()
@@ -480,13 +520,17 @@ fn check_choice(d: &mut Diags, f: &Fields<'_>, key: &str, choices: &[&str]) {
             format!("`{k}` must be {list}, found \"{value}\""),
             format!("set `{k}` to {list}"),
         );
+        return None;
     }
+    Some(value)
 }
 
 /// `[[events]]`: which event types of the channel's sessions go where.
-fn check_events(d: &mut Diags, path: &Path, table: &Table) {
+/// Returns the entries without an error.
+fn check_events(d: &mut Diags, path: &Path, table: &Table) -> Vec<ChannelEvents> {
+    let mut out = Vec::new();
     let items = match table.get("events") {
-        None => return,
+        None => return out,
         Some(toml::Value::Array(items)) => items,
         Some(other) => {
             d.error(
@@ -497,7 +541,7 @@ fn check_events(d: &mut Diags, path: &Path, table: &Table) {
                 ),
                 "declare deliveries as `[[events]]` sections",
             );
-            return;
+            return out;
         }
     };
     for (i, item) in items.iter().enumerate() {
@@ -511,7 +555,9 @@ fn check_events(d: &mut Diags, path: &Path, table: &Table) {
         };
         let f = Fields::nested(entry, path, format!("events[{i}]."));
         f.unknown_keys(d, EVENT_KEYS);
-        match f.strings(d, "types") {
+        let errors_before = d.error_count();
+        let types = f.strings(d, "types");
+        match &types {
             None if !f.has("types") => d.error(
                 path,
                 format!("`events[{i}]` has no `types`"),
@@ -535,19 +581,26 @@ fn check_events(d: &mut Diags, path: &Path, table: &Table) {
                 }
             }
         }
-        match (f.has("url"), f.has("command")) {
-            (true, true) => d.error(
-                path,
-                format!("`events[{i}]` sets both `url` and `command`"),
-                "keep exactly one of `url` and `command`",
-            ),
-            (false, false) => d.error(
-                path,
-                format!("`events[{i}]` has no target: set `url` or `command`"),
-                "add `url = \"https://...\"` or `command = [\"./notify.sh\"]`",
-            ),
+        let target = match (f.has("url"), f.has("command")) {
+            (true, true) => {
+                d.error(
+                    path,
+                    format!("`events[{i}]` sets both `url` and `command`"),
+                    "keep exactly one of `url` and `command`",
+                );
+                None
+            }
+            (false, false) => {
+                d.error(
+                    path,
+                    format!("`events[{i}]` has no target: set `url` or `command`"),
+                    "add `url = \"https://...\"` or `command = [\"./notify.sh\"]`",
+                );
+                None
+            }
             (true, false) => {
-                if let Some(url) = f.nonempty_string(d, "url")
+                let url = f.nonempty_string(d, "url");
+                if let Some(url) = &url
                     && !(url.starts_with("http://") || url.starts_with("https://"))
                 {
                     d.error(
@@ -558,10 +611,12 @@ fn check_events(d: &mut Diags, path: &Path, table: &Table) {
                         "write the full endpoint URL",
                     );
                 }
-                f.string_map(d, "headers");
+                let headers = f.string_map(d, "headers").unwrap_or_default();
+                url.map(|url| ChannelEventTarget::Url { url, headers })
             }
             (false, true) => {
-                if let Some(argv) = f.strings(d, "command")
+                let argv = f.strings(d, "command");
+                if let Some(argv) = &argv
                     && argv.first().is_none_or(|p| p.trim().is_empty())
                 {
                     d.error(
@@ -577,10 +632,12 @@ fn check_events(d: &mut Diags, path: &Path, table: &Table) {
                         "remove `headers`, or deliver to a `url`",
                     );
                 }
+                argv.map(|argv| ChannelEventTarget::Command { argv })
             }
-        }
-        if let Some(n) = f.positive(d, "attempts")
-            && n > MAX_EVENT_ATTEMPTS
+        };
+        let attempts = f.positive(d, "attempts");
+        if let Some(n) = attempts
+            && n > u64::from(MAX_EVENT_ATTEMPTS)
         {
             d.error(
                 path,
@@ -588,33 +645,57 @@ fn check_events(d: &mut Diags, path: &Path, table: &Table) {
                 format!("set `events[{i}].attempts` between 1 and {MAX_EVENT_ATTEMPTS}"),
             );
         }
-        f.positive(d, "backoff_ms");
+        let backoff = f
+            .positive(d, "backoff_ms")
+            .map_or(DEFAULT_EVENT_BACKOFF, Duration::from_millis);
+        if d.error_count() > errors_before {
+            continue;
+        }
+        if let (Some(types), Some(target)) = (types, target) {
+            out.push(ChannelEvents {
+                types,
+                target,
+                attempts: attempts
+                    .and_then(|n| u32::try_from(n).ok())
+                    .unwrap_or(DEFAULT_EVENT_ATTEMPTS),
+                backoff,
+            });
+        }
     }
+    out
 }
 
 /// `auth = "default" | "bearer" | "hmac"`; hmac needs its secret and header;
 /// bearer reads its token from `token_env` (default
-/// `BDK_CHANNEL_<NAME>_TOKEN`).
-fn check_auth(d: &mut Diags, f: &Fields<'_>) {
-    f.nonempty_string(d, "token_env");
-    let Some(auth) = f.string(d, "auth") else {
-        return;
-    };
+/// `BDK_CHANNEL_<NAME>_TOKEN`). The block's auth, `None` when it declares
+/// none or has an error (reported).
+fn check_auth(d: &mut Diags, f: &Fields<'_>, channel: &str) -> Option<RouteAuth> {
+    let token_env = f.nonempty_string(d, "token_env");
+    let auth = f.string(d, "auth")?;
     match auth.as_str() {
-        "default" | "bearer" => {}
+        "default" => Some(RouteAuth::Default),
+        "bearer" => Some(RouteAuth::Bearer {
+            token_env: token_env.unwrap_or_else(|| default_token_env(channel)),
+        }),
         "hmac" => {
-            for key in ["secret_env", "signature_header"] {
+            let mut needed = |key: &str| {
                 if f.has(key) {
-                    f.nonempty_string(d, key);
-                } else {
-                    let k = f.key(key);
-                    d.error(
-                        f.path,
-                        format!("`auth = \"hmac\"` needs `{k}`"),
-                        format!("add `{k} = \"...\"`"),
-                    );
+                    return f.nonempty_string(d, key);
                 }
-            }
+                let k = f.key(key);
+                d.error(
+                    f.path,
+                    format!("`auth = \"hmac\"` needs `{k}`"),
+                    format!("add `{k} = \"...\"`"),
+                );
+                None
+            };
+            let secret_env = needed("secret_env");
+            let signature_header = needed("signature_header");
+            Some(RouteAuth::Hmac {
+                secret_env: secret_env?,
+                signature_header: signature_header?,
+            })
         }
         other => {
             let k = f.key("auth");
@@ -623,6 +704,7 @@ fn check_auth(d: &mut Diags, f: &Fields<'_>) {
                 format!("`{k}` must be \"default\", \"bearer\" or \"hmac\", found \"{other}\""),
                 format!("set `{k}` to one of \"default\", \"bearer\", \"hmac\""),
             );
+            None
         }
     }
 }
@@ -912,6 +994,86 @@ headers = { A = "b" }
         ] {
             assert!(has(&diags, severity, needle), "{needle}: {diags:#?}");
         }
+    }
+
+    #[test]
+    fn routes_inherit_the_channel_auth_block() {
+        let (found, diags) = check(
+            r#"
+auth = "hmac"
+secret_env = "S"
+signature_header = "X-Hub-Signature-256"
+
+[[routes]]
+method = "POST"
+path = "/"
+
+[[routes]]
+method = "GET"
+path = "/status"
+auth = "bearer"
+
+[[routes]]
+method = "PUT"
+path = "/open"
+auth = "default"
+"#,
+        );
+        assert!(diags.is_empty(), "{diags:#?}");
+        let c = &found[0];
+        assert_eq!(
+            c.routes[0].auth,
+            RouteAuth::Hmac {
+                secret_env: "S".into(),
+                signature_header: "X-Hub-Signature-256".into(),
+            }
+        );
+        // The file is `c.toml`, so the channel is `c`.
+        assert_eq!(
+            c.routes[1].auth,
+            RouteAuth::Bearer {
+                token_env: "BDK_CHANNEL_C_TOKEN".into()
+            }
+        );
+        assert_eq!(c.routes[2].auth, RouteAuth::Default);
+        assert_eq!(c.routes[0].admission, Admission::Preempt);
+        assert_eq!(c.routes[0].mode, SessionMode::Chat);
+    }
+
+    #[test]
+    fn events_defaults_and_limits() {
+        let (found, diags) = check(
+            r#"
+[[routes]]
+method = "POST"
+path = "/"
+
+[[events]]
+types = ["message.completed"]
+url = "http://127.0.0.1:1/h"
+
+[[events]]
+types = ["*"]
+command = ["./n.sh"]
+attempts = 5
+backoff_ms = 20
+"#,
+        );
+        assert!(diags.is_empty(), "{diags:#?}");
+        let events = &found[0].events;
+        assert_eq!(events[0].attempts, DEFAULT_EVENT_ATTEMPTS);
+        assert_eq!(events[0].backoff, DEFAULT_EVENT_BACKOFF);
+        assert!(events[0].wants("message.completed"));
+        assert!(!events[0].wants("turn.failed"));
+        assert!(events[1].wants("turn.failed"));
+        assert_eq!(events[1].attempts, 5);
+        assert_eq!(events[1].backoff, Duration::from_millis(20));
+        assert_eq!(
+            events[1].target,
+            ChannelEventTarget::Command {
+                argv: vec!["./n.sh".into()]
+            }
+        );
     }
 
     #[test]

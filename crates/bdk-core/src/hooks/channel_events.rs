@@ -1,5 +1,13 @@
-//! The events map: chosen events of the sessions a channel owns, delivered
-//! to a URL (POSTed JSON) or a command (one JSON line on stdin).
+//! Channel event delivery, the durable hook kind: chosen events of the
+//! sessions a channel owns (its manifest's events map), delivered to a URL
+//! (POSTed JSON) or a command (one JSON line on stdin).
+//!
+//! Unlike the [`super::HookBus`], which pushes each envelope as it is
+//! recorded and keeps nothing, this kind reads the sessions' streams from
+//! the store and keeps a cursor per session, so it survives restarts. The
+//! channel surface that owns the sessions (`bdk-http`'s channels) says
+//! which sessions to follow: a session it creates or continues, and at
+//! startup the channel sessions that already exist ([`ChannelDelivery::resume`]).
 //!
 //! One task per followed session reads the session's stream (replay, then
 //! live) and delivers matching events in order, each with bounded retries
@@ -22,20 +30,23 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use bdk_core::host::Host;
+use std::path::PathBuf;
+
 use bdk_events::{Envelope, Event, SessionId};
+use bdk_store::Store;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::config::{ChannelConfig, EventRule, Target};
+use crate::containment::{Containment, Program, ProgramEnd};
+use crate::project::{ChannelEventTarget as Target, ChannelEvents as EventRule, ChannelManifest};
 
 /// The key-value namespace of delivery cursors.
 pub const CURSOR_NAMESPACE: &str = "channel-events";
 
 /// How long one delivery attempt (a POST or a command) may take.
-pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How much of a failing command's stderr a log line quotes.
 const STDERR_QUOTE: usize = 500;
@@ -43,12 +54,23 @@ const STDERR_QUOTE: usize = 500;
 /// How much a command may write to stdout (it is read and thrown away).
 const MAX_COMMAND_STDOUT: usize = 1024 * 1024;
 
-/// Starts and tracks the per-session delivery tasks of every channel.
+/// Starts and tracks the per-session delivery tasks of an agent's
+/// channels. Cheap to clone; clones share the set of followed sessions, so
+/// a session is followed once however often it is named.
 #[derive(Clone)]
-pub(crate) struct Delivery {
-    host: Host,
+pub struct ChannelDelivery {
+    runs: Runs,
     shutdown: CancellationToken,
     following: Arc<Mutex<HashSet<SessionId>>>,
+}
+
+/// What a delivery reads and runs with: the agent's store, how the host
+/// runs programs, and the agent's `lib/` (commands may read it).
+#[derive(Clone)]
+struct Runs {
+    store: Arc<dyn Store>,
+    containment: Containment,
+    lib_dir: Option<PathBuf>,
 }
 
 /// Removes a session from the followed set when its task ends, however it ends.
@@ -68,7 +90,7 @@ impl Drop for Followed {
 
 /// Where a session's delivery task starts reading.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Start {
+pub enum DeliveryStart {
     /// A session this process just created: from its first event.
     New,
     /// A session found at startup: from its cursor, or from the end of its
@@ -77,10 +99,21 @@ pub(crate) enum Start {
     Resume,
 }
 
-impl Delivery {
-    pub(crate) fn new(host: Host, shutdown: CancellationToken) -> Self {
+impl ChannelDelivery {
+    /// Delivery over `store`, running commands through `containment` (with
+    /// read access to `lib_dir`), until `shutdown`.
+    pub fn new(
+        store: Arc<dyn Store>,
+        containment: Containment,
+        lib_dir: Option<PathBuf>,
+        shutdown: CancellationToken,
+    ) -> Self {
         Self {
-            host,
+            runs: Runs {
+                store,
+                containment,
+                lib_dir,
+            },
             shutdown,
             following: Arc::default(),
         }
@@ -90,12 +123,12 @@ impl Delivery {
     /// channel delivers nothing. The start index is settled before this
     /// returns, so events recorded after it are never missed. Must be called
     /// inside a Tokio runtime.
-    pub(crate) async fn follow(
+    pub async fn follow(
         &self,
-        channel: &Arc<ChannelConfig>,
+        channel: &Arc<ChannelManifest>,
         id: &SessionId,
         continuation_token: &str,
-        start: Start,
+        start: DeliveryStart,
     ) {
         if channel.events.is_empty() || self.shutdown.is_cancelled() {
             return;
@@ -113,7 +146,7 @@ impl Delivery {
             id: id.clone(),
         };
         let task = Follower {
-            host: self.host.clone(),
+            runs: self.runs.clone(),
             shutdown: self.shutdown.clone(),
             channel: Arc::clone(channel),
             id: id.clone(),
@@ -130,13 +163,13 @@ impl Delivery {
 
     /// Follows the existing sessions of `channels` created before `before`
     /// (later ones are followed by whoever creates them).
-    pub(crate) async fn resume(&self, channels: &[Arc<ChannelConfig>], before: DateTime<Utc>) {
-        let delivering: Vec<&Arc<ChannelConfig>> =
+    pub async fn resume(&self, channels: &[Arc<ChannelManifest>], before: DateTime<Utc>) {
+        let delivering: Vec<&Arc<ChannelManifest>> =
             channels.iter().filter(|c| !c.events.is_empty()).collect();
         if delivering.is_empty() {
             return;
         }
-        let sessions = match self.host.store().list_sessions().await {
+        let sessions = match self.runs.store.list_sessions().await {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cannot list sessions; channel event delivery does not resume for existing sessions");
@@ -152,7 +185,7 @@ impl Delivery {
                     channel,
                     &record.id,
                     &record.continuation_token,
-                    Start::Resume,
+                    DeliveryStart::Resume,
                 )
                 .await;
             }
@@ -162,9 +195,9 @@ impl Delivery {
 
 /// The delivery task of one session.
 struct Follower {
-    host: Host,
+    runs: Runs,
     shutdown: CancellationToken,
-    channel: Arc<ChannelConfig>,
+    channel: Arc<ChannelManifest>,
     id: SessionId,
     token: String,
 }
@@ -175,7 +208,7 @@ impl Follower {
     }
 
     async fn run(self, from: u64) {
-        let store = Arc::clone(self.host.store());
+        let store = Arc::clone(&self.runs.store);
         let key = self.cursor_key();
         let mut stream = match store.subscribe(&self.id, from).await {
             Ok(s) => s,
@@ -237,8 +270,8 @@ impl Follower {
 
     /// The index to read from, recording it as the cursor when there is
     /// none yet. `None` when the store cannot say.
-    async fn start_index(&self, start: Start) -> Option<u64> {
-        let store = self.host.store();
+    async fn start_index(&self, start: DeliveryStart) -> Option<u64> {
+        let store = &self.runs.store;
         let key = self.cursor_key();
         let saved = match store.kv_get(CURSOR_NAMESPACE, &key).await {
             Ok(v) => v.and_then(|v| v.get("next").and_then(Value::as_u64)),
@@ -251,8 +284,8 @@ impl Follower {
             return Some(next);
         }
         let from = match start {
-            Start::New => 0,
-            Start::Resume => match store.next_index(&self.id).await {
+            DeliveryStart::New => 0,
+            DeliveryStart::Resume => match store.next_index(&self.id).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot resume channel event delivery");
@@ -291,7 +324,7 @@ impl Follower {
             let result = tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return false,
-                r = attempt_once(&self.host, rule, &self.channel, payload) => r,
+                r = attempt_once(&self.runs, rule, &self.channel, payload) => r,
             };
             let error = match result {
                 Ok(()) => return true,
@@ -332,9 +365,9 @@ impl Follower {
 
 /// One attempt at one target.
 async fn attempt_once(
-    host: &Host,
+    runs: &Runs,
     rule: &EventRule,
-    channel: &ChannelConfig,
+    channel: &ChannelManifest,
     payload: &[u8],
 ) -> Result<(), String> {
     match &rule.target {
@@ -357,23 +390,22 @@ async fn attempt_once(
             }
         }
         Target::Command { argv } => {
-            use bdk_core::containment::{Program, ProgramEnd};
             let program = argv.first().cloned().unwrap_or_default();
             // The command runs like the agent's tools: a clean environment
             // and, when the host has one, the sandbox (it reads its folder
             // and the agent's lib/, writes only a temp dir of its own).
             let run = Program {
                 argv: argv.clone(),
-                cwd: channel.dir.clone(),
-                read: host.project().lib_dir().into_iter().collect(),
+                cwd: channel.dir(),
+                read: runs.lib_dir.iter().cloned().collect(),
                 stdin: payload.to_vec(),
                 env: Vec::new(),
                 max_stdout: MAX_COMMAND_STDOUT,
                 timeout: ATTEMPT_TIMEOUT,
             };
-            let state_root = host.store().state_root();
+            let state_root = runs.store.state_root();
             let never = CancellationToken::new();
-            match host.containment().run(run, &state_root, &never).await {
+            match runs.containment.run(run, &state_root, &never).await {
                 ProgramEnd::Exited { status, .. } if status.success() => Ok(()),
                 ProgramEnd::Exited { status, stderr, .. } => {
                     let quoted: String = stderr.chars().take(STDERR_QUOTE).collect();
