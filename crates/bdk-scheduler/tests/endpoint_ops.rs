@@ -69,12 +69,7 @@ async fn setup() -> (TempDir, Host) {
 }
 
 /// Runs the client tool with `requests`, bound to `session` when given.
-async fn run_client(
-    host: &Host,
-    session: Option<&SessionId>,
-    _principal: Option<&str>,
-    requests: Value,
-) -> DirectOutcome {
+async fn run_client(host: &Host, session: Option<&SessionId>, requests: Value) -> DirectOutcome {
     let out = host
         .call_tool(DirectCall {
             name: "client".into(),
@@ -118,7 +113,6 @@ async fn a_reminder_without_a_schedule_is_refused_with_the_reason() {
     let out = run_client(
         &host,
         Some(&session),
-        None,
         json!([{"op": "reminders.create", "args": {}}]),
     )
     .await;
@@ -144,7 +138,6 @@ async fn reminder_ops_are_scoped_to_the_calling_session() {
     let out = run_client(
         &host,
         Some(&session),
-        None,
         json!([
             {"op": "reminders.create", "args": {"every": "1h", "prompt": "check the queue"}},
             {"op": "reminders.list", "args": {}},
@@ -168,18 +161,11 @@ async fn reminder_ops_are_scoped_to_the_calling_session() {
     let out = run_client(
         &host,
         Some(&session),
-        None,
         json!([{"op": "reminders.cancel", "args": {"id": id}}]),
     )
     .await;
     assert_eq!(assert_ok(&answers(&out)[0])["status"], "cancelled");
 
-    let out = run_client(
-        &host,
-        None,
-        None,
-        json!([{"op": "reminders.list", "args": {}}]),
-    )
-    .await;
+    let out = run_client(&host, None, json!([{"op": "reminders.list", "args": {}}])).await;
     assert_error(&answers(&out)[0], "no_session");
 }

@@ -21,9 +21,7 @@ use tokio::io::AsyncReadExt;
 use crate::containment::{Containment, Grants, ScratchDir};
 use crate::process::{self, ProcessEnd, ProcessSpec};
 use crate::tool::subprocess;
-use crate::tool::{
-    Effect, Execution, NewArtifact, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec,
-};
+use crate::tool::{Effect, NewArtifact, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
 use crate::workspace::{self, WorkspaceError};
 
 /// `read_file` returns at most this many bytes of text per call.
@@ -67,7 +65,7 @@ pub fn workspace_tools() -> Vec<Arc<dyn Tool>> {
 /// Its commands run under `containment`, like command tools: contained,
 /// they read the system and write only the workspace and a temp dir.
 pub fn shell_tool(containment: Containment) -> Arc<dyn Tool> {
-    let mut spec = spec(
+    let mut spec = ToolSpec::server(
         "shell",
         "Run a shell command (sh -c) with the session workspace as the working directory. \
          Returns the exit code, stdout and the end of stderr. Use it for scripts, builds and \
@@ -96,7 +94,7 @@ pub fn shell_tool(containment: Containment) -> Arc<dyn Tool> {
 /// `load_skill`: returns a skill's full text by name.
 pub fn load_skill_tool() -> Arc<dyn Tool> {
     Arc::new(LoadSkill {
-        spec: spec(
+        spec: ToolSpec::server(
             "load_skill",
             "Load a skill by name and return its full instructions. Load a skill from the \
              catalog in your instructions before doing the work it describes.",
@@ -117,7 +115,7 @@ pub fn load_skill_tool() -> Arc<dyn Tool> {
 /// the session.
 pub fn tag_artifact_tool() -> Arc<dyn Tool> {
     Arc::new(TagArtifact {
-        spec: spec(
+        spec: ToolSpec::server(
             "tag_artifact",
             "Tag a result worth keeping (a report, a patch, a generated file) as an artifact \
              of this session so people and other systems can find it. Give exactly one of \
@@ -152,7 +150,7 @@ pub fn task_spec(subagents: &[(String, String)]) -> ToolSpec {
         description.push_str(&format!("\n- {name}: {about}"));
     }
     let names: Vec<&str> = subagents.iter().map(|(name, _)| name.as_str()).collect();
-    spec(
+    ToolSpec::server(
         "task",
         &description,
         json!({
@@ -166,20 +164,6 @@ pub fn task_spec(subagents: &[(String, String)]) -> ToolSpec {
         }),
         Effect::Write,
     )
-}
-
-fn spec(name: &str, description: &str, input_schema: Value, effect: Effect) -> ToolSpec {
-    ToolSpec {
-        name: name.to_owned(),
-        title: None,
-        description: description.to_owned(),
-        input_schema,
-        output_schema: None,
-        effect,
-        execution: Execution::Server,
-        needs_approval: false,
-        timeout_ms: None,
-    }
 }
 
 /// Decodes a tool's input. The runtime validates input against the schema
@@ -222,7 +206,7 @@ fn settle(result: Result<ToolOutput, ToolOutput>) -> ToolOutput {
 // ---------------------------------------------------------------- read_file
 
 fn read_file_spec() -> ToolSpec {
-    spec(
+    ToolSpec::server(
         "read_file",
         "Read a UTF-8 text file from the workspace. Optionally start at line `offset` \
          (counting from 1) and return at most `limit` lines. Long output is cut at 256 KiB \
@@ -373,7 +357,7 @@ async fn read_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOu
 // --------------------------------------------------------------- write_file
 
 fn write_file_spec() -> ToolSpec {
-    spec(
+    ToolSpec::server(
         "write_file",
         "Create or overwrite a file in the workspace with the given text, creating parent \
          directories as needed.",
@@ -437,7 +421,7 @@ async fn write_text(path: &Path, rel: &str, content: &str) -> Result<(), ToolOut
 // ---------------------------------------------------------------- edit_file
 
 fn edit_file_spec() -> ToolSpec {
-    spec(
+    ToolSpec::server(
         "edit_file",
         "Replace one exact piece of text in a workspace file. `old_text` must occur exactly \
          once: include enough surrounding lines to make it unique.",
@@ -526,7 +510,7 @@ async fn edit_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOu
 // --------------------------------------------------------------- list_files
 
 fn list_files_spec() -> ToolSpec {
-    spec(
+    ToolSpec::server(
         "list_files",
         "List the files and directories under a workspace directory (default: the whole \
          workspace), recursively and sorted, one workspace-relative path per line; \
@@ -666,7 +650,7 @@ async fn read_sorted(dir: &Path, at_root: bool) -> io::Result<Vec<Entry>> {
 // -------------------------------------------------------------- delete_file
 
 fn delete_file_spec() -> ToolSpec {
-    spec(
+    ToolSpec::server(
         "delete_file",
         "Delete a file from the workspace (files only, not directories).",
         json!({

@@ -67,6 +67,23 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
+    /// A server tool with no title, output schema, approval or timeout of
+    /// its own: how built-in tools (core's and extensions') describe
+    /// themselves.
+    pub fn server(name: &str, description: &str, input_schema: Value, effect: Effect) -> Self {
+        Self {
+            name: name.to_owned(),
+            title: None,
+            description: description.to_owned(),
+            input_schema,
+            output_schema: None,
+            effect,
+            execution: Execution::Server,
+            needs_approval: false,
+            timeout_ms: None,
+        }
+    }
+
     /// The timeout to apply, falling back to `default`.
     pub fn timeout(&self, default: Duration) -> Duration {
         self.timeout_ms.map_or(default, Duration::from_millis)

@@ -6,26 +6,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bdk_core::extension::{OperationCall, OperationError};
-use bdk_core::tool::{Effect, Execution, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
+use bdk_core::tool::{Effect, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::records::{ReminderError, SessionLookup, SessionReminders};
-
-fn spec(name: &str, description: &str, input_schema: Value, effect: Effect) -> ToolSpec {
-    ToolSpec {
-        name: name.to_owned(),
-        title: None,
-        description: description.to_owned(),
-        input_schema,
-        output_schema: None,
-        effect,
-        execution: Execution::Server,
-        needs_approval: false,
-        timeout_ms: None,
-    }
-}
 
 /// Decodes a tool's input. The runtime validates input against the schema
 /// first, but a tool is also callable directly, so it checks again.
@@ -50,7 +36,7 @@ pub(crate) fn reminder_tools(lookup: &SessionLookup) -> Vec<Arc<dyn Tool>> {
         Arc::new(ReminderTool {
             lookup: Arc::clone(lookup),
             op: ReminderOp::Create,
-            spec: spec(
+            spec: ToolSpec::server(
                 "reminders_create",
                 "Schedule a reminder in this conversation. Give exactly one of `delay`, `every`, \
                  `cron` or `at`, and a `prompt` (or a `handler` tool). When it fires, the prompt \
@@ -66,7 +52,7 @@ pub(crate) fn reminder_tools(lookup: &SessionLookup) -> Vec<Arc<dyn Tool>> {
         Arc::new(ReminderTool {
             lookup: Arc::clone(lookup),
             op: ReminderOp::List,
-            spec: spec(
+            spec: ToolSpec::server(
                 "reminders_list",
                 "List the reminders of this conversation with their status, fire count and next fire time.",
                 json!({"type": "object", "properties": {}, "additionalProperties": false}),
@@ -76,7 +62,7 @@ pub(crate) fn reminder_tools(lookup: &SessionLookup) -> Vec<Arc<dyn Tool>> {
         Arc::new(ReminderTool {
             lookup: Arc::clone(lookup),
             op: ReminderOp::Cancel,
-            spec: spec(
+            spec: ToolSpec::server(
                 "reminders_cancel",
                 "Cancel one of this conversation's armed reminders by id.",
                 json!({
