@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use bdk_events::SessionId;
 use bdk_store::{Store, StoreError};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -39,7 +40,8 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::extension::{HostExtension, OperationCall, OperationError};
-use crate::tool::{NewArtifact, ToolContext, ToolServices};
+use crate::tool::services::{SendArgs, SessionArgs, ToolCallArgs};
+use crate::tool::{NewArtifact, ServiceError, ToolContext, ToolServices};
 
 pub mod grant;
 
@@ -626,6 +628,9 @@ enum OpError {
     /// An extension's refusal: its code and message.
     #[error("{1}")]
     Extension(&'static str, String),
+    /// A host service's refusal: its code and message.
+    #[error("{0}")]
+    Service(ServiceError),
 }
 
 impl OpError {
@@ -638,6 +643,7 @@ impl OpError {
             OpError::DryRun(_) => "dry_run",
             OpError::Internal => "internal",
             OpError::Extension(code, _) => code,
+            OpError::Service(e) => e.code,
         }
     }
 }
@@ -654,6 +660,10 @@ const BUILTIN_OPS: &[&str] = &[
     "files.list",
     "artifacts.tag",
     "session.info",
+    "send",
+    "session.get",
+    "session.wait",
+    "tools.call",
     "mcp.names",
     "mcp.list_tools",
     "mcp.call_tool",
@@ -688,6 +698,8 @@ async fn extension_op(
             OperationError::NoSession(_) => "no_session",
             OperationError::DryRun(_) => "dry_run",
             OperationError::Unavailable(_) => "unavailable",
+            OperationError::SessionNotFound(_) => "session_not_found",
+            OperationError::Forbidden(_) => "forbidden",
             OperationError::Storage(_) => "internal",
         };
         match e {
@@ -891,9 +903,9 @@ async fn run_op(
                 "dryRun": binding.ctx.dry_run,
             }))
         }
-        "send" => Err(OpError::Unavailable(
-            "`send` is not available to tools in this version of bdk",
-        )),
+        "send" | "session.get" | "session.wait" | "tools.call" => {
+            session_op(binding, op, args).await
+        }
         "mcp.names" | "mcp.list_tools" | "mcp.call_tool" => mcp_op(binding, op, args).await,
         other => match shared
             .extensions
@@ -904,6 +916,56 @@ async fn run_op(
             None => Err(OpError::UnknownOp(other.to_owned(), known_ops(shared))),
         },
     }
+}
+
+/// The session services: `send`, `session.get`, `session.wait`,
+/// `tools.call`, answered by the call's services under their reach rule.
+async fn session_op(binding: &Binding, op: &str, args: Value) -> Result<Value, OpError> {
+    let services = &binding.services;
+    let ctx = &binding.ctx;
+    let answer = match op {
+        "send" => {
+            let a: SendArgs = parse(op, args)?;
+            let send = a.into_message().map_err(OpError::Service)?;
+            services.send(ctx, send).await.map(|r| json!(r))
+        }
+        "session.get" => {
+            let a: SessionArgs = parse(op, args)?;
+            if a.timeout_ms.is_some() {
+                return Err(OpError::InvalidArgs(
+                    "`timeoutMs` applies to `session.wait`".to_owned(),
+                ));
+            }
+            let (target, _) = a.into_parts().map_err(OpError::Service)?;
+            services.session_get(ctx, target).await.map(|r| json!(r))
+        }
+        "session.wait" => {
+            let a: SessionArgs = parse(op, args)?;
+            let (target, wait) = a.into_parts().map_err(OpError::Service)?;
+            services
+                .session_wait(ctx, target, wait)
+                .await
+                .map(|r| json!(r))
+        }
+        _ => {
+            let a: ToolCallArgs = parse(op, args)?;
+            let input = a.input.unwrap_or_else(|| Value::Object(Map::new()));
+            let session = match a.session_id {
+                Some(id) if id.trim().is_empty() => {
+                    return Err(OpError::InvalidArgs(
+                        "sessionId must not be empty".to_owned(),
+                    ));
+                }
+                Some(id) => Some(SessionId::from_string(&id)),
+                None => None,
+            };
+            services
+                .call_tool(ctx, &a.tool, input, session)
+                .await
+                .map(|r| json!(r))
+        }
+    };
+    answer.map_err(OpError::Service)
 }
 
 #[derive(Deserialize)]

@@ -109,6 +109,12 @@ pub enum OperationError {
     /// The service is not available to this call (`unavailable`).
     #[error("{0}")]
     Unavailable(String),
+    /// The named session does not exist (`session_not_found`).
+    #[error("session {0} not found")]
+    SessionNotFound(String),
+    /// The named session is another principal's (`forbidden`).
+    #[error("session {0} belongs to another principal")]
+    Forbidden(String),
     /// The host's storage failed (`internal`); the caller sees a generic
     /// message and the log has this one.
     #[error("host storage failed: {0}")]

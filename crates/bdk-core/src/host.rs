@@ -27,7 +27,7 @@
 //! waits), `queued.rs` (durable coalesced follow-ups), `driver.rs` (the turn
 //! task), `direct.rs` (direct tool calls), `approvals.rs`, `recovery.rs`,
 //! `transcript.rs` (the model conversation), `services.rs` (the
-//! `ToolServices` a call sees), `runtime.rs` (the host side of the
+//! `ToolServices` a call sees), `handlers.rs` (running handler programs), `runtime.rs` (the host side of the
 //! [`Runtime`](crate::extension::Runtime) port that
 //! extensions reach the host through, see [`crate::extension`]) and
 //! `slots.rs` (slots and the conversation cache). They form a DAG: the
@@ -66,6 +66,7 @@ mod build;
 mod direct;
 mod driver;
 pub(crate) mod error;
+mod handlers;
 mod keyed;
 mod queued;
 mod recovery;
@@ -75,12 +76,14 @@ mod slots;
 mod transcript;
 mod types;
 
+pub use crate::tool::services::MAX_KEY_BYTES;
 pub use build::HostBuilder;
 pub use direct::fresh_call_id;
 pub(crate) use error::session_error;
 pub use error::{HostError, HostResult};
 pub use keyed::{CLAIM_PATIENCE, KEY_CLAIMS_NAMESPACE, KeySession};
 pub use queued::QUEUE_NAMESPACE;
+pub use services::SCHEDULE_CHANNEL;
 pub use slots::{DEFAULT_SESSION_CACHE_BYTES, MemoryStats};
 pub use transcript::{repair_transcript, transcript_from_events};
 pub use types::{
@@ -129,6 +132,8 @@ struct Inner {
     /// What crates above the runtime added (reminders, ...), in the order
     /// they were added.
     extensions: Vec<Arc<dyn HostExtension>>,
+    /// Native handlers by name (`HostBuilder::handler`).
+    handlers: BTreeMap<String, Arc<dyn crate::handler::NativeHandler>>,
     /// Turn leases and controls shared with other replicas, when there are any.
     coordination: Option<Arc<dyn Coordination>>,
     /// How the agent's programs run.

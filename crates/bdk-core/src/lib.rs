@@ -15,6 +15,7 @@ pub mod containment;
 pub mod cron;
 pub mod endpoint;
 pub mod extension;
+pub mod handler;
 pub mod hooks;
 pub mod host;
 pub mod mcp;

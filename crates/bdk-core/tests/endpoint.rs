@@ -99,7 +99,16 @@ tool_calls = [{ name = "client", input = { requests = [
 [[rules]]
 tool_result = "client"
 reply = "stored {{ result.answers[1].result.value.color }} as {{ result.answers[2].result.artifactId }}"
+
+[[rules]]
+reply = "echo: {{ user }}"
 "##;
+
+const INBOX_TOML: &str = r#"
+[[routes]]
+method = "POST"
+path = "/"
+"#;
 
 /// Writes the test project and returns its folder.
 fn project_dir() -> TempDir {
@@ -112,6 +121,7 @@ fn project_dir() -> TempDir {
         ("agent/tools/client.py", CLIENT_PY),
         ("agent/tools/hang.toml", HANG_TOML),
         ("agent/tools/hang.py", HANG_PY),
+        ("agent/channels/inbox.toml", INBOX_TOML),
     ];
     bdk_testkit::write_files(dir.path(), &files);
     dir
@@ -301,12 +311,13 @@ async fn bound_direct_call_reaches_every_service() {
     assert_error(&a[17], "invalid_json");
     // The connection survived the malformed line.
     assert_eq!(assert_ok(&a[18])["value"]["code"], json!("it"));
-    assert_error(&a[19], "unavailable");
+    // `send` names no session: a channel alone is not a conversation.
+    assert_error(&a[19], "invalid_args");
     assert!(
         a[19]["message"]
             .as_str()
             .unwrap()
-            .starts_with("`send` is not available"),
+            .contains("name the session"),
         "{}",
         a[19]
     );
@@ -749,4 +760,172 @@ properties = { city = { type = "string" } }
         host.store().kv_get("lookups", "Oslo").await.unwrap(),
         Some(json!(2))
     );
+}
+
+/// `send`, `session.get`, `session.wait` and `tools.call` reach the
+/// sessions the caller's principal owns and those nobody owns, never the
+/// caller's own session, and never anything else.
+#[tokio::test]
+async fn session_services_follow_the_reach_rule() {
+    let (_dir, host) = setup().await;
+    let start = |principal: Option<&str>| {
+        let host = host.clone();
+        let principal = principal.map(str::to_owned);
+        async move {
+            host.start_session(StartSession {
+                principal,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .session_id
+        }
+    };
+    let alice = start(Some("alice")).await;
+    let bob = start(Some("bob")).await;
+    let open = start(None).await;
+    let out = run_client(
+        &host,
+        Some(&alice),
+        Some("alice"),
+        json!([
+            {"op": "send", "args": {"sessionId": bob.as_str(), "message": "hi bob"}},
+            {"op": "send", "args": {"sessionId": open.as_str(), "message": "hello open", "admission": "preempt", "deliveryId": "dlv_mine"}},
+            {"op": "send", "args": {"sessionId": alice.as_str(), "message": "myself"}},
+            {"op": "session.wait", "args": {"sessionId": open.as_str(), "timeoutMs": 60000}},
+            {"op": "session.get", "args": {"sessionId": bob.as_str()}},
+            {"op": "session.get", "args": {"sessionId": "ses_nothing"}},
+            {"op": "send", "args": {"channel": "inbox", "key": "k1", "message": "first"}},
+            {"op": "session.wait", "args": {"channel": "inbox", "key": "k1"}},
+            {"op": "send", "args": {"channel": "inbox", "key": "k1", "message": "second"}},
+            {"op": "session.wait", "args": {"channel": "inbox", "key": "k1"}},
+            {"op": "send", "args": {"key": "k1", "message": "no channel"}},
+            {"op": "send", "args": {"channel": "nope", "key": "k1", "message": "x"}},
+            {"op": "tools.call", "args": {"tool": "client", "input": {"requests": [{"op": "session.info"}]}}},
+            {"op": "tools.call", "args": {"tool": "nope"}},
+            {"op": "tools.call", "args": {"tool": "client", "input": {}}},
+            {"op": "tools.call", "args": {"tool": "client", "sessionId": alice.as_str(), "input": {"requests": []}}},
+            {"op": "tools.call", "args": {"tool": "client", "sessionId": bob.as_str(), "input": {"requests": []}}},
+            {"op": "session.get", "args": {"sessionId": open.as_str(), "timeoutMs": 5}},
+            {"op": "send", "args": {"sessionId": open.as_str(), "key": "k", "message": "x"}},
+            {"op": "send", "args": {"sessionId": open.as_str(), "message": "   "}},
+            {"op": "send", "args": {"sessionId": open.as_str(), "message": "x", "admission": "shove"}},
+            {"op": "session.wait", "args": {"sessionId": alice.as_str()}},
+        ]),
+    )
+    .await;
+    let a = answers(&out);
+    assert_error(&a[0], "forbidden");
+    let sent = assert_ok(&a[1]);
+    assert_eq!(sent["sessionId"], json!(open.as_str()));
+    assert_eq!(sent["deliveryId"], json!("dlv_mine"));
+    assert_eq!(sent["created"], json!(false));
+    assert!(sent["turnId"].as_str().is_some(), "{sent}");
+    assert_error(&a[2], "invalid_args");
+    let waited = assert_ok(&a[3]);
+    assert_eq!(waited["timedOut"], json!(false), "{waited}");
+    assert_eq!(waited["status"], json!("waiting"), "{waited}");
+    assert_eq!(waited["lastReply"], json!("echo: hello open"), "{waited}");
+    assert_eq!(waited["turns"], json!(1), "{waited}");
+    assert_eq!(waited["lastTurn"]["ok"], json!(true), "{waited}");
+    assert_error(&a[4], "forbidden");
+    assert_error(&a[5], "session_not_found");
+    let first = assert_ok(&a[6]);
+    assert_eq!(first["created"], json!(true), "{first}");
+    assert_eq!(first["continuationToken"], json!("inbox:k1"));
+    let keyed = first["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(assert_ok(&a[7])["lastReply"], json!("echo: first"));
+    let second = assert_ok(&a[8]);
+    assert_eq!(second["created"], json!(false), "{second}");
+    assert_eq!(second["sessionId"], json!(keyed));
+    let after = assert_ok(&a[9]);
+    assert_eq!(after["lastReply"], json!("echo: second"), "{after}");
+    assert_eq!(after["turns"], json!(2), "{after}");
+    // The keyed session belongs to its sender.
+    assert_eq!(after["principal"], json!("alice"));
+    assert_error(&a[10], "invalid_args");
+    assert!(
+        a[10]["message"]
+            .as_str()
+            .unwrap()
+            .contains("give `channel`")
+    );
+    assert_error(&a[11], "invalid_args");
+    let called = assert_ok(&a[12]);
+    assert_eq!(called["isError"], json!(false), "{called}");
+    assert_eq!(called["sessionId"], Value::Null);
+    // The nested call ran with its own token, as alice, bound to nothing.
+    let info = &called["result"]["answers"][0]["result"];
+    assert_eq!(info["principal"], json!("alice"), "{called}");
+    assert_eq!(info["id"], Value::Null, "{called}");
+    assert_error(&a[13], "unknown_tool");
+    assert_error(&a[14], "invalid_tool_input");
+    assert_error(&a[15], "invalid_args");
+    assert_error(&a[16], "forbidden");
+    assert_error(&a[17], "invalid_args");
+    assert_error(&a[18], "invalid_args");
+    assert_error(&a[19], "invalid_args");
+    assert_error(&a[20], "invalid_args");
+    assert_error(&a[21], "invalid_args");
+
+    // A caller without a principal is anonymous, not trusted: it reaches
+    // only sessions nobody owns.
+    let out = run_client(
+        &host,
+        Some(&open),
+        None,
+        json!([
+            {"op": "session.get", "args": {"sessionId": alice.as_str()}},
+            {"op": "send", "args": {"sessionId": bob.as_str(), "message": "x"}},
+            {"op": "session.get", "args": {"channel": "inbox", "key": "k1"}},
+        ]),
+    )
+    .await;
+    let a = answers(&out);
+    assert_error(&a[0], "forbidden");
+    assert_error(&a[1], "forbidden");
+    assert_error(&a[2], "forbidden");
+
+    // Nothing was sent where it was refused.
+    for id in [&alice, &bob] {
+        let events = host.events(id, 0, None).await.unwrap();
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e.event, Event::MessageReceived(_))),
+            "{events:?}"
+        );
+    }
+}
+
+/// A dry-run session's calls may read sessions but not send into them.
+#[tokio::test]
+async fn dry_run_calls_may_not_send() {
+    let (_dir, host) = setup().await;
+    let open = host
+        .start_session(StartSession::default())
+        .await
+        .unwrap()
+        .session_id;
+    let dry = host
+        .start_session(StartSession {
+            dry_run: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .session_id;
+    let out = run_client(
+        &host,
+        Some(&dry),
+        None,
+        json!([
+            {"op": "send", "args": {"sessionId": open.as_str(), "message": "x"}},
+            {"op": "session.get", "args": {"sessionId": open.as_str()}},
+        ]),
+    )
+    .await;
+    let a = answers(&out);
+    assert_error(&a[0], "dry_run");
+    assert_eq!(assert_ok(&a[1])["status"], json!("waiting"));
 }

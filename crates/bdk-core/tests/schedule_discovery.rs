@@ -4,7 +4,7 @@
 //! input that breaks the tool's schema, both or neither of `channel` and
 //! `tool`, and keys that belong to the other form.
 
-use bdk_core::project::ScheduleAction;
+use bdk_core::project::{HandlerSpec, ScheduleAction};
 use bdk_core::{Discovery, Severity, discover};
 use serde_json::json;
 use tempfile::TempDir;
@@ -167,12 +167,12 @@ fn tool_schedules_that_cannot_run_are_errors_naming_the_fix() {
         (
             "both",
             "cron = \"0 * * * *\"\ntool = \"echo\"\nchannel = \"inbox\"\nmessage = \"hi\"\n",
-            "names both `channel` and `tool`",
+            "names `channel` and `tool`",
         ),
         (
             "neither",
             "cron = \"0 * * * *\"\nmessage = \"hi\"\n",
-            "names neither `channel` nor `tool`",
+            "names none of `channel`, `tool` and `handler`",
         ),
         (
             "toolmsg",
@@ -244,4 +244,203 @@ fn a_tool_an_mcp_connection_may_advertise_is_a_warning() {
     );
     let p = d.project.unwrap();
     assert_eq!(p.schedules.len(), 1);
+}
+
+#[test]
+fn handler_schedules_run_a_program_next_to_their_file() {
+    let (dir, d) = project(
+        &[
+            (
+                "nightly",
+                "cron = \"0 3 * * *\"\nhandler = [\"python3\", \"nightly.py\"]\ntimeout_secs = 20\nenv = [\"REGION\"]\n",
+            ),
+            (
+                "team/digest",
+                "cron = \"0 9 * * 1\"\nhandler = [\"./digest.sh\"]\nenv = { MODE = \"weekly\" }\nsandbox = \"off\"\n",
+            ),
+        ],
+        &[
+            ("agent/schedules/nightly.py", "print('{}')\n"),
+            ("agent/schedules/team/digest.sh", "echo '{}'\n"),
+        ],
+    );
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    // The programs a handler runs are not strays; `sandbox = "off"` warns.
+    let warnings: Vec<&str> = d
+        .diagnostics
+        .iter()
+        .filter(|x| x.severity == Severity::Warning)
+        .map(|x| x.message.as_str())
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(warnings[0].contains("runs uncontained"), "{warnings:#?}");
+    let p = d.project.unwrap();
+    let nightly = p.schedules.iter().find(|s| s.name == "nightly").unwrap();
+    let ScheduleAction::Handler {
+        handler: HandlerSpec::Program(handler),
+    } = &nightly.action
+    else {
+        panic!("{:?}", nightly.action);
+    };
+    assert_eq!(handler.argv, ["python3", "nightly.py"]);
+    assert_eq!(handler.dir, dir.path().join("agent/schedules"));
+    assert_eq!(handler.timeout, std::time::Duration::from_secs(20));
+    assert_eq!(handler.pass_env, ["REGION"]);
+    let digest = p
+        .schedules
+        .iter()
+        .find(|s| s.name == "team/digest")
+        .unwrap();
+    let ScheduleAction::Handler {
+        handler: HandlerSpec::Program(handler),
+    } = &digest.action
+    else {
+        panic!("{:?}", digest.action);
+    };
+    assert_eq!(handler.dir, dir.path().join("agent/schedules/team"));
+    assert_eq!(handler.env.get("MODE").map(String::as_str), Some("weekly"));
+    let info = bdk_core::project::info::surface(&p, &[]);
+    assert!(
+        info["schedules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["kind"] == "handler"),
+        "{info}"
+    );
+}
+
+#[test]
+fn handler_schedules_that_cannot_run_are_errors() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            "twoforms",
+            "cron = \"0 * * * *\"\nhandler = [\"x\"]\ntool = \"echo\"\n",
+            "names `tool` and `handler`",
+        ),
+        (
+            "threeforms",
+            "cron = \"0 * * * *\"\nhandler = [\"x\"]\ntool = \"echo\"\nchannel = \"inbox\"\nmessage = \"m\"\n",
+            "names `channel` and `tool` and `handler`",
+        ),
+        (
+            "emptyprog",
+            "cron = \"0 * * * *\"\nhandler = [\"\"]\n",
+            "`handler` must start with a program",
+        ),
+        (
+            "noargv",
+            "cron = \"0 * * * *\"\nhandler = []\n",
+            "`handler` must start with a program",
+        ),
+        (
+            "number",
+            "cron = \"0 * * * *\"\nhandler = 5\n",
+            "`handler` must be",
+        ),
+        (
+            "scalar",
+            "cron = \"0 * * * *\"\nhandler = \"run.py\"\n",
+            "names `run.py`, which is not a handler name",
+        ),
+        (
+            "toolong",
+            "cron = \"0 * * * *\"\nhandler = [\"x\"]\ntimeout_secs = 7200\n",
+            "the longest a handler may run is 3600 seconds",
+        ),
+        (
+            "zero",
+            "cron = \"0 * * * *\"\nhandler = [\"x\"]\ntimeout_secs = 0\n",
+            "`timeout_secs` must be greater than 0",
+        ),
+        (
+            "envnohandler",
+            "cron = \"0 * * * *\"\ntool = \"echo\"\nenv = [\"A\"]\n[input]\ntext = \"x\"\n",
+            "`env` only applies to handler schedules",
+        ),
+        (
+            "handlermsg",
+            "cron = \"0 * * * *\"\nhandler = [\"x\"]\nmessage = \"m\"\n",
+            "`message` does not apply to handler schedules",
+        ),
+        (
+            "badenv",
+            "cron = \"0 * * * *\"\nhandler = [\"x\"]\nenv = [\"1BAD\"]\n",
+            "is not an environment variable name",
+        ),
+    ];
+    let files: Vec<(&str, &str)> = cases.iter().map(|(n, b, _)| (*n, *b)).collect();
+    let (_dir, d) = project(&files, &[("agent/schedules/stray.py", "")]);
+    let project = d.project.as_ref().unwrap();
+    for (name, _, want) in cases {
+        let got = diags(&d, name);
+        assert!(
+            got.iter()
+                .any(|(sev, msg)| *sev == Severity::Error && msg.contains(want)),
+            "{name}: want an error containing {want:?}, got {got:#?}"
+        );
+        assert!(
+            project.schedules.iter().all(|s| s.name != *name),
+            "{name} must not be scheduled"
+        );
+    }
+    // A program no handler runs is still a stray.
+    assert!(
+        d.diagnostics
+            .iter()
+            .any(|x| x.message.contains("stray file in schedules/")
+                && x.file.ends_with("stray.py")),
+        "{:#?}",
+        d.diagnostics
+    );
+}
+
+#[test]
+fn a_native_handler_is_named_by_a_string() {
+    let (_dir, d) = project(
+        &[
+            (
+                "rust",
+                "cron = \"0 * * * *\"\nhandler = \"digest\"\ntimeout_secs = 9\n",
+            ),
+            (
+                "rustenv",
+                "cron = \"0 * * * *\"\nhandler = \"digest\"\nenv = [\"A\"]\n",
+            ),
+            ("badname", "cron = \"0 * * * *\"\nhandler = \"no spaces\"\n"),
+        ],
+        &[],
+    );
+    let rust = diags(&d, "rust");
+    assert!(
+        rust.iter().any(|(sev, msg)| *sev == Severity::Warning
+            && msg.contains("native handler: the program that embeds bdk must register it")),
+        "{rust:#?}"
+    );
+    assert!(
+        diags(&d, "rustenv")
+            .iter()
+            .any(|(sev, msg)| *sev == Severity::Error
+                && msg.contains("`env` applies to handler programs")),
+        "{:#?}",
+        d.diagnostics
+    );
+    assert!(
+        diags(&d, "badname")
+            .iter()
+            .any(|(sev, msg)| *sev == Severity::Error && msg.contains("is not a handler name")),
+        "{:#?}",
+        d.diagnostics
+    );
+    let p = d.project.unwrap();
+    let rust = p.schedules.iter().find(|s| s.name == "rust").unwrap();
+    assert_eq!(
+        rust.action,
+        ScheduleAction::Handler {
+            handler: HandlerSpec::Native {
+                name: "digest".into(),
+                timeout: std::time::Duration::from_secs(9),
+            }
+        }
+    );
 }

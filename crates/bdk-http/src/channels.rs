@@ -35,7 +35,7 @@ use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, Route, on};
 use bdk_core::host::{FollowUp, Host, HostError, KeySession, StartSession, Started};
@@ -53,6 +53,7 @@ use crate::described;
 use crate::error::{ApiError, ErrorCode};
 
 mod config;
+mod handler;
 mod keyed;
 mod verify;
 
@@ -64,7 +65,7 @@ use keyed::KeyedLocks;
 pub use verify::{Secrets, env_secrets, sign};
 
 /// The longest continuation key accepted, in bytes.
-pub const MAX_KEY_BYTES: usize = 512;
+pub use bdk_core::host::MAX_KEY_BYTES;
 
 /// The principal of requests to `auth = "default"` routes that reach the
 /// channel router without an authenticated caller.
@@ -491,6 +492,73 @@ impl Channels {
     }
 }
 
+impl Channels {
+    /// The response for a handler's `outcome`, after delivering the
+    /// message it asks for (as `principal`, the route's caller).
+    async fn handled(
+        &self,
+        channel: &Arc<ChannelConfig>,
+        route: &RouteConfig,
+        outcome: handler::Outcome,
+        principal: Option<String>,
+    ) -> Result<Answer, ApiError> {
+        let handler::Outcome {
+            status,
+            body,
+            mut headers,
+            deliver,
+        } = outcome;
+        let accepted = match deliver {
+            None => None,
+            Some(deliver) => {
+                let receive = Receive {
+                    message: deliver.message,
+                    continuation_key: deliver.key,
+                    admission: deliver.admission.unwrap_or(route.route.admission),
+                    mode: deliver.mode.unwrap_or(route.route.mode),
+                    delivery_id: deliver.delivery_id,
+                    principal,
+                };
+                Some(self.receive_in(channel, receive).await?)
+            }
+        };
+        // With a body of its own, the delivery's identifiers travel in
+        // headers.
+        if body.is_some()
+            && let Some(accepted) = &accepted
+        {
+            let ids = [
+                ("bdk-session-id", Some(accepted.session_id.to_string())),
+                ("bdk-delivery-id", Some(accepted.delivery_id.clone())),
+                (
+                    "bdk-turn-id",
+                    accepted.turn_id.as_ref().map(ToString::to_string),
+                ),
+            ];
+            for (name, value) in ids {
+                if let Some(value) = value.and_then(|v| HeaderValue::try_from(v).ok()) {
+                    headers.insert(HeaderName::from_static(name), value);
+                }
+            }
+        }
+        let mut response = match (body, accepted) {
+            (Some(body), _) => (status.unwrap_or(StatusCode::OK), Json(body)).into_response(),
+            (None, Some(accepted)) => (
+                status.unwrap_or(StatusCode::ACCEPTED),
+                Json(Reply { ok: True, accepted }),
+            )
+                .into_response(),
+            (None, None) => {
+                (status.unwrap_or(StatusCode::OK), Json(json!({"ok": true}))).into_response()
+            }
+        };
+        for (name, value) in &headers {
+            response.headers_mut().append(name, value.clone());
+        }
+        Ok(Answer::Custom(response))
+    }
+}
+
 fn method_filter(method: RouteMethod) -> MethodFilter {
     match method {
         RouteMethod::Get => MethodFilter::GET,
@@ -525,9 +593,20 @@ struct Reply {
 
 async fn handle(state: &RouteState, req: Request) -> Response {
     match accept(state, req).await {
-        Ok(accepted) => (StatusCode::ACCEPTED, Json(Reply { ok: True, accepted })).into_response(),
+        Ok(Answer::Accepted(accepted)) => {
+            (StatusCode::ACCEPTED, Json(Reply { ok: True, accepted })).into_response()
+        }
+        Ok(Answer::Custom(response)) => response,
         Err(e) => e.into_response(),
     }
+}
+
+/// How a route answers a request it accepted.
+enum Answer {
+    /// The message was delivered: `202` with the session's identifiers.
+    Accepted(Accepted),
+    /// The route's handler answered this response.
+    Custom(Response),
 }
 
 /// The path of a channel's own URL.
@@ -596,7 +675,7 @@ fn operation(method: &str, below: bool) -> Operation {
         &format!("{method}Channel{suffix}"),
         "channels",
         &format!("A channel route declared with `method = \"{upper}\"`"),
-        "Turns the request into a message for a session: authenticate (the server's policy, the route's own bearer token, or an HMAC signature of the raw body), validate the body and query against the route's schemas, render the message, continuation key and delivery id from the route's templates, then continue the session whose token is `<channel>:<key>` or start one. The turn runs in the background. Only the methods and paths the agent's channel manifests declare exist; the others answer `404 not_found` or `405 method_not_allowed`.",
+        "Turns the request into a message for a session: authenticate (the server's policy, the route's own bearer token, or an HMAC signature of the raw body), validate the body and query against the route's schemas, render the message, continuation key and delivery id from the route's templates, then continue the session whose token is `<channel>:<key>` or start one. The turn runs in the background. A route with a `handler` program answers what the program answers instead (any status from 200 to 499 and any JSON body), after delivering the message it asks for; a handler without a usable answer is `424 handler_failed`. Only the methods and paths the agent's channel manifests declare exist; the others answer `404 not_found` or `405 method_not_allowed`.",
     );
     let t = if below {
         t.input::<crate::extract::PathParams<ChannelRoutePath>>()
@@ -626,6 +705,7 @@ fn operation(method: &str, below: bool) -> Operation {
             ErrorCode::RequestTimeout,
             ErrorCode::PayloadTooLarge,
             ErrorCode::UnsupportedMediaType,
+            ErrorCode::HandlerFailed,
         ]);
     if method != "get" && method != "delete" {
         op.request_body = serde_json::from_value(json!({
@@ -643,8 +723,9 @@ fn operation(method: &str, below: bool) -> Operation {
     op
 }
 
-/// The request pipeline: auth, body, schemas, templates, then the session.
-async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> {
+/// The request pipeline: auth, body, schemas, then the templates and the
+/// session, or the route's handler.
+async fn accept(state: &RouteState, req: Request) -> Result<Answer, ApiError> {
     let Some(route) = state.route() else {
         return Err(ApiError::new(ErrorCode::NotFound, "no route for this path"));
     };
@@ -721,6 +802,23 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
         })?;
     }
 
+    if let Some(handler) = &route.route.handler {
+        let request = handler::Request {
+            method: method.as_str(),
+            path: uri.path(),
+            params,
+            query,
+            headers: &headers,
+            body,
+            principal: principal.clone(),
+        };
+        let host = &state.channels.inner.host;
+        let outcome = handler::run(host, &channel.name, route, handler, request).await?;
+        return state
+            .channels
+            .handled(channel, route, outcome, principal)
+            .await;
+    }
     let context = json!({
         "body": body,
         "query": query,
@@ -762,7 +860,9 @@ async fn accept(state: &RouteState, req: Request) -> Result<Accepted, ApiError> 
         delivery_id,
         principal,
     };
-    Ok(state.channels.receive_in(channel, receive).await?)
+    Ok(Answer::Accepted(
+        state.channels.receive_in(channel, receive).await?,
+    ))
 }
 
 /// A refused credential: 401 for the client, the reason in the log.

@@ -310,6 +310,27 @@ pub(crate) enum ScheduleKind {
     Prompt,
     Handoff,
     Tool,
+    Handler,
+}
+
+/// What a handler schedule's program answered.
+// Mirrors `bdk_scheduler::HandlerRun`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ScheduleHandlerRun {
+    /// Its answer (a JSON object; `{"truncated": true, "bytes": n}` when
+    /// larger than 16 KiB).
+    answer: Value,
+    duration_ms: u64,
+    /// The sessions its answer listed.
+    session_ids: Vec<SessionId>,
+}
+
+/// A failed fire, as the last-run record remembers it.
+#[derive(JsonSchema)]
+pub(crate) struct ScheduleFailure {
+    at: DateTime<Utc>,
+    error: String,
 }
 
 /// One schedule's state.
@@ -342,8 +363,17 @@ pub(crate) struct ScheduleRun {
     ok: bool,
     session_ids: Vec<SessionId>,
     tool_call: Option<ScheduleToolCall>,
+    handler: Option<ScheduleHandlerRun>,
     /// Why the fire failed.
     error: Option<String>,
+    /// The code of a handler's failure (`handler_timeout`,
+    /// `handler_exited`, `handler_bad_answer`, ...,
+    /// `handler_reported_failure`).
+    error_code: Option<String>,
+    /// Fires that failed in a row up to this one (0 after a success).
+    failures: u64,
+    /// The latest failed fire, kept across later successes.
+    last_failure: Option<ScheduleFailure>,
 }
 
 /// The catch-up policy that skipped fires.

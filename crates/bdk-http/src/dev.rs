@@ -15,7 +15,9 @@ use axum::Json;
 use axum::extract::State;
 use bdk_core::host::Host;
 use bdk_events::SessionId;
-use bdk_scheduler::{Dispatcher, Handoff, HandoffFn, ScheduleError, ScheduleStatus, ToolRun};
+use bdk_scheduler::{
+    Dispatcher, HandlerRun, Handoff, HandoffFn, ScheduleError, ScheduleStatus, ToolRun,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +61,10 @@ pub(crate) struct Dispatched {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<described::ScheduleToolCall>")]
     tool_call: Option<ToolRun>,
+    /// What a handler schedule's program answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<described::ScheduleHandlerRun>")]
+    handler: Option<HandlerRun>,
 }
 
 /// The dispatcher of one agent, handing TOML schedules to `channels` when
@@ -135,7 +141,11 @@ pub(crate) async fn dispatch_schedule(
             schedule_id: done.schedule_id,
             session_ids: done.session_ids,
             tool_call: done.tool_call,
+            handler: done.handler,
         })),
+        Err(e @ (ScheduleError::Handler { .. } | ScheduleError::HandlerFailed { .. })) => {
+            Err(ApiError::new(ErrorCode::HandlerFailed, e.to_string()))
+        }
         Err(ScheduleError::Unknown(_)) => Err(ApiError::new(
             ErrorCode::NotFound,
             format!("no schedule named `{id}`"),

@@ -94,6 +94,7 @@ error_codes! {
     SessionCorrupt = ("session_corrupt", CONFLICT, "the session's stored data (its event log or record) is damaged, for example a line of its log does not parse; no retry helps until an operator repairs or deletes the session, and other sessions are unaffected"),
     EvalRunActive = ("eval_run_active", CONFLICT, "another eval run is still running; `activeRunId` names it"),
     EvalRunFinished = ("eval_run_finished", CONFLICT, "the eval run already ended"),
+    HandlerFailed = ("handler_failed", FAILED_DEPENDENCY, "the author's handler program gave no usable answer: it could not start, exited with a failure, ran past its timeout, wrote more than its output cap, printed something other than one JSON object, or answered with an invalid response; the message says which"),
     PayloadTooLarge = ("payload_too_large", PAYLOAD_TOO_LARGE, "the body is over the server's limit (1 MiB by default)"),
     UnsupportedMediaType = ("unsupported_media_type", UNSUPPORTED_MEDIA_TYPE, "the body is not sent as `application/json`"),
     WorkspaceUnavailable = ("workspace_unavailable", INTERNAL_SERVER_ERROR, "the session workspace cannot be created for a session-bound write call"),

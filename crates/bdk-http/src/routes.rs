@@ -387,7 +387,7 @@ fn dev_routes() -> ApiRouter<Arc<Agent>> {
                     "dispatchSchedule",
                     "dev",
                     "Fire a schedule now",
-                    "Fires the schedule once, through the same path as a fire on its cadence: a Markdown schedule starts a task session (channel `schedule`, principal `schedule:<name>`), a TOML schedule hands its message to its channel or calls its tool (the answer then carries `toolCall`, error results included). No claim is recorded, so the cadence is unaffected. Only under `--dev`; otherwise, and for an unknown schedule, `404 not_found`.",
+                    "Fires the schedule once, through the same path as a fire on its cadence: a Markdown schedule starts a task session (channel `schedule`, principal `schedule:<name>`), a TOML schedule hands its message to its channel, calls its tool (the answer then carries `toolCall`, error results included) or runs its handler program (the answer then carries `handler`; a handler that gives no usable answer or reports a failure is `424 handler_failed`). No claim is recorded, so the cadence is unaffected. Only under `--dev`; otherwise, and for an unknown schedule, `404 not_found`.",
                 )
                 .errors(DEV_ONLY)
                 .errors(&[
@@ -395,6 +395,7 @@ fn dev_routes() -> ApiRouter<Arc<Agent>> {
                     ErrorCode::WorkspaceUnavailable,
                     ErrorCode::UnknownTool,
                     ErrorCode::InvalidToolInput,
+                    ErrorCode::HandlerFailed,
                 ])
             }),
         )

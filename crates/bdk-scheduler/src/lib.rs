@@ -33,8 +33,9 @@ pub mod status;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bdk_core::handler::{HandlerCall, HandlerError};
 use bdk_core::host::{CallOrigin, DirectCall, Host, HostError, StartSession};
-use bdk_core::project::{Schedule, ScheduleAction};
+use bdk_core::project::{HandlerSpec, Schedule, ScheduleAction};
 use bdk_events::{SessionId, SessionMode};
 use bdk_store::{Store, StoreError};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -47,12 +48,13 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use cron::{CronError, CronExpr};
 pub use reminders::{HostReminders, Reminders};
 pub use status::{
-    CLAIMS_NAMESPACE, LastRun, MissedFires, MissedIncident, MissedReason, ScheduleStatus, ToolRun,
-    schedule_status,
+    CLAIMS_NAMESPACE, HandlerRun, LastRun, MissedFires, MissedIncident, MissedReason,
+    ScheduleStatus, ToolRun, schedule_status,
 };
 
-/// The channel of sessions a Markdown schedule starts.
-pub const SCHEDULE_CHANNEL: &str = "schedule";
+/// The channel of sessions a Markdown schedule starts (and of the keyed
+/// conversations a schedule handler sends into).
+pub use bdk_core::host::SCHEDULE_CHANNEL;
 
 /// Why a schedule could not be started or fired.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +84,23 @@ pub enum ScheduleError {
         /// What the callback said.
         reason: String,
     },
+    /// The handler program gave no answer (it crashed, hung, printed
+    /// something other than one JSON object, or flooded stdout).
+    #[error("schedule `{name}`: {source}")]
+    Handler {
+        /// The schedule.
+        name: String,
+        /// What went wrong.
+        source: HandlerError,
+    },
+    /// The handler answered that its run failed (`"ok": false`).
+    #[error("schedule `{name}`: the handler reported a failure: {message}")]
+    HandlerFailed {
+        /// The schedule.
+        name: String,
+        /// Its `error`, or a note that it gave none.
+        message: String,
+    },
     /// The session runtime refused the task session.
     #[error(transparent)]
     Host(#[from] HostError),
@@ -101,6 +120,9 @@ pub struct Dispatched {
     /// The call a tool schedule made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_call: Option<ToolRun>,
+    /// What a handler schedule's program answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler: Option<HandlerRun>,
 }
 
 /// A hand-off a TOML schedule asks for.
@@ -187,15 +209,97 @@ impl Dispatcher {
     }
 }
 
+impl Dispatcher {
+    /// One run of a handler schedule's program: the fire's facts in, its
+    /// answer read back. The answer is any JSON object; `"ok": false` (with
+    /// an `error`) fails the fire, and `sessionIds` lists the sessions it
+    /// started or woke.
+    async fn run_handler(
+        &self,
+        schedule: &Schedule,
+        handler: &HandlerSpec,
+        trigger: Trigger,
+        principal: String,
+    ) -> Result<HandlerRun, ScheduleError> {
+        let fired_at = self.host.clock().now();
+        let scheduled_for = match trigger {
+            Trigger::Scheduled(minute) => Some(minute),
+            Trigger::Manual => None,
+        };
+        let mut request = serde_json::Map::new();
+        request.insert("schedule".to_owned(), schedule.name.clone().into());
+        request.insert("cron".to_owned(), schedule.cron.clone().into());
+        request.insert(
+            "trigger".to_owned(),
+            match trigger {
+                Trigger::Scheduled(_) => "scheduled",
+                Trigger::Manual => "manual",
+            }
+            .into(),
+        );
+        request.insert("firedAt".to_owned(), rfc3339(fired_at).into());
+        request.insert("scheduledFor".to_owned(), scheduled_for.map(rfc3339).into());
+        let started = std::time::Instant::now();
+        let answer = self
+            .host
+            .run_handler(
+                handler,
+                HandlerCall {
+                    kind: "schedule",
+                    request,
+                    principal: Some(principal),
+                    channel: SCHEDULE_CHANNEL.to_owned(),
+                    cancel: CancellationToken::new(),
+                },
+            )
+            .await
+            .map_err(|source| ScheduleError::Handler {
+                name: schedule.name.clone(),
+                source,
+            })?;
+        let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let session_ids = match answer.get("sessionIds") {
+            Some(serde_json::Value::Array(ids)) => ids
+                .iter()
+                .filter_map(serde_json::Value::as_str)
+                .filter(|id| !id.is_empty())
+                .map(SessionId::from_string)
+                .collect(),
+            _ => Vec::new(),
+        };
+        if answer.get("ok") == Some(&serde_json::Value::Bool(false)) {
+            let message = match answer.get("error") {
+                Some(serde_json::Value::String(e)) if !e.trim().is_empty() => e.clone(),
+                _ => "it answered `\"ok\": false` without an `error`".to_owned(),
+            };
+            return Err(ScheduleError::HandlerFailed {
+                name: schedule.name.clone(),
+                message,
+            });
+        }
+        tracing::info!(schedule = %schedule.name, duration_ms, sessions = session_ids.len(), "schedule handler finished");
+        Ok(HandlerRun {
+            answer: status::capped_answer(serde_json::Value::Object(answer)),
+            duration_ms,
+            session_ids,
+        })
+    }
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
 #[async_trait]
 impl Runner for Dispatcher {
     async fn run(
         &self,
         schedule: &Schedule,
-        _trigger: Trigger,
+        trigger: Trigger,
     ) -> Result<Dispatched, ScheduleError> {
         let principal = format!("schedule:{}", schedule.name);
         let mut tool_call = None;
+        let mut handler_run = None;
         let session_ids = match &schedule.action {
             ScheduleAction::Prompt { prompt } => {
                 let started = self
@@ -262,11 +366,20 @@ impl Runner for Dispatcher {
                 });
                 out.session_id.into_iter().collect()
             }
+            ScheduleAction::Handler { handler } => {
+                let run = self
+                    .run_handler(schedule, handler, trigger, principal)
+                    .await?;
+                let ids = run.session_ids.clone();
+                handler_run = Some(run);
+                ids
+            }
         };
         Ok(Dispatched {
             schedule_id: schedule.name.clone(),
             session_ids,
             tool_call,
+            handler: handler_run,
         })
     }
 }
@@ -293,7 +406,11 @@ fn last_run(
             ok: true,
             session_ids: done.session_ids.clone(),
             tool_call: done.tool_call.clone(),
+            handler: done.handler.clone(),
             error: None,
+            error_code: None,
+            failures: 0,
+            last_failure: None,
         },
         Err(e) => LastRun {
             finished_at,
@@ -301,7 +418,15 @@ fn last_run(
             ok: false,
             session_ids: Vec::new(),
             tool_call: None,
+            handler: None,
             error: Some(e.to_string()),
+            error_code: match e {
+                ScheduleError::Handler { source, .. } => Some(source.code().to_owned()),
+                ScheduleError::HandlerFailed { .. } => Some("handler_reported_failure".to_owned()),
+                _ => None,
+            },
+            failures: 0,
+            last_failure: None,
         },
     }
 }

@@ -936,6 +936,31 @@ impl Reminders {
         })
     }
 
+    /// Whether a call acting as `principal` reaches `session` (the host
+    /// services' rule: it owns it, or nobody does).
+    async fn reachable(
+        &self,
+        session: &SessionId,
+        principal: Option<&str>,
+    ) -> Result<(), OperationError> {
+        let runtime = self
+            .attached
+            .get()
+            .and_then(|a| a.runtime.get())
+            .ok_or_else(|| OperationError::Unavailable("the host is shutting down".to_owned()))?;
+        let record = runtime
+            .store()
+            .get_session(session)
+            .await
+            .map_err(OperationError::Storage)?
+            .ok_or_else(|| OperationError::SessionNotFound(session.to_string()))?;
+        match (&record.principal, principal) {
+            (None, _) => Ok(()),
+            (Some(owner), Some(caller)) if owner == caller => Ok(()),
+            _ => Err(OperationError::Forbidden(session.to_string())),
+        }
+    }
+
     /// Creates a reminder bound to the chat session `session`.
     pub async fn create(&self, session: &SessionId, req: NewReminder) -> ReminderResult<Reminder> {
         create_reminder(&self.bound()?, session, req).await
@@ -1005,8 +1030,35 @@ impl HostExtension for Reminders {
         OPERATIONS
     }
 
-    async fn operation(&self, call: OperationCall<'_>) -> Result<Value, OperationError> {
-        let scoped = call.ctx.session.id.clone().and_then(|s| (self.lookup())(s));
+    async fn operation(&self, mut call: OperationCall<'_>) -> Result<Value, OperationError> {
+        // A call bound to no session (a handler) names the session whose
+        // reminders it manages, which its principal must reach: one it
+        // owns, or one nobody owns.
+        let named = match &mut call.args {
+            Value::Object(args) => args.remove("sessionId"),
+            _ => None,
+        };
+        let session = match (call.ctx.session.id.clone(), named) {
+            (Some(own), None) => Some(own),
+            (None, None) => None,
+            (Some(_), Some(_)) => {
+                return Err(OperationError::InvalidArgs(
+                    "`sessionId` is for calls bound to no session; this call manages its own session's reminders".to_owned(),
+                ));
+            }
+            (None, Some(Value::String(id))) if !id.trim().is_empty() => {
+                let id = SessionId::from_string(&id);
+                self.reachable(&id, call.ctx.session.principal.as_deref())
+                    .await?;
+                Some(id)
+            }
+            (None, Some(_)) => {
+                return Err(OperationError::InvalidArgs(
+                    "`sessionId` must be a session id".to_owned(),
+                ));
+            }
+        };
+        let scoped = session.and_then(|s| (self.lookup())(s));
         tools::operation(scoped, call).await
     }
 

@@ -124,9 +124,59 @@ pub struct LastRun {
     /// The tool call of a tool schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call: Option<ToolRun>,
+    /// What a handler schedule's program answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<HandlerRun>,
     /// Why the fire failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The failure's code, for a handler's (`handler_timeout`,
+    /// `handler_exited`, `handler_bad_answer`, ...,
+    /// `handler_reported_failure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    /// Fires that failed in a row up to this one (0 after a success).
+    #[serde(default)]
+    pub failures: u64,
+    /// The latest failed fire, kept across later successes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<Failure>,
+}
+
+/// A failed fire, as the last-run record remembers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// When it finished.
+    pub at: DateTime<Utc>,
+    /// Why it failed.
+    pub error: String,
+}
+
+/// What a handler schedule's program answered.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandlerRun {
+    /// Its answer (replaced by a note when larger than
+    /// [`MAX_ANSWER_BYTES`]).
+    pub answer: Value,
+    /// How long it ran.
+    pub duration_ms: u64,
+    /// The sessions its answer listed (`sessionIds`).
+    pub session_ids: Vec<SessionId>,
+}
+
+/// The largest handler answer a last-run record keeps.
+pub const MAX_ANSWER_BYTES: usize = 16 * 1024;
+
+/// `answer`, or a note saying how large it was when it is too large to keep.
+pub(crate) fn capped_answer(answer: Value) -> Value {
+    let size = answer.to_string().len();
+    if size <= MAX_ANSWER_BYTES {
+        answer
+    } else {
+        serde_json::json!({"truncated": true, "bytes": size})
+    }
 }
 
 /// Adds an incident to `name`'s missed-fires record.
@@ -156,16 +206,31 @@ pub(crate) async fn record_missed(
 
 /// Writes `name`'s last-run record, logging (not failing) on a store error.
 /// A scheduled run that ends after a run of a later minute (a slow one)
-/// leaves the later record in place.
+/// leaves the later record in place. The failure count and the latest
+/// failure carry over from the record it replaces.
 pub(crate) async fn record_last_run(store: &Arc<dyn Store>, name: &str, run: &LastRun) {
+    let old = match store.kv_get(CLAIMS_NAMESPACE, &last_run_key(name)).await {
+        Ok(Some(old)) => serde_json::from_value::<LastRun>(old).ok(),
+        _ => None,
+    };
     if let Some(mine) = run.scheduled_for
-        && let Ok(Some(old)) = store.kv_get(CLAIMS_NAMESPACE, &last_run_key(name)).await
-        && let Ok(old) = serde_json::from_value::<LastRun>(old)
+        && let Some(old) = &old
         && old.scheduled_for.is_some_and(|theirs| theirs > mine)
     {
         return;
     }
-    let value = serde_json::to_value(run).unwrap_or(Value::Null);
+    let mut run = run.clone();
+    if run.ok {
+        run.failures = 0;
+        run.last_failure = old.and_then(|o| o.last_failure);
+    } else {
+        run.failures = old.map_or(0, |o| o.failures) + 1;
+        run.last_failure = Some(Failure {
+            at: run.finished_at,
+            error: run.error.clone().unwrap_or_default(),
+        });
+    }
+    let value = serde_json::to_value(&run).unwrap_or(Value::Null);
     if let Err(e) = store
         .kv_put(CLAIMS_NAMESPACE, &last_run_key(name), value)
         .await
@@ -182,7 +247,7 @@ pub struct ScheduleStatus {
     pub name: String,
     /// Its cron expression.
     pub cron: String,
-    /// `prompt`, `handoff` or `tool`.
+    /// `prompt`, `handoff`, `tool` or `handler`.
     pub kind: &'static str,
     /// The next scheduled minute after now (whether or not the cadence runs).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -204,6 +269,7 @@ pub fn kind_of(schedule: &Schedule) -> &'static str {
         ScheduleAction::Prompt { .. } => "prompt",
         ScheduleAction::Handoff { .. } => "handoff",
         ScheduleAction::Tool { .. } => "tool",
+        ScheduleAction::Handler { .. } => "handler",
     }
 }
 

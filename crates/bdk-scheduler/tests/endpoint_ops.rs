@@ -70,11 +70,22 @@ async fn setup() -> (TempDir, Host) {
 
 /// Runs the client tool with `requests`, bound to `session` when given.
 async fn run_client(host: &Host, session: Option<&SessionId>, requests: Value) -> DirectOutcome {
+    run_client_as(host, session, None, requests).await
+}
+
+/// [`run_client`] as `principal`.
+async fn run_client_as(
+    host: &Host,
+    session: Option<&SessionId>,
+    principal: Option<&str>,
+    requests: Value,
+) -> DirectOutcome {
     let out = host
         .call_tool(DirectCall {
             name: "client".into(),
             input: json!({ "requests": requests }),
             session_id: session.cloned(),
+            principal: principal.map(str::to_owned),
             ..Default::default()
         })
         .await
@@ -168,4 +179,60 @@ async fn reminder_ops_are_scoped_to_the_calling_session() {
 
     let out = run_client(&host, None, json!([{"op": "reminders.list", "args": {}}])).await;
     assert_error(&answers(&out)[0], "no_session");
+}
+
+/// A call bound to no session (a handler's) names the session whose
+/// reminders it manages, and reaches only sessions its principal owns or
+/// nobody owns; a bound call may not name another session.
+#[tokio::test]
+async fn unbound_calls_name_the_session_they_manage() {
+    let (_dir, host) = setup().await;
+    let start = |principal: Option<&str>| {
+        let host = host.clone();
+        let principal = principal.map(str::to_owned);
+        async move {
+            host.start_session(StartSession {
+                principal,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .session_id
+        }
+    };
+    let open = start(None).await;
+    let mine = start(Some("schedule:digest")).await;
+    let theirs = start(Some("alice")).await;
+    let out = run_client_as(
+        &host,
+        None,
+        Some("schedule:digest"),
+        json!([
+            {"op": "reminders.create", "args": {"sessionId": open.as_str(), "delay": "1h", "prompt": "a"}},
+            {"op": "reminders.create", "args": {"sessionId": mine.as_str(), "delay": "1h", "prompt": "b"}},
+            {"op": "reminders.create", "args": {"sessionId": theirs.as_str(), "delay": "1h", "prompt": "c"}},
+            {"op": "reminders.list", "args": {"sessionId": "ses_missing"}},
+            {"op": "reminders.list", "args": {"sessionId": 5}},
+            {"op": "reminders.list", "args": {"sessionId": mine.as_str()}},
+        ]),
+    )
+    .await;
+    let a = answers(&out);
+    assert_eq!(assert_ok(&a[0])["sessionId"], json!(open.as_str()));
+    assert_eq!(assert_ok(&a[1])["sessionId"], json!(mine.as_str()));
+    assert_error(&a[2], "forbidden");
+    assert_error(&a[3], "session_not_found");
+    assert_error(&a[4], "invalid_args");
+    let listed = assert_ok(&a[5])["reminders"].as_array().unwrap().clone();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["prompt"], "b");
+    assert!(Reminders::of(&host).unwrap().list(Some(&theirs)).is_empty());
+
+    let out = run_client(
+        &host,
+        Some(&open),
+        json!([{"op": "reminders.list", "args": {"sessionId": mine.as_str()}}]),
+    )
+    .await;
+    assert_error(&answers(&out)[0], "invalid_args");
 }

@@ -44,6 +44,7 @@ impl Runner for Recorder {
             schedule_id: schedule.name.clone(),
             session_ids: vec![SessionId::generate()],
             tool_call: None,
+            handler: None,
         })
     }
 }

@@ -18,6 +18,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::containment::{Containment, Sandbox};
 use crate::endpoint::Endpoint;
 use crate::extension::HostExtension;
+use crate::handler::NativeHandler;
 use crate::hooks::{Hook, HookBus, ManifestHook};
 use crate::mcp::McpHub;
 use crate::models::{BuiltinModels, ModelResolver};
@@ -51,6 +52,7 @@ pub struct HostBuilder {
     pub(super) coordination_wait: Duration,
     pub(super) sandbox: Option<Sandbox>,
     pub(super) session_cache: u64,
+    pub(super) handlers: BTreeMap<String, Arc<dyn NativeHandler>>,
 }
 
 impl HostBuilder {
@@ -71,7 +73,17 @@ impl HostBuilder {
             coordination_wait: crate::replica::DEFAULT_REMOTE_WAIT,
             sandbox: None,
             session_cache: DEFAULT_SESSION_CACHE_BYTES,
+            handlers: BTreeMap::new(),
         }
+    }
+
+    /// Registers a native handler under `name`: a schedule or channel route
+    /// that says `handler = "<name>"` runs it, with the same request and
+    /// answer a handler program has (see [`crate::handler`]). The build
+    /// fails when the agent names a native handler nobody registered.
+    pub fn handler(mut self, name: impl Into<String>, handler: Arc<dyn NativeHandler>) -> Self {
+        self.handlers.insert(name.into(), handler);
+        self
     }
 
     /// Runs the agent's programs (command tools, `shell`, command hooks)
@@ -168,6 +180,14 @@ impl HostBuilder {
     pub async fn build(self) -> HostResult<Host> {
         let project = Arc::new(self.project);
         let config = &project.config;
+        if let Some((place, name)) = crate::handler::native_names(&project)
+            .into_iter()
+            .find(|(_, name)| !self.handlers.contains_key(name))
+        {
+            return Err(HostError::InvalidRequest(format!(
+                "{place} runs native handler `{name}`, which this program did not register (HostBuilder::handler); `bdk serve` has no native handlers, so give it a program: `handler = [\"python3\", \"run.py\"]`"
+            )));
+        }
         let tool_timeout = config
             .tool_timeout_ms
             .map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_millis);
@@ -395,6 +415,7 @@ impl HostBuilder {
             recording,
             clock: self.clock,
             extensions: self.extensions,
+            handlers: self.handlers,
             coordination: self.coordination,
             coordination_wait: self.coordination_wait,
             containment,

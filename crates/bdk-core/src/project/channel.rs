@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bdk_events::{Admission, SessionMode};
+
+use super::HandlerSpec;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -152,6 +154,20 @@ pub struct ChannelRoute {
     pub admission: Admission,
     /// The mode of a session the route creates.
     pub mode: SessionMode,
+    /// The program that answers the request instead of the templates.
+    pub handler: Option<RouteHandler>,
+}
+
+/// A route's handler program: it gets the checked request and answers the
+/// HTTP response, and optionally what to deliver.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct RouteHandler {
+    /// The program (run in the channels folder), or the native handler.
+    pub handler: HandlerSpec,
+    /// The request headers it is shown, lower-case (`pass_headers`); no
+    /// other header reaches it.
+    pub pass_headers: Vec<String>,
 }
 
 impl fmt::Display for ChannelRoute {

@@ -16,6 +16,7 @@ use super::{AgentConfig, Discovery, Project, SandboxFile, Subagent};
 
 mod agent;
 mod frontmatter;
+mod handler;
 mod schedules;
 mod skills;
 mod surfaces;

@@ -145,6 +145,7 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
                 super::ScheduleAction::Prompt { .. } => "prompt",
                 super::ScheduleAction::Handoff { .. } => "handoff",
                 super::ScheduleAction::Tool { .. } => "tool",
+                super::ScheduleAction::Handler { .. } => "handler",
             },
         })).collect::<Vec<_>>(),
         "sandboxFiles": project.sandbox_files.iter().map(|f| &f.workspace_path).collect::<Vec<_>>(),

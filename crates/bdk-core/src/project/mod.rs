@@ -21,12 +21,15 @@ use crate::tool::ToolSpec;
 
 mod channel;
 mod discover;
+pub mod handler;
 pub mod info;
 pub use channel::{
     ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
-    DEFAULT_EVENT_BACKOFF, MAX_EVENT_ATTEMPTS, RouteAuth, RouteMethod, default_token_env,
+    DEFAULT_EVENT_BACKOFF, MAX_EVENT_ATTEMPTS, RouteAuth, RouteHandler, RouteMethod,
+    default_token_env,
 };
 pub use discover::discover;
+pub use handler::{HandlerCommand, HandlerSpec};
 
 /// How bad a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -389,6 +392,11 @@ pub enum ScheduleAction {
         tool: String,
         /// Its input (`[input]` in the file; `{}` when absent).
         input: Value,
+    },
+    /// Run a handler (`schedules/<name>.toml` with `handler`).
+    Handler {
+        /// The program, or the native handler.
+        handler: HandlerSpec,
     },
 }
 

@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bdk_events::SessionId;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -33,9 +34,13 @@ use crate::endpoint::grant::EndpointGrant;
 pub mod builtin;
 pub mod native;
 pub mod schema;
+pub mod services;
 pub mod spec;
 pub mod subprocess;
 
+pub use services::{
+    SendMessage, SendOutcome, ServiceError, SessionTarget, SessionView, ToolCalled, Waited,
+};
 pub use spec::{Effect, Execution, NewArtifact, SessionInfo, ToolOutput, ToolSource, ToolSpec};
 
 /// Everything a tool call may use.
@@ -93,6 +98,51 @@ pub trait ToolServices: Send + Sync {
     /// themselves here (e.g. `bdk_scheduler::Reminders::for_call`).
     fn extensions(&self) -> Vec<Arc<dyn std::any::Any + Send + Sync>> {
         Vec::new()
+    }
+
+    /// Sends a message into a session the caller may reach (see
+    /// [`services`] for who reaches what), starting the session of a key
+    /// that has none. A call cannot send into its own session.
+    async fn send(
+        &self,
+        _ctx: &ToolContext,
+        _send: SendMessage,
+    ) -> Result<SendOutcome, ServiceError> {
+        Err(ServiceError::unavailable("send"))
+    }
+
+    /// A session the caller may reach, as it is now.
+    async fn session_get(
+        &self,
+        _ctx: &ToolContext,
+        _target: SessionTarget,
+    ) -> Result<SessionView, ServiceError> {
+        Err(ServiceError::unavailable("session.get"))
+    }
+
+    /// Waits (at most `timeout`) until a session the caller may reach comes
+    /// to rest, and returns it. A call cannot wait for its own session.
+    async fn session_wait(
+        &self,
+        _ctx: &ToolContext,
+        _target: SessionTarget,
+        _timeout: std::time::Duration,
+    ) -> Result<Waited, ServiceError> {
+        Err(ServiceError::unavailable("session.wait"))
+    }
+
+    /// Calls one of the agent's server tools for the caller, as the agent's
+    /// own machinery (built-ins allowed; a `needs_approval` tool is
+    /// refused), unbound or bound to a session the caller may reach other
+    /// than its own.
+    async fn call_tool(
+        &self,
+        _ctx: &ToolContext,
+        _tool: &str,
+        _input: Value,
+        _session: Option<SessionId>,
+    ) -> Result<ToolCalled, ServiceError> {
+        Err(ServiceError::unavailable("tools.call"))
     }
 }
 

@@ -1,6 +1,6 @@
 //! `schedules/**`: Markdown prompts with `cron` frontmatter, and TOML
-//! handler schedules that hand a message into a channel or call a server
-//! tool with a fixed input.
+//! schedules that hand a message into a channel, call a server tool with a
+//! fixed input, or run a handler program.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::frontmatter;
+use super::handler::{HANDLER_KEYS, referenced};
 use super::util::{
     Diags, Fields, Kind, list_dir, read_text, read_toml, report_other, toml_to_json,
 };
 use crate::cron::CronExpr;
-use crate::project::{AgentConfig, Schedule, ScheduleAction, ToolManifest};
+use crate::project::{AgentConfig, HandlerSpec, Schedule, ScheduleAction, ToolManifest};
 use crate::tool::schema::InputValidator;
 use crate::tool::{Execution, ToolSpec, builtin};
 
@@ -25,6 +26,11 @@ const TOML_KEYS: &[&str] = &[
     "continuation_key",
     "tool",
     "input",
+    "handler",
+    "env",
+    "timeout_secs",
+    "max_output_bytes",
+    "sandbox",
 ];
 
 /// What a TOML schedule may target.
@@ -84,7 +90,8 @@ fn is_schedule_name(name: &str) -> bool {
 /// target one of `targets`.
 pub(crate) fn discover(d: &mut Diags, dir: &Path, targets: &Targets) -> Vec<Schedule> {
     let mut files = Vec::new();
-    walk(d, dir, "", &mut files);
+    let mut strays = Vec::new();
+    walk(d, dir, "", &mut files, &mut strays);
     let mut sources: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     let mut out: BTreeMap<String, Schedule> = BTreeMap::new();
     for (name, path, is_md) in files {
@@ -121,6 +128,26 @@ pub(crate) fn discover(d: &mut Diags, dir: &Path, targets: &Targets) -> Vec<Sche
             out.remove(name);
         }
     }
+    // A file a handler runs is not a stray.
+    let used: BTreeSet<PathBuf> = out
+        .values()
+        .filter_map(|s| match &s.action {
+            ScheduleAction::Handler { handler } => Some(handler),
+            _ => None,
+        })
+        .filter_map(|h| match h {
+            HandlerSpec::Program(command) => Some((h, &command.dir)),
+            _ => None,
+        })
+        .flat_map(|(h, dir)| referenced(h).map(|r| dir.join(r)))
+        .collect();
+    for stray in strays.iter().filter(|p| !used.contains(*p)) {
+        d.warn(
+            stray,
+            "stray file in schedules/: schedules are <name>.md or <name>.toml",
+            "rename it to .md (a prompt with `cron` frontmatter) or .toml (a channel hand-off, a tool call or a handler), reference it from a schedule's `handler`, or remove it",
+        );
+    }
     if sources.len() > MAX_SCHEDULES {
         d.error(
             dir,
@@ -134,8 +161,15 @@ pub(crate) fn discover(d: &mut Diags, dir: &Path, targets: &Targets) -> Vec<Sche
     out.into_values().collect()
 }
 
-/// Collects `(name, path, is_markdown)` for every schedule file; reports strays.
-fn walk(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf, bool)>) {
+/// Collects `(name, path, is_markdown)` for every schedule file, and the
+/// other files in `strays` (reported unless a handler runs them).
+fn walk(
+    d: &mut Diags,
+    dir: &Path,
+    prefix: &str,
+    out: &mut Vec<(String, PathBuf, bool)>,
+    strays: &mut Vec<PathBuf>,
+) {
     for entry in list_dir(d, dir) {
         match (entry.kind, entry.stem_ext()) {
             // Following a linked folder could loop forever (a link to a
@@ -145,15 +179,17 @@ fn walk(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf,
                 "symlinked folder in schedules/ is skipped",
                 "replace the link with a real folder",
             ),
-            (Kind::Dir, _) => walk(d, &entry.path, &format!("{prefix}{}/", entry.name), out),
+            (Kind::Dir, _) => walk(
+                d,
+                &entry.path,
+                &format!("{prefix}{}/", entry.name),
+                out,
+                strays,
+            ),
             (Kind::File, (stem, Some(ext @ ("md" | "toml")))) => {
                 out.push((format!("{prefix}{stem}"), entry.path.clone(), ext == "md"));
             }
-            (Kind::File, _) => d.warn(
-                &entry.path,
-                "stray file in schedules/: schedules are <name>.md or <name>.toml",
-                "rename it to .md (a prompt with `cron` frontmatter) or .toml (a channel hand-off or a tool call), or remove it",
-            ),
+            (Kind::File, _) => strays.push(entry.path.clone()),
             (Kind::Other, _) => report_other(d, &entry),
         }
     }
@@ -224,7 +260,8 @@ fn markdown(d: &mut Diags, path: &Path, name: String) -> Option<Schedule> {
 }
 
 /// `<name>.toml`: `cron` and exactly one target: `channel` with `message`
-/// (and optional `continuation_key`), or `tool` with an optional `[input]`.
+/// (and optional `continuation_key`), `tool` with an optional `[input]`, or
+/// `handler` (a program).
 fn handler(d: &mut Diags, path: &Path, name: String, targets: &Targets) -> Option<Schedule> {
     let table = read_toml(d, path)?;
     let f = Fields::new(&table, path);
@@ -237,25 +274,39 @@ fn handler(d: &mut Diags, path: &Path, name: String, targets: &Targets) -> Optio
     if let Some(c) = &cron {
         check_cron(d, path, c);
     }
-    let action = match (f.has("channel"), f.has("tool")) {
-        (true, true) => {
+    let present: Vec<&str> = ["channel", "tool", "handler"]
+        .into_iter()
+        .filter(|k| f.has(k))
+        .collect();
+    if !f.has("handler") {
+        for key in HANDLER_KEYS.iter().skip(1).filter(|k| f.has(k)) {
             d.error(
                 path,
-                "schedule names both `channel` and `tool`",
-                "keep one: `channel` + `message` hands a message into a channel, `tool` + `[input]` calls a tool",
+                format!("`{key}` only applies to handler schedules"),
+                format!("remove `{key}`, or run a program with `handler = [...]`"),
+            );
+        }
+    }
+    let action = match present.as_slice() {
+        [] => {
+            d.error(
+                path,
+                "schedule names none of `channel`, `tool` and `handler`",
+                "add `channel = \"...\"` and `message = \"...\"`, `tool = \"...\"` with an `[input]` table, or `handler = [\"python3\", \"<name>.py\"]`",
             );
             None
         }
-        (false, false) => {
+        ["channel"] => handoff(d, path, &f, targets),
+        ["tool"] => tool_call(d, path, &f, targets),
+        ["handler"] => program(d, path, &f),
+        _ => {
             d.error(
                 path,
-                "schedule names neither `channel` nor `tool`",
-                "add `channel = \"...\"` and `message = \"...\"`, or `tool = \"...\"` with an `[input]` table",
+                format!("schedule names {}", present.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" and ")),
+                "keep one: `channel` + `message` hands a message into a channel, `tool` + `[input]` calls a tool, `handler` runs a program",
             );
             None
         }
-        (true, false) => handoff(d, path, &f, targets),
-        (false, true) => tool_call(d, path, &f, targets),
     };
     if d.error_count() > errors_before {
         return None;
@@ -297,6 +348,22 @@ fn handoff(d: &mut Diags, path: &Path, f: &Fields, targets: &Targets) -> Option<
         message: message?,
         continuation_key,
     })
+}
+
+/// The `handler` form: a program run in the schedule file's folder.
+fn program(d: &mut Diags, path: &Path, f: &Fields) -> Option<ScheduleAction> {
+    for key in ["message", "continuation_key", "input"] {
+        if f.has(key) {
+            d.error(
+                path,
+                format!("`{key}` does not apply to handler schedules"),
+                format!("remove `{key}`; the handler decides what to send or call"),
+            );
+        }
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let handler = super::handler::handler(d, f, dir)?;
+    Some(ScheduleAction::Handler { handler })
 }
 
 /// The `tool` form: the tool must be one the host can call directly, and

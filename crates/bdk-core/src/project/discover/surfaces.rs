@@ -15,31 +15,48 @@ use super::util::{
 use crate::project::{
     ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
     DEFAULT_EVENT_BACKOFF, HookEvents, HookManifest, HookTarget, MAX_EVENT_ATTEMPTS, McpConnection,
-    McpTransport, RouteAuth, RouteMethod, default_token_env,
+    McpTransport, RouteAuth, RouteHandler, RouteMethod, default_token_env,
 };
 use bdk_events::{Admission, SessionMode};
 
 /// The `.toml` manifests of a folder, with strays reported. `what` names the
 /// folder in messages.
 fn manifests(d: &mut Diags, dir: &Path, what: &str) -> Vec<Entry> {
+    let (out, strays) = manifests_and_strays(d, dir);
+    for stray in strays {
+        report_stray(d, &stray, what);
+    }
+    out
+}
+
+/// The `.toml` manifests of a folder and the other entries in it, which
+/// the caller reports unless a manifest uses them.
+fn manifests_and_strays(d: &mut Diags, dir: &Path) -> (Vec<Entry>, Vec<Entry>) {
     let mut out = Vec::new();
+    let mut strays = Vec::new();
     for entry in list_dir(d, dir) {
         match (entry.kind, entry.stem_ext().1) {
             (Kind::File, Some("toml")) => out.push(entry),
             (Kind::Other, _) => report_other(d, &entry),
-            (Kind::File, _) => d.warn(
-                &entry.path,
-                format!("stray file in {what}/: only <name>.toml manifests are discovered"),
-                "rename it to <name>.toml if it is a manifest, or move it to lib/",
-            ),
-            (Kind::Dir, _) => d.warn(
-                &entry.path,
-                format!("stray folder in {what}/: only <name>.toml manifests are discovered"),
-                "move the folder to lib/ or remove it",
-            ),
+            (Kind::File | Kind::Dir, _) => strays.push(entry),
         }
     }
-    out
+    (out, strays)
+}
+
+fn report_stray(d: &mut Diags, entry: &Entry, what: &str) {
+    match entry.kind {
+        Kind::Dir => d.warn(
+            &entry.path,
+            format!("stray folder in {what}/: only <name>.toml manifests are discovered"),
+            "move the folder to lib/ or remove it",
+        ),
+        _ => d.warn(
+            &entry.path,
+            format!("stray file in {what}/: only <name>.toml manifests are discovered"),
+            "rename it to <name>.toml if it is a manifest, reference it from a route's `handler` or an events `command`, or move it to lib/",
+        ),
+    }
 }
 
 const MCP_KEYS: &[&str] = &[
@@ -191,6 +208,12 @@ const ROUTE_KEYS: &[&str] = &[
     "delivery_id",
     "admission",
     "mode",
+    "handler",
+    "env",
+    "timeout_secs",
+    "max_output_bytes",
+    "sandbox",
+    "pass_headers",
 ];
 
 /// Keys of one `[[events]]` entry.
@@ -211,7 +234,8 @@ const EVENT_KEYS: &[&str] = &[
 /// without checking it again.
 pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
     let mut out = Vec::new();
-    for entry in manifests(d, dir, "channels") {
+    let (entries, strays) = manifests_and_strays(d, dir);
+    for entry in entries {
         let name = entry.stem_ext().0.to_owned();
         let path = entry.path.as_path();
         let errors_before = d.error_count();
@@ -293,6 +317,36 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
             events,
         });
     }
+    // A program a route handler or an events command runs is no stray; nor
+    // is a folder one of them reaches into.
+    let used: BTreeSet<String> = out
+        .iter()
+        .flat_map(|c| {
+            let handlers = c
+                .routes
+                .iter()
+                .filter_map(|r| r.handler.as_ref())
+                .flat_map(|h| super::handler::referenced(&h.handler).collect::<Vec<_>>());
+            let commands = c.events.iter().flat_map(|e| match &e.target {
+                ChannelEventTarget::Command { argv } => argv
+                    .iter()
+                    .map(|a| a.trim_start_matches("./").to_owned())
+                    .collect(),
+                ChannelEventTarget::Url { .. } => Vec::new(),
+            });
+            handlers.chain(commands).collect::<Vec<_>>()
+        })
+        .collect();
+    for stray in strays {
+        let name = stray.name.as_str();
+        let referenced = match stray.kind {
+            Kind::Dir => used.iter().any(|r| r.starts_with(&format!("{name}/"))),
+            _ => used.contains(name),
+        };
+        if !referenced {
+            report_stray(d, &stray, "channels");
+        }
+    }
     out
 }
 
@@ -340,6 +394,7 @@ fn check_route(
         Some("task") => SessionMode::Task,
         _ => SessionMode::Chat,
     };
+    let handler = route_handler(d, &f, path);
     let method = match f.string(d, "method") {
         Some(m) if RouteMethod::parse(&m).is_some() => RouteMethod::parse(&m),
         Some(m) => {
@@ -406,6 +461,73 @@ fn check_route(
         delivery_id,
         admission,
         mode,
+        handler,
+    })
+}
+
+/// A route's handler program (`handler = [...]` and its keys), run in the
+/// channels folder; a route with a handler renders no templates.
+fn route_handler(d: &mut Diags, f: &Fields<'_>, path: &Path) -> Option<RouteHandler> {
+    if !f.has("handler") {
+        for key in super::handler::HANDLER_KEYS
+            .iter()
+            .skip(1)
+            .chain(&["pass_headers"])
+            .filter(|k| f.has(k))
+        {
+            d.error(
+                path,
+                format!("`{}` only applies to a route with a `handler`", f.key(key)),
+                format!(
+                    "remove `{}`, or run a program with `handler = [...]`",
+                    f.key(key)
+                ),
+            );
+        }
+        return None;
+    }
+    for key in ["message", "continuation_key", "delivery_id"] {
+        if f.has(key) {
+            d.error(
+                path,
+                format!(
+                    "`{}` does not apply to a route with a `handler`",
+                    f.key(key)
+                ),
+                format!(
+                    "remove `{}`; the handler's answer says what to deliver",
+                    f.key(key)
+                ),
+            );
+        }
+    }
+    let pass_headers: Vec<String> = f
+        .strings(d, "pass_headers")
+        .unwrap_or_default()
+        .into_iter()
+        .map(|h| h.to_ascii_lowercase())
+        .collect();
+    for name in &pass_headers {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b))
+        {
+            d.error(
+                path,
+                format!(
+                    "`{}` names `{name}`, which is not a header name",
+                    f.key("pass_headers")
+                ),
+                "list header names such as \"x-github-event\"",
+            );
+        }
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let handler = super::handler::handler(d, f, dir)?;
+    Some(RouteHandler {
+        handler,
+        pass_headers,
     })
 }
 
@@ -889,6 +1011,104 @@ mod tests {
         diags
             .iter()
             .any(|(s, m)| *s == severity && m.contains(needle))
+    }
+
+    #[test]
+    fn route_handlers() {
+        let (found, diags) = check(
+            r#"
+[[routes]]
+method = "POST"
+path = "/in"
+handler = ["python3", "route.py"]
+pass_headers = ["X-Request-Id", "x-github-event"]
+timeout_secs = 5
+env = ["TOKEN"]
+"#,
+        );
+        assert!(diags.is_empty(), "{diags:?}");
+        let handler = found[0].routes[0].handler.as_ref().unwrap();
+        assert_eq!(handler.pass_headers, ["x-request-id", "x-github-event"]);
+        let crate::project::HandlerSpec::Program(command) = &handler.handler else {
+            panic!("{handler:?}");
+        };
+        assert_eq!(command.argv, ["python3", "route.py"]);
+        assert_eq!(command.timeout, std::time::Duration::from_secs(5));
+        assert_eq!(command.pass_env, ["TOKEN"]);
+
+        let (found, diags) = check(
+            r#"
+[[routes]]
+method = "POST"
+path = "/a"
+handler = ["x"]
+message = "{{ body }}"
+continuation_key = "k"
+
+[[routes]]
+method = "POST"
+path = "/b"
+pass_headers = ["x-a"]
+timeout_secs = 3
+
+[[routes]]
+method = "POST"
+path = "/c"
+handler = ["x"]
+pass_headers = ["bad header"]
+
+[[routes]]
+method = "POST"
+path = "/d"
+handler = []
+"#,
+        );
+        assert!(found.is_empty());
+        for needle in [
+            "`routes[0].message` does not apply to a route with a `handler`",
+            "`routes[0].continuation_key` does not apply to a route with a `handler`",
+            "`routes[1].timeout_secs` only applies to a route with a `handler`",
+            "`routes[1].pass_headers` only applies to a route with a `handler`",
+            "names `bad header`, which is not a header name",
+            "`routes[3].handler` must start with a program",
+        ] {
+            assert!(has(&diags, Severity::Error, needle), "{needle}: {diags:#?}");
+        }
+    }
+
+    #[test]
+    fn programs_a_channel_runs_are_not_strays() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = [
+            (
+                "c.toml",
+                "[[routes]]\nmethod = \"POST\"\npath = \"/\"\nhandler = [\"python3\", \"./route.py\"]\n\n[[events]]\ntypes = [\"*\"]\ncommand = [\"sh\", \"bin/notify.sh\"]\n",
+            ),
+            ("route.py", ""),
+            ("other.py", ""),
+        ];
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        std::fs::create_dir(dir.path().join("junk")).unwrap();
+        let mut d = Diags::new(dir.path().to_path_buf());
+        let found = channels(&mut d, dir.path());
+        assert_eq!(found.len(), 1);
+        let strays: Vec<String> = d
+            .into_sorted()
+            .into_iter()
+            .map(|x| format!("{} {}", x.file, x.message))
+            .collect();
+        assert_eq!(strays.len(), 2, "{strays:#?}");
+        assert!(
+            strays.iter().any(|m| m.starts_with("other.py stray file")),
+            "{strays:#?}"
+        );
+        assert!(
+            strays.iter().any(|m| m.starts_with("junk stray folder")),
+            "{strays:#?}"
+        );
     }
 
     #[test]

@@ -1,0 +1,157 @@
+//! Running handler programs ([`crate::handler`]) for the host's callers: a
+//! schedule's fire, a channel route's request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bdk_events::SessionMode;
+use bdk_events::ids::new_id;
+use chrono::SecondsFormat;
+use serde_json::{Map, Value, json};
+
+use crate::handler::{self, HandlerCall, HandlerError, NativeRequest, Run};
+use crate::project::HandlerSpec;
+use crate::tool::{SessionInfo, ToolContext};
+
+use super::Host;
+use super::services::Services;
+
+impl Host {
+    /// Runs the handler `spec` names once for `call` and returns its answer
+    /// (one JSON object), or what went wrong. The program gets the request on stdin
+    /// with `kind` and a `context` (`callId`, `channel`, `principal`,
+    /// `now`) added, and the host endpoint bound to no session and to
+    /// `call.principal`, so it reaches the sessions that principal owns and
+    /// those nobody owns.
+    pub async fn run_handler(
+        &self,
+        spec: &HandlerSpec,
+        call: HandlerCall,
+    ) -> Result<Map<String, Value>, HandlerError> {
+        let call_id = new_id(&format!("hdl_{}", call.kind));
+        // The caller's token or the host's shutdown stops the run.
+        let cancel = self.inner.shutdown.child_token();
+        let link = {
+            let caller = call.cancel.clone();
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                caller.cancelled().await;
+                cancel.cancel();
+            })
+        };
+        let now = self.clock().now();
+        let state_root = self.inner.store.state_root();
+        let ctx = ToolContext {
+            call_id: call_id.clone(),
+            session: SessionInfo {
+                id: None,
+                channel: call.channel.clone(),
+                mode: SessionMode::Chat,
+                principal: call.principal.clone(),
+            },
+            // No session, so no workspace: the endpoint refuses what needs
+            // one (`artifacts.tag`).
+            workspace_dir: state_root.join("tmp").join(&call_id),
+            state_root: state_root.clone(),
+            now,
+            as_of_pinned: false,
+            dry_run: false,
+            approved_by: None,
+            cancel: cancel.clone(),
+            services: None,
+        };
+        let services = Arc::new(Services {
+            host: self.clone(),
+            session_id: None,
+            principal: call.principal.clone(),
+        });
+        let mut request = call.request;
+        request.insert("kind".to_owned(), Value::String(call.kind.to_owned()));
+        request.insert(
+            "context".to_owned(),
+            json!({
+                "callId": call_id,
+                "channel": call.channel,
+                "principal": call.principal,
+                "now": now.to_rfc3339_opts(SecondsFormat::Millis, true),
+            }),
+        );
+        let command = match spec {
+            HandlerSpec::Program(command) => command,
+            HandlerSpec::Native { name, timeout } => {
+                let result = self
+                    .run_native(name, *timeout, request, services, ctx)
+                    .await;
+                link.abort();
+                if let Err(e) = &result {
+                    tracing::warn!(kind = call.kind, call_id = %call_id, code = e.code(), error = %e, "a handler gave no answer");
+                }
+                return result;
+            }
+        };
+        let grant = match self.inner.endpoint.grant(&ctx, services).await {
+            Ok(grant) => Some(grant),
+            Err(e) => {
+                tracing::warn!(call_id = %call_id, error = %e, "host endpoint unavailable; the handler runs without it");
+                None
+            }
+        };
+        let stdin = Value::Object(request).to_string().into_bytes();
+        let result = handler::run(Run {
+            command,
+            containment: &self.inner.containment,
+            lib: self.inner.project.lib_dir(),
+            state_root: &state_root,
+            call_id: &call_id,
+            stdin,
+            grant: grant.as_ref(),
+            cancel: &cancel,
+        })
+        .await;
+        link.abort();
+        // The token dies with the run: every process that could use it is
+        // gone once `run` returns.
+        drop(grant);
+        if let Err(e) = &result {
+            tracing::warn!(kind = call.kind, call_id = %call_id, code = e.code(), error = %e, "a handler gave no answer");
+        }
+        result
+    }
+
+    /// A native handler's run: the same request, the services directly,
+    /// under the same timeout and cancellation as a program.
+    async fn run_native(
+        &self,
+        name: &str,
+        timeout: Duration,
+        request: Map<String, Value>,
+        services: Arc<Services>,
+        ctx: ToolContext,
+    ) -> Result<Map<String, Value>, HandlerError> {
+        let Some(handler) = self.inner.handlers.get(name).cloned() else {
+            return Err(HandlerError::Spawn {
+                program: name.to_owned(),
+                reason: "no native handler of this name is registered (HostBuilder::handler)"
+                    .to_owned(),
+            });
+        };
+        let cancel = ctx.cancel.clone();
+        let run = handler.handle(NativeRequest {
+            request,
+            services,
+            ctx,
+        });
+        tokio::select! {
+            answer = tokio::time::timeout(timeout, run) => match answer {
+                Ok(answer) => answer,
+                Err(_) => Err(HandlerError::TimedOut {
+                    program: name.to_owned(),
+                    timeout,
+                }),
+            },
+            () = cancel.cancelled() => Err(HandlerError::Cancelled {
+                program: name.to_owned(),
+            }),
+        }
+    }
+}
