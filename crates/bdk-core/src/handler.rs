@@ -56,6 +56,12 @@ pub struct HandlerCall {
     /// The channel it acts for (`schedule`, a channel's name): the default
     /// channel of `send` by key.
     pub channel: String,
+    /// The session the run is bound to, if any (a handler that acts on one
+    /// conversation): its endpoint token then carries that session, as a
+    /// tool call's does (`artifacts.tag`, `reminders.*` act on it; the
+    /// session services refuse it as a target), and a dry-run session's
+    /// refusals apply.
+    pub session: Option<bdk_events::SessionId>,
     /// Fires when the run must stop (the caller went away); the host's
     /// shutdown stops it too.
     pub cancel: CancellationToken,

@@ -249,6 +249,7 @@ impl Dispatcher {
                     request,
                     principal: Some(principal),
                     channel: SCHEDULE_CHANNEL.to_owned(),
+                    session: None,
                     cancel: CancellationToken::new(),
                 },
             )

@@ -211,3 +211,68 @@ async fn a_native_handler_nobody_registered_refuses_the_build() {
         "{message}"
     );
 }
+
+/// Echoes what it was given and tries to send into the session it is
+/// bound to.
+struct Bound;
+
+#[async_trait]
+impl NativeHandler for Bound {
+    async fn handle(&self, req: NativeRequest) -> Result<Map<String, Value>, HandlerError> {
+        let own = req.ctx.session.id.clone().unwrap();
+        let refused = req
+            .services
+            .send(
+                &req.ctx,
+                SendMessage {
+                    target: SessionTarget::Id(own),
+                    message: "to myself".into(),
+                    admission: Admission::Coalesce,
+                    delivery_id: None,
+                    mode: SessionMode::Chat,
+                },
+            )
+            .await
+            .unwrap_err();
+        let mut answer = req.request;
+        answer.insert("refused".into(), json!(refused.code));
+        Ok(answer)
+    }
+}
+
+#[tokio::test]
+async fn a_handler_bound_to_a_session_carries_it() {
+    let dir = folder(&[]);
+    let d = discover(dir.path());
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let host = Host::builder(d.project.unwrap(), store)
+        .handler("bound", Arc::new(Bound))
+        .build()
+        .await
+        .unwrap();
+    let session = host
+        .start_session(StartSession::default())
+        .await
+        .unwrap()
+        .session_id;
+    let answer = host
+        .run_handler(
+            &bdk_core::project::HandlerSpec::Native {
+                name: "bound".into(),
+                timeout: std::time::Duration::from_secs(30),
+            },
+            bdk_core::handler::HandlerCall {
+                kind: "gate",
+                request: Map::new(),
+                principal: None,
+                channel: "http".into(),
+                session: Some(session.clone()),
+                cancel: tokio_util::sync::CancellationToken::new(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer["kind"], "gate");
+    assert_eq!(answer["context"]["sessionId"], json!(session.as_str()));
+    assert_eq!(answer["refused"], "invalid_args");
+}

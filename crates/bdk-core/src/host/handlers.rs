@@ -41,28 +41,44 @@ impl Host {
         };
         let now = self.clock().now();
         let state_root = self.inner.store.state_root();
+        let record = match &call.session {
+            Some(id) => match self.session(id, None).await {
+                Ok(record) => Some(record),
+                Err(e) => {
+                    link.abort();
+                    return Err(HandlerError::Failed {
+                        program: spec.label().to_owned(),
+                        reason: format!("its session cannot be read: {e}"),
+                    });
+                }
+            },
+            None => None,
+        };
         let ctx = ToolContext {
             call_id: call_id.clone(),
             session: SessionInfo {
-                id: None,
+                id: call.session.clone(),
                 channel: call.channel.clone(),
-                mode: SessionMode::Chat,
+                mode: record.as_ref().map_or(SessionMode::Chat, |r| r.mode),
                 principal: call.principal.clone(),
             },
-            // No session, so no workspace: the endpoint refuses what needs
-            // one (`artifacts.tag`).
-            workspace_dir: state_root.join("tmp").join(&call_id),
+            // The session's workspace when bound to one; otherwise none:
+            // the endpoint refuses what needs one (`artifacts.tag`).
+            workspace_dir: match &call.session {
+                Some(id) => self.inner.store.workspace_dir(id),
+                None => state_root.join("tmp").join(&call_id),
+            },
             state_root: state_root.clone(),
             now,
             as_of_pinned: false,
-            dry_run: false,
+            dry_run: record.as_ref().is_some_and(|r| r.dry_run),
             approved_by: None,
             cancel: cancel.clone(),
             services: None,
         };
         let services = Arc::new(Services {
             host: self.clone(),
-            session_id: None,
+            session_id: call.session.clone(),
             principal: call.principal.clone(),
         });
         let mut request = call.request;
@@ -71,6 +87,7 @@ impl Host {
             "context".to_owned(),
             json!({
                 "callId": call_id,
+                "sessionId": call.session,
                 "channel": call.channel,
                 "principal": call.principal,
                 "now": now.to_rfc3339_opts(SecondsFormat::Millis, true),

@@ -136,6 +136,7 @@ pub(super) async fn run(
                 request: fields,
                 principal: request.principal,
                 channel: channel.to_owned(),
+                session: None,
                 cancel: CancellationToken::new(),
             },
         )
