@@ -21,12 +21,14 @@ use crate::tool::ToolSpec;
 
 mod channel;
 mod discover;
+mod experiment;
 pub mod info;
 pub use channel::{
     ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
     DEFAULT_EVENT_BACKOFF, MAX_EVENT_ATTEMPTS, RouteAuth, RouteMethod, default_token_env,
 };
 pub use discover::discover;
+pub use experiment::{Arm, Experiment, ExperimentUnit, WEIGHT_TOTAL, bucket};
 
 /// How bad a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -450,6 +452,8 @@ pub struct Project {
     pub scripted_rules: BTreeMap<String, PathBuf>,
     /// `evals/`, when present.
     pub evals_dir: Option<PathBuf>,
+    /// A/B experiments (`experiments/<name>.toml`), sorted by name.
+    pub experiments: Vec<Experiment>,
 }
 
 impl Project {
@@ -472,6 +476,11 @@ impl Project {
                 .hooks
                 .iter()
                 .any(|h| matches!(h.target, HookTarget::Command { .. }))
+    }
+
+    /// The experiment named `name`.
+    pub fn experiment(&self, name: &str) -> Option<&Experiment> {
+        self.experiments.iter().find(|e| e.name == name)
     }
 
     /// A path relative to the project root, `/`-separated, for messages.
