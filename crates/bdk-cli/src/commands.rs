@@ -275,6 +275,22 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
             .collect(),
     );
     section(
+        "experiments",
+        project
+            .experiments
+            .iter()
+            .map(|e| {
+                let arms: Vec<String> = e
+                    .arms
+                    .iter()
+                    .map(|a| format!("{} {}%", a.name, a.weight))
+                    .collect();
+                let off = if e.enabled { "" } else { " (disabled)" };
+                format!("{}{off}: {}", e.name, arms.join(", "))
+            })
+            .collect(),
+    );
+    section(
         "sandbox files",
         project
             .sandbox_files

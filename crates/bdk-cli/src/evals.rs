@@ -46,6 +46,11 @@ pub(crate) struct EvalsArgs {
     /// Bearer token for --url.
     #[arg(long, value_name = "TOKEN", env = "BDK_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Run the suite once per arm of this A/B experiment, every case's
+    /// session pinned to the arm, and report the arms side by side (in
+    /// process only).
+    #[arg(long, value_name = "EXPERIMENT", conflicts_with = "url")]
+    per_arm: Option<String>,
 }
 
 /// Live progress: a rewritten status line on a terminal, one line per
@@ -176,6 +181,33 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
     // The judge resolves through the project's providers in both modes, so
     // the project must be readable even when the agent runs elsewhere.
     let discovery = bdk_core::discover(&dir);
+    let arms: Option<(String, Vec<String>)> = match &args.per_arm {
+        None => None,
+        Some(name) => {
+            let Some(experiment) = discovery.project.as_ref().and_then(|p| p.experiment(name))
+            else {
+                let known: Vec<String> = discovery
+                    .project
+                    .iter()
+                    .flat_map(|p| p.experiments.iter().map(|e| e.name.clone()))
+                    .collect();
+                errln!(
+                    "error: --per-arm names experiment `{name}`, which {} does not declare (declared: {})",
+                    dir.display(),
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                );
+                return Ok(UNUSABLE);
+            };
+            Some((
+                experiment.name.clone(),
+                experiment.arms.iter().map(|a| a.name.clone()).collect(),
+            ))
+        }
+    };
     let mut host_guard = None;
     let target: Arc<dyn Target> = match &args.url {
         Some(url) => match HttpTarget::new(url, args.token.clone()) {
@@ -192,6 +224,13 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
                     host_guard = Some((host.clone(), lock));
                     Arc::new(HostTarget::new(host))
                 }
+                Ok(crate::support::Opened::Remote(_)) if arms.is_some() => {
+                    errln!(
+                        "error: --per-arm pins arms in process, but a running server holds the state root of {}; stop it or pass --state-root",
+                        dir.display()
+                    );
+                    return Ok(UNUSABLE);
+                }
                 // A running server holds the state root: run the cases
                 // through it, as `--url` would.
                 Ok(crate::support::Opened::Remote(remote)) => {
@@ -207,12 +246,19 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
             }
         }
     };
-    let mut runner = Runner::new(suite.config.clone(), target);
-    if let Some(project) = discovery.project {
-        runner = runner.judges(bdk_evals::project_judges(project));
-    }
+    let judges = discovery.project.map(bdk_evals::project_judges);
+    let runner = |arm: Option<(&str, &str)>| {
+        let mut runner = Runner::new(suite.config.clone(), Arc::clone(&target));
+        if let Some(judges) = &judges {
+            runner = runner.judges(Arc::clone(judges));
+        }
+        if let Some((experiment, arm)) = arm {
+            runner = runner.pin_arm(experiment, arm);
+        }
+        runner
+    };
 
-    let live = Live {
+    let mut live = Live {
         tty: std::io::stderr().is_terminal(),
         total: cases.len(),
         done: AtomicUsize::new(0),
@@ -221,6 +267,9 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
         verbose: args.verbose,
     };
     let cancel = CancellationToken::new();
+    if let Some((_, arm_names)) = &arms {
+        live.total = cases.len() * arm_names.len();
+    }
     let interrupt = {
         let cancel = cancel.clone();
         tokio::spawn(async move {
@@ -230,7 +279,55 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
             }
         })
     };
-    let result = runner
+    if let Some((experiment, arm_names)) = arms {
+        let mut runs = Vec::new();
+        for arm in arm_names {
+            if cancel.is_cancelled() {
+                break;
+            }
+            errln!("arm {arm}:");
+            let run = runner(Some((experiment.as_str(), arm.as_str())))
+                .run(
+                    bdk_evals::runner::new_run_id(),
+                    cases.clone(),
+                    opts.clone(),
+                    cancel.clone(),
+                    &live,
+                )
+                .await;
+            runs.push(bdk_evals::report::ArmRun { arm, run });
+        }
+        interrupt.abort();
+        live.clear();
+        if let Some((host, _lock)) = host_guard {
+            host.shutdown(Duration::from_secs(5)).await;
+            crate::hooks::drain(&host).await;
+        }
+        let table = bdk_evals::report::per_arm_table(&experiment, &runs);
+        if args.json {
+            err!("{table}");
+            outln!("{}", bdk_evals::report::per_arm_json(&experiment, &runs));
+        } else {
+            out!("{table}");
+        }
+        let written = bdk_evals::report::write_per_arm_reports(
+            &dir,
+            &suite.config.reporters,
+            &cases,
+            &experiment,
+            &runs,
+        )
+        .context("failed to write an eval report")?;
+        for path in written {
+            errln!("report: {}", path.display());
+        }
+        if let Some(path) = &args.junit {
+            write_junit(path, &bdk_evals::report::per_arm_junit(&experiment, &runs))?;
+        }
+        let passed = !runs.is_empty() && runs.iter().all(|r| r.run.passed());
+        return Ok(if passed { OK } else { FAILED });
+    }
+    let result = runner(None)
         .run(
             bdk_evals::runner::new_run_id(),
             cases.clone(),
@@ -260,14 +357,22 @@ pub(crate) async fn run(args: EvalsArgs) -> Result<u8> {
         errln!("report: {}", path.display());
     }
     if let Some(path) = &args.junit {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("failed to create {}", parent.display()))?;
-        }
-        bdk_evals::report::junit(&result)
-            .and_then(|xml| std::fs::write(path, xml))
-            .with_context(|| format!("failed to write {}", path.display()))?;
-        errln!("junit: {}", path.display());
+        write_junit(path, &bdk_evals::report::junit(&result))?;
     }
     Ok(if result.passed() { OK } else { FAILED })
+}
+
+/// Writes the `--junit` report, creating its folder.
+fn write_junit(path: &std::path::Path, xml: &std::io::Result<String>) -> Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("failed to create {}", parent.display()))?;
+    }
+    let xml = xml
+        .as_ref()
+        .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+        .with_context(|| format!("failed to write {}", path.display()))?;
+    std::fs::write(path, xml).with_context(|| format!("failed to write {}", path.display()))?;
+    errln!("junit: {}", path.display());
+    Ok(())
 }

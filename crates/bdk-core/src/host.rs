@@ -29,10 +29,12 @@
 //! `transcript.rs` (the model conversation), `services.rs` (the
 //! `ToolServices` a call sees), `handlers.rs` (running handler programs), `runtime.rs` (the host side of the
 //! [`Runtime`](crate::extension::Runtime) port that
-//! extensions reach the host through, see [`crate::extension`]) and
-//! `slots.rs` (slots and the conversation cache). They form a DAG: the
-//! state here names only `slots.rs` below it, and no file imports one that
-//! imports it.
+//! extensions reach the host through, see [`crate::extension`]),
+//! `slots.rs` (slots and the conversation cache), `arms.rs` (the A/B
+//! arms' overrides and the draw of a new session) and `ab.rs` (a
+//! session's arms applied to its turns, and the report). They form a DAG:
+//! the state here names only `slots.rs` and `arms.rs` below it, and no file
+//! imports one that imports it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
@@ -59,9 +61,11 @@ use crate::tool::ToolSpec;
 use bdk_models::prices::PriceTable;
 use bdk_models::replay::Recording;
 
+mod ab;
 mod access;
 mod admission;
 mod approvals;
+mod arms;
 mod build;
 mod direct;
 mod driver;
@@ -145,6 +149,11 @@ struct Inner {
     exposed: HashSet<String>,
     /// The bounded wait for a turn running on another replica.
     coordination_wait: Duration,
+    /// What each declared A/B arm changes in the root agent.
+    arms: arms::ArmOverrides,
+    /// Where the instructions end in the root agent's system prompt (an
+    /// arm's overlay goes there, before the catalogs).
+    instructions_len: usize,
 }
 
 /// The session runtime for one agent. Cheap to clone.

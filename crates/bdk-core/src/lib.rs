@@ -1,7 +1,8 @@
 //! The BDK agent runtime: project discovery and diagnostics, which model
 //! each agent runs ([`models`]), tools, the agent loop (turns and steps), the
-//! session runtime ("host"), hooks, and the port through which crates above
-//! add to a host ([`extension`]: `bdk-scheduler`'s reminders).
+//! session runtime ("host"), hooks, A/B experiments ([`ab`]), and the port
+//! through which crates above add to a host ([`extension`]:
+//! `bdk-scheduler`'s reminders).
 //!
 //! It builds on `bdk-events` (the wire format), `bdk-store` (the storage
 //! port) and `bdk-models` (the model port and its providers), and never names
@@ -9,6 +10,7 @@
 //! through [`host::Host`]. Its own outbound HTTP is `url` tools and `url`
 //! hooks, through `bdk_models::net`'s shared client.
 
+pub mod ab;
 pub mod agent;
 pub mod clock;
 pub mod containment;

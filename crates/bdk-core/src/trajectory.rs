@@ -3,7 +3,7 @@
 //! turns ended and which call returned what are read through
 //! [`bdk_events::view`], as every other reader of a log reads them.
 
-use bdk_events::view::{calls, delegations, turn_end};
+use bdk_events::view::{assignments, calls, delegations, turn_end};
 use bdk_events::{Envelope, Event, Usage};
 use serde::Serialize;
 use serde_json::Value;
@@ -74,6 +74,10 @@ pub struct Trajectory {
     pub model: Option<String>,
     /// Turns that started.
     pub turns: usize,
+    /// The A/B arms the session was enrolled in, experiment -> arm
+    /// (absent when none).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub arms: std::collections::BTreeMap<String, String>,
 }
 
 /// Summarises events (a whole session, or any slice of one).
@@ -91,6 +95,10 @@ pub fn summarize(events: &[Envelope]) -> Trajectory {
         usage: Some(Usage::default()),
         model: None,
         turns: 0,
+        arms: assignments(events)
+            .into_iter()
+            .map(|a| (a.experiment.clone(), a.arm.clone()))
+            .collect(),
     };
     for env in events {
         if let Event::TurnStarted(_) = &env.event {

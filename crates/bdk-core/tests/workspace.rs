@@ -207,6 +207,7 @@ fn project(agent_dir: &Path) -> Project {
         ],
         scripted_rules: BTreeMap::new(),
         evals_dir: None,
+        experiments: Vec::new(),
     }
 }
 

@@ -219,6 +219,7 @@ pub struct Case {
     cancel: CancellationToken,
     metadata: Value,
     stopped: Option<String>,
+    arms: BTreeMap<String, String>,
 }
 
 impl Assertions for Case {
@@ -248,7 +249,15 @@ impl Case {
             cancel: CancellationToken::new(),
             metadata: Value::Null,
             stopped: None,
+            arms: BTreeMap::new(),
         }
+    }
+
+    /// Pins the session the case opens to these A/B arms (experiment ->
+    /// arm), recorded as `ab.assigned` with unit `pinned`. Only before the
+    /// first send.
+    pub fn pin_arms(&mut self, arms: BTreeMap<String, String>) {
+        self.arms = arms;
     }
 
     /// A case against an in-process host, without a judge.
@@ -347,7 +356,7 @@ impl Case {
         let opened = match &self.session {
             None => {
                 self.target
-                    .start(&self.id, message, &opts.workspace_files)
+                    .start_pinned(&self.id, message, &opts.workspace_files, &self.arms)
                     .await?
             }
             Some(s) => {

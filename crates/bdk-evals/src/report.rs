@@ -50,7 +50,16 @@ pub fn failure_lines(case: &CaseResult) -> Vec<String> {
 /// quick-junit escapes markup and drops what XML cannot carry (control
 /// characters, ANSI escapes).
 pub fn junit(result: &RunResult) -> std::io::Result<String> {
-    let mut suite = TestSuite::new(&result.run_id);
+    let mut report = Report::new("bdk evals");
+    report
+        .set_time(Duration::from_millis(result.duration_ms))
+        .add_test_suite(test_suite(result, &result.run_id));
+    report.to_string().map_err(std::io::Error::other)
+}
+
+/// One run as a JUnit test suite named `name`.
+fn test_suite(result: &RunResult, name: &str) -> TestSuite {
+    let mut suite = TestSuite::new(name);
     suite
         .set_timestamp(result.started_at)
         .set_time(Duration::from_millis(result.duration_ms));
@@ -87,11 +96,129 @@ pub fn junit(result: &RunResult) -> std::io::Result<String> {
             .set_time(Duration::from_millis(case.duration_ms));
         suite.add_test_case(test_case);
     }
+    suite
+}
+
+/// One arm's run of a suite run per arm (`bdk evals --per-arm`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ArmRun {
+    /// The arm every case was pinned to.
+    pub arm: String,
+    /// The run.
+    pub run: RunResult,
+}
+
+/// A suite run once per arm of `experiment`, as pretty JSON:
+/// `{"experiment", "passed", "arms": [{"arm", "run"}]}`, each `run` the
+/// shape of [`json`].
+pub fn per_arm_json(experiment: &str, runs: &[ArmRun]) -> String {
+    let value = serde_json::json!({
+        "experiment": experiment,
+        "passed": runs.iter().all(|r| r.run.passed()),
+        "arms": runs,
+    });
+    serde_json::to_string_pretty(&value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// A suite run once per arm as JUnit XML: one test suite per arm, named
+/// `<experiment>/<arm>`.
+pub fn per_arm_junit(experiment: &str, runs: &[ArmRun]) -> std::io::Result<String> {
     let mut report = Report::new("bdk evals");
-    report
-        .set_time(Duration::from_millis(result.duration_ms))
-        .add_test_suite(suite);
+    let total: u64 = runs.iter().map(|r| r.run.duration_ms).sum();
+    report.set_time(Duration::from_millis(total));
+    for r in runs {
+        report.add_test_suite(test_suite(&r.run, &format!("{experiment}/{}", r.arm)));
+    }
     report.to_string().map_err(std::io::Error::other)
+}
+
+/// The arms side by side: one row per case, one column per arm (status,
+/// passing iterations, time), the totals per arm, then every failure under
+/// its arm.
+pub fn per_arm_table(experiment: &str, runs: &[ArmRun]) -> String {
+    let mut out = String::new();
+    let mut ids: Vec<&str> = Vec::new();
+    for r in runs {
+        for c in &r.run.cases {
+            if !ids.contains(&c.id.as_str()) {
+                ids.push(&c.id);
+            }
+        }
+    }
+    let width = ids
+        .iter()
+        .map(|id| id.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let cell = |c: Option<&CaseResult>| -> String {
+        let Some(c) = c else {
+            return "-".to_owned();
+        };
+        let passed = c
+            .iterations
+            .iter()
+            .filter(|i| i.status == IterationStatus::Passed)
+            .count();
+        let status = match c.status {
+            CaseStatus::Passed => "passed",
+            CaseStatus::Failed => "FAILED",
+            CaseStatus::Cancelled => "cancelled",
+            CaseStatus::Pending => "pending",
+            CaseStatus::Running => "running",
+        };
+        format!(
+            "{status} {passed}/{} {}s",
+            c.iteration_count,
+            secs(c.duration_ms)
+        )
+    };
+    let col = runs
+        .iter()
+        .map(|r| r.arm.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(24);
+    let _ = writeln!(out, "experiment {experiment}, one column per arm");
+    let _ = write!(out, "{:<width$}", "case");
+    for r in runs {
+        let _ = write!(out, "  {:<col$}", r.arm);
+    }
+    let _ = writeln!(out);
+    for id in &ids {
+        let _ = write!(out, "{id:<width$}");
+        for r in runs {
+            let c = r.run.cases.iter().find(|c| c.id == *id);
+            let _ = write!(out, "  {:<col$}", cell(c));
+        }
+        let _ = writeln!(out);
+    }
+    let _ = write!(out, "{:<width$}", "passed");
+    for r in runs {
+        let s = &r.run.summary;
+        let _ = write!(
+            out,
+            "  {:<col$}",
+            format!("{}/{} {}s", s.passed, s.total, secs(r.run.duration_ms))
+        );
+    }
+    let _ = writeln!(out);
+    for r in runs {
+        for c in r
+            .run
+            .cases
+            .iter()
+            .filter(|c| c.status != CaseStatus::Passed)
+        {
+            for line in failure_lines(c) {
+                let _ = writeln!(out, "  [{}] {}: {line}", r.arm, c.id);
+            }
+        }
+        if let Some(e) = &r.run.error {
+            let _ = writeln!(out, "  [{}] run error: {e}", r.arm);
+        }
+    }
+    out
 }
 
 /// The summary table printed at the end of `bdk evals`, with every failure
@@ -153,15 +280,40 @@ pub fn summary_table(result: &RunResult) -> String {
     out
 }
 
-/// Writes the file reporters: config reporters get every case, a reporter
-/// named only by files or cases gets just those cases. Returns the paths
-/// written.
-pub fn write_reports(
+/// Writes the file reporters of a suite run per arm: like
+/// [`write_reports`], each file holding every arm ([`per_arm_json`],
+/// [`per_arm_junit`]).
+pub fn write_per_arm_reports(
     root: &Path,
     config_reporters: &[ReporterSpec],
     cases: &[CaseSpec],
-    result: &RunResult,
+    experiment: &str,
+    runs: &[ArmRun],
 ) -> std::io::Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for (spec, only) in reporter_plan(config_reporters, cases) {
+        let subset: Vec<ArmRun> = runs
+            .iter()
+            .map(|r| ArmRun {
+                arm: r.arm.clone(),
+                run: subset_of(&r.run, only.as_deref()),
+            })
+            .collect();
+        let text = match spec.kind {
+            ReporterKind::Json => per_arm_json(experiment, &subset),
+            ReporterKind::Junit => per_arm_junit(experiment, &subset)?,
+        };
+        written.push(write_report(root, &spec, &text)?);
+    }
+    Ok(written)
+}
+
+/// Which reporters get which cases: config reporters every case (`None`),
+/// a reporter named only by files or cases just those.
+fn reporter_plan(
+    config_reporters: &[ReporterSpec],
+    cases: &[CaseSpec],
+) -> BTreeMap<ReporterSpec, Option<Vec<String>>> {
     let mut plan: BTreeMap<ReporterSpec, Option<Vec<String>>> = BTreeMap::new();
     for r in config_reporters {
         plan.insert(r.clone(), None);
@@ -180,28 +332,51 @@ pub fn write_reports(
             }
         }
     }
+    plan
+}
+
+/// `result` cut down to the cases `only` names (all of them for `None`),
+/// with the summary recounted.
+fn subset_of(result: &RunResult, only: Option<&[String]>) -> RunResult {
+    let mut subset = result.clone();
+    if let Some(ids) = only {
+        subset.cases.retain(|c| ids.contains(&c.id));
+        let count = |s: CaseStatus| subset.cases.iter().filter(|c| c.status == s).count();
+        subset.summary.total = subset.cases.len();
+        subset.summary.passed = count(CaseStatus::Passed);
+        subset.summary.failed = count(CaseStatus::Failed);
+        subset.summary.cancelled =
+            subset.summary.total - subset.summary.passed - subset.summary.failed;
+    }
+    subset
+}
+
+fn write_report(root: &Path, spec: &ReporterSpec, text: &str) -> std::io::Result<PathBuf> {
+    let path = root.join(&spec.path);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&path, text)?;
+    Ok(path)
+}
+
+/// Writes the file reporters: config reporters get every case, a reporter
+/// named only by files or cases gets just those cases. Returns the paths
+/// written.
+pub fn write_reports(
+    root: &Path,
+    config_reporters: &[ReporterSpec],
+    cases: &[CaseSpec],
+    result: &RunResult,
+) -> std::io::Result<Vec<PathBuf>> {
     let mut written = Vec::new();
-    for (spec, only) in plan {
-        let mut subset = result.clone();
-        if let Some(ids) = only {
-            subset.cases.retain(|c| ids.contains(&c.id));
-            let count = |s: CaseStatus| subset.cases.iter().filter(|c| c.status == s).count();
-            subset.summary.total = subset.cases.len();
-            subset.summary.passed = count(CaseStatus::Passed);
-            subset.summary.failed = count(CaseStatus::Failed);
-            subset.summary.cancelled =
-                subset.summary.total - subset.summary.passed - subset.summary.failed;
-        }
+    for (spec, only) in reporter_plan(config_reporters, cases) {
+        let subset = subset_of(result, only.as_deref());
         let text = match spec.kind {
             ReporterKind::Json => json(&subset),
             ReporterKind::Junit => junit(&subset)?,
         };
-        let path = root.join(&spec.path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(&path, text)?;
-        written.push(path);
+        written.push(write_report(root, &spec, &text)?);
     }
     Ok(written)
 }

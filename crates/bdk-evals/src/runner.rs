@@ -308,6 +308,8 @@ pub struct Runner {
     target: Arc<dyn Target>,
     judges: Option<JudgeResolver>,
     cache: Mutex<HashMap<String, Arc<Judge>>>,
+    /// A/B arms every case's session is pinned to, under the case's own.
+    arms: BTreeMap<String, String>,
 }
 
 struct Unit {
@@ -323,7 +325,15 @@ impl Runner {
             target,
             judges: None,
             cache: Mutex::default(),
+            arms: BTreeMap::new(),
         }
+    }
+
+    /// Pins every case's session to `arm` of `experiment` (a suite run per
+    /// arm). A case that pins its own arm of the same experiment keeps it.
+    pub fn pin_arm(mut self, experiment: impl Into<String>, arm: impl Into<String>) -> Runner {
+        self.arms.insert(experiment.into(), arm.into());
+        self
     }
 
     /// Resolves judge models through `resolver`.
@@ -484,6 +494,9 @@ impl Runner {
         };
         let signal = cancel.child_token();
         let mut case = Case::new(spec.id.clone(), Arc::clone(&self.target), judge);
+        let mut arms = self.arms.clone();
+        arms.extend(spec.arms.iter().map(|(e, a)| (e.clone(), a.clone())));
+        case.pin_arms(arms);
         case.set_run_values(
             unit.iteration,
             spec.iterations,

@@ -134,6 +134,16 @@ struct CaseDef {
     steps: Vec<StepDef>,
     #[serde(default)]
     expect: Vec<FileAssertion>,
+    /// Pins the session to one arm of an A/B experiment.
+    arm: Option<ArmPinDef>,
+}
+
+/// `arm = { experiment = "...", arm = "..." }` in a case.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ArmPinDef {
+    experiment: String,
+    arm: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -260,6 +270,9 @@ pub struct CaseSpec {
     pub reporters: Vec<ReporterSpec>,
     /// Messages sent, in order (for listings).
     pub messages: Vec<String>,
+    /// A/B arms the case's session is pinned to: experiment -> arm (a
+    /// file case's `arm`; checked against the project's experiments).
+    pub arms: BTreeMap<String, String>,
     /// What runs.
     pub body: CaseBody,
 }
@@ -291,8 +304,15 @@ impl CaseSpec {
             judge: None,
             reporters: Vec::new(),
             messages: Vec::new(),
+            arms: BTreeMap::new(),
             body: Arc::new(body),
         }
+    }
+
+    /// Pins the case's session to `arm` of `experiment`.
+    pub fn arm(mut self, experiment: impl Into<String>, arm: impl Into<String>) -> CaseSpec {
+        self.arms.insert(experiment.into(), arm.into());
+        self
     }
 
     /// With tags.
@@ -326,6 +346,7 @@ impl CaseSpec {
             "minPassRate": self.min_pass_rate,
             "judge": self.judge.as_ref().map(|j| &j.model),
             "messages": self.messages,
+            "arms": self.arms,
         })
     }
 }
@@ -445,6 +466,7 @@ pub fn load(project_root: &Path) -> Loaded {
         }
     }
     cases.sort_by(|a, b| a.id.cmp(&b.id));
+    check_arms(project_root, &cases, &mut d);
     let suite = match config {
         Some(config) if !d.has_errors() => Some(Suite {
             root: project_root.to_path_buf(),
@@ -842,10 +864,53 @@ fn read_file(
             judge,
             reporters,
             messages,
+            arms: c
+                .arm
+                .iter()
+                .map(|p| (p.experiment.clone(), p.arm.clone()))
+                .collect(),
             body: body_of(steps, expect),
         });
     }
     out
+}
+
+/// Checks the arms cases pin against the project's experiments (discovered
+/// here only when some case pins one): an unknown experiment or arm is an
+/// error on the case's file.
+fn check_arms(project_root: &Path, cases: &[CaseSpec], d: &mut Diags<'_>) {
+    if cases.iter().all(|c| c.arms.is_empty()) {
+        return;
+    }
+    let project = bdk_core::discover(project_root).project;
+    for case in cases {
+        for (experiment, arm) in &case.arms {
+            let file = project_root.join(&case.file);
+            let found = project.as_ref().and_then(|p| p.experiment(experiment));
+            match found {
+                None => d.error(
+                    &file,
+                    format!(
+                        "case `{}` pins an arm of experiment `{experiment}`, which the agent does not declare",
+                        case.id
+                    ),
+                    format!("declare agent/experiments/{experiment}.toml, or correct `arm.experiment`"),
+                ),
+                Some(e) if e.arm(arm).is_none() => {
+                    let arms: Vec<&str> = e.arms.iter().map(|a| a.name.as_str()).collect();
+                    d.error(
+                        &file,
+                        format!(
+                            "case `{}` pins arm `{arm}`, which experiment `{experiment}` does not have",
+                            case.id
+                        ),
+                        format!("pin one of its arms: {}", arms.join(", ")),
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -61,6 +61,22 @@ pub trait Target: Send + Sync + 'static {
         message: &str,
         files: &BTreeMap<String, String>,
     ) -> Result<Opened, TargetError>;
+    /// Like [`Target::start`], with the session pinned to A/B arms
+    /// (experiment -> arm). The default can pin none and refuses any.
+    async fn start_pinned(
+        &self,
+        title: &str,
+        message: &str,
+        files: &BTreeMap<String, String>,
+        arms: &BTreeMap<String, String>,
+    ) -> Result<Opened, TargetError> {
+        if !arms.is_empty() {
+            return Err(TargetError(
+                "this eval target cannot pin A/B arms; run the evals in process (`bdk evals` without --url)".into(),
+            ));
+        }
+        self.start(title, message, files).await
+    }
     /// Sends a follow-up into an open session.
     async fn follow_up(
         &self,
@@ -142,9 +158,21 @@ impl Target for HostTarget {
         message: &str,
         files: &BTreeMap<String, String>,
     ) -> Result<Opened, TargetError> {
+        self.start_pinned(title, message, files, &BTreeMap::new())
+            .await
+    }
+
+    async fn start_pinned(
+        &self,
+        title: &str,
+        message: &str,
+        files: &BTreeMap<String, String>,
+        arms: &BTreeMap<String, String>,
+    ) -> Result<Opened, TargetError> {
         let started = self
             .host
             .start_session(StartSession {
+                arms: arms.clone(),
                 message: Some(message.to_owned()),
                 mode: SessionMode::Chat,
                 channel: "eval".into(),

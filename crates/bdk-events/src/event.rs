@@ -137,7 +137,10 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// Data of `ab.assigned`.
+/// Data of `ab.assigned`: recorded right after `session.started`, once
+/// per experiment the session is enrolled in. It is the truth about the
+/// session's arm for the rest of its life, whatever the experiment's
+/// weights say later.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AbAssigned {
@@ -145,6 +148,39 @@ pub struct AbAssigned {
     pub experiment: String,
     /// The arm the session was enrolled in.
     pub arm: String,
+    /// What the arm was chosen by; absent in files written before it
+    /// existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<AbUnit>,
+    /// The value the arm was drawn from: the session id, or the channel
+    /// conversation's continuation token (`<channelId>:<key>`); the session
+    /// id for a pinned arm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit_key: Option<String>,
+}
+
+/// What an `ab.assigned` arm was chosen by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AbUnit {
+    /// Drawn from the session id: every session draws on its own.
+    Session,
+    /// Drawn from the channel conversation's continuation token, so every
+    /// session of one channel key lands in the same arm.
+    ChannelKey,
+    /// Chosen by the caller (an eval case pinning an arm), not drawn.
+    Pinned,
+}
+
+impl AbUnit {
+    /// The wire name (`session`, `channel_key`, `pinned`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AbUnit::Session => "session",
+            AbUnit::ChannelKey => "channel_key",
+            AbUnit::Pinned => "pinned",
+        }
+    }
 }
 
 /// Data of `agent.bound`.
@@ -792,6 +828,31 @@ mod tests {
             let back: Envelope = serde_json::from_str(&line).unwrap();
             assert_eq!(back.event, event, "{kind}");
         }
+    }
+
+    #[test]
+    fn ab_assigned_wire_shape() {
+        let e = env(Event::AbAssigned(AbAssigned {
+            experiment: "tone".into(),
+            arm: "concise".into(),
+            unit: Some(AbUnit::ChannelKey),
+            unit_key: Some("slack:T1".into()),
+        }));
+        let v: Value = serde_json::from_str(&e.to_line().unwrap()).unwrap();
+        assert_eq!(
+            v["data"],
+            json!({"experiment": "tone", "arm": "concise", "unit": "channel_key", "unitKey": "slack:T1"})
+        );
+        // Files without the unit fields read as unknown units.
+        let old = Event::from_parts("ab.assigned", json!({"experiment": "e", "arm": "a"})).unwrap();
+        assert_eq!(
+            old,
+            Event::AbAssigned(AbAssigned {
+                experiment: "e".into(),
+                arm: "a".into(),
+                ..AbAssigned::default()
+            })
+        );
     }
 
     #[test]

@@ -15,11 +15,11 @@ pub mod sequence;
 pub mod view;
 
 pub use event::{
-    AbAssigned, ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult,
-    ActionToolRetry, ActionsCompleted, ActionsRequested, Admission, AgentBound, ArtifactTagged,
-    EVENT_TYPES, Envelope, Event, FailStatus, MessageAppended, MessageCompleted, MessageReceived,
-    NudgeDelivered, ReasoningAppended, ReasoningCompleted, SessionCompleted, SessionFailed,
-    SessionMode, SessionStarted, SessionWaiting, StepCompleted, StepStarted, SubagentCalled,
-    SubagentCompleted, TurnCompleted, TurnFailed, TurnQueued, TurnStarted, Usage,
+    AbAssigned, AbUnit, ActionApprovalRequested, ActionApprovalResolved, ActionRequest,
+    ActionResult, ActionToolRetry, ActionsCompleted, ActionsRequested, Admission, AgentBound,
+    ArtifactTagged, EVENT_TYPES, Envelope, Event, FailStatus, MessageAppended, MessageCompleted,
+    MessageReceived, NudgeDelivered, ReasoningAppended, ReasoningCompleted, SessionCompleted,
+    SessionFailed, SessionMode, SessionStarted, SessionWaiting, StepCompleted, StepStarted,
+    SubagentCalled, SubagentCompleted, TurnCompleted, TurnFailed, TurnQueued, TurnStarted, Usage,
 };
 pub use ids::{DeliveryId, SessionId, TurnId};

@@ -1,7 +1,8 @@
 //! What a session's log says, derived once: the rest state of the session
 //! ([`session_state`]), the turns left open ([`open_turns`], [`open_turn`]),
 //! how a turn ended ([`turn_end`]), each call paired with its result
-//! ([`calls`], [`delegations`]) and the conversation ([`conversation`]).
+//! ([`calls`], [`delegations`]), the conversation ([`conversation`]) and
+//! the A/B arms the session was enrolled in ([`assignments`]).
 //!
 //! Every reader of a log (the host's recovery and transcript, the MCP
 //! server, the CLI, trajectories, eval assertions) asks these questions
@@ -21,8 +22,8 @@
 use std::collections::HashSet;
 
 use crate::{
-    ActionRequest, ActionResult, Envelope, Event, FailStatus, SubagentCalled, SubagentCompleted,
-    TurnId, Usage,
+    AbAssigned, ActionRequest, ActionResult, Envelope, Event, FailStatus, SubagentCalled,
+    SubagentCompleted, TurnId, Usage,
 };
 
 /// Where a session rests, as its log shows it.
@@ -179,6 +180,28 @@ pub fn last_turn_end(events: &[Envelope]) -> Option<(&Envelope, TurnEnd<'_>)> {
         .iter()
         .rev()
         .find_map(|env| turn_end(&env.event).map(|end| (env, end)))
+}
+
+/// The A/B arms the session of `events` was enrolled in: its `ab.assigned`
+/// events, one per experiment. Only the ones recorded before the first
+/// turn count (that is where the host records them); should an experiment
+/// appear twice there, the first record wins, so a session never changes
+/// arm.
+pub fn assignments(events: &[Envelope]) -> Vec<&AbAssigned> {
+    let mut out: Vec<&AbAssigned> = Vec::new();
+    for env in events {
+        match &env.event {
+            Event::AbAssigned(a) if !out.iter().any(|o| o.experiment == a.experiment) => {
+                out.push(a);
+            }
+            Event::AbAssigned(_) | Event::SessionStarted(_) => {}
+            _ if env.turn_id.is_some() || matches!(env.event, Event::MessageReceived(_)) => {
+                break;
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// One tool call and what it returned.
@@ -747,5 +770,35 @@ mod tests {
             (Some("t1"), completed("")),
         ]);
         assert_eq!(conversation(&events), vec![Utterance::User("hi")]);
+    }
+
+    #[test]
+    fn assignments_are_the_ones_recorded_before_the_first_turn() {
+        let assigned = |experiment: &str, arm: &str| -> Event {
+            crate::AbAssigned {
+                experiment: experiment.into(),
+                arm: arm.into(),
+                ..crate::AbAssigned::default()
+            }
+            .into()
+        };
+        let events = log(vec![
+            (None, started()),
+            (None, assigned("tone", "concise")),
+            (None, assigned("model", "b")),
+            // A second record of one experiment never moves the session.
+            (None, assigned("tone", "control")),
+            (None, SessionWaiting {}.into()),
+            (Some("turn_1"), received("hi")),
+            (Some("turn_1"), completed("hello")),
+            // Past the first turn nothing counts.
+            (None, assigned("late", "x")),
+        ]);
+        let got: Vec<(&str, &str)> = assignments(&events)
+            .iter()
+            .map(|a| (a.experiment.as_str(), a.arm.as_str()))
+            .collect();
+        assert_eq!(got, vec![("tone", "concise"), ("model", "b")]);
+        assert!(assignments(&log(vec![(None, started())])).is_empty());
     }
 }

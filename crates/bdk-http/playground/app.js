@@ -3,7 +3,7 @@
 // /v1/meta and /v1/info).
 //
 // Routes: #/chat, #/chat/<sessionId>, #/runs, #/trace/<sessionId>,
-// #/raw/<sessionId>, #/evals, #/evals/<runId>, #/agent, #/logs. A `?sessionId=` query (the
+// #/raw/<sessionId>, #/evals, #/evals/<runId>, #/agent, #/abs, #/logs. A `?sessionId=` query (the
 // `playgroundUrl` the API hands out) opens that session in Chat.
 
 import * as api from "./api.js";
@@ -12,6 +12,7 @@ import { Runs, renderTrace, renderRaw } from "./runs.js";
 import { Evals } from "./evals.js";
 import { Agent } from "./agent.js";
 import { Logs } from "./logs.js";
+import { Abs } from "./abs.js";
 import { h, clear, errorText, empty } from "./ui.js";
 
 class App {
@@ -32,6 +33,7 @@ class App {
     this.evals = new Evals(this.views.evals, this);
     this.agent = new Agent(this.views.agent, this);
     this.logs = new Logs(this.views.logs);
+    this.abs = new Abs(this.views.abs);
     this.setupToken();
     window.addEventListener("hashchange", () => this.route());
     document.addEventListener("keydown", (e) => {
@@ -120,6 +122,8 @@ class App {
     }
     if (view === "logs") this.logs.start();
     else this.logs.stop();
+    if (view === "abs") this.abs.start();
+    else this.abs.stop();
   }
 
   async route(force = false) {
@@ -152,6 +156,9 @@ class App {
       case "agent":
         this.show("agent");
         this.agent.load();
+        break;
+      case "abs":
+        this.show("abs");
         break;
       case "logs":
         this.show("logs");

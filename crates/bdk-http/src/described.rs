@@ -184,6 +184,94 @@ pub(crate) struct CostTotals {
     estimated_cost_usd: Option<f64>,
 }
 
+/// Totals over the turns of a set of sessions.
+// Mirrors `bdk_core::ab::AbTotals`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AbTotals {
+    sessions: u64,
+    /// Ended turns (`turn.completed` and `turn.failed`).
+    turns: u64,
+    /// Turns that ended in `turn.failed`, whatever its status.
+    failed_turns: u64,
+    /// Input tokens of the turns that reported usage.
+    input_tokens: u64,
+    /// Output tokens of the turns that reported usage.
+    output_tokens: u64,
+    /// Turns whose provider reported no usage.
+    turns_without_usage: u64,
+    /// Estimated cost of the turns with a known price.
+    estimated_cost_usd: f64,
+    /// Turns without a known cost (unpriced model or unknown usage).
+    unpriced_turns: u64,
+    /// Summed duration of the turns with a known duration.
+    duration_ms: u64,
+    /// Null before the first timed turn.
+    mean_turn_duration_ms: Option<f64>,
+}
+
+/// One arm of an experiment, with its totals.
+// Mirrors `bdk_core::ab::ArmReport`.
+#[derive(JsonSchema)]
+pub(crate) struct AbArm {
+    name: String,
+    /// Percent of new sessions; null for an arm only recorded sessions name.
+    weight: Option<u32>,
+    /// Over the sessions drawn into the arm (pinned ones excluded).
+    totals: AbTotals,
+}
+
+/// What an `ab.assigned` arm was chosen by.
+// Mirrors `bdk_events::AbUnit`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum AbUnit {
+    Session,
+    ChannelKey,
+    Pinned,
+}
+
+/// One session's enrollment.
+// Mirrors `bdk_core::ab::Assignment`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AbAssignment {
+    session_id: SessionId,
+    arm: String,
+    /// Null for records written before units were recorded.
+    unit: Option<AbUnit>,
+    /// The session id or channel token the arm was drawn from.
+    unit_key: Option<String>,
+    created_at: DateTime<Utc>,
+    /// The session's own totals.
+    totals: AbTotals,
+}
+
+/// One experiment of the A/B report.
+// Mirrors `bdk_core::ab::ExperimentReport`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AbExperiment {
+    name: String,
+    description: Option<String>,
+    /// False when only recorded sessions still name it.
+    declared: bool,
+    /// Whether new sessions are enrolled.
+    enabled: bool,
+    /// Null when not declared.
+    unit: Option<ExperimentUnit>,
+    /// Declared arms in manifest order, then arms only recorded sessions name.
+    arms: Vec<AbArm>,
+    /// Over every drawn session of the experiment.
+    totals: AbTotals,
+    /// Sessions whose arm was pinned (evals); not in the totals.
+    pinned_sessions: u64,
+    /// Newest first, at most `limit`.
+    sessions: Vec<AbAssignment>,
+    /// Assignments beyond `limit`.
+    sessions_omitted: u64,
+}
+
 /// A call waiting for approval.
 // Mirrors `bdk_core::host::ApprovalView`.
 #[derive(JsonSchema)]
@@ -499,6 +587,8 @@ pub(crate) struct EvalCase {
     judge: Option<String>,
     /// The messages its steps send, in order.
     messages: Vec<String>,
+    /// A/B arms the case pins: experiment -> arm.
+    arms: Option<BTreeMap<String, String>>,
 }
 
 /// The selection of an eval run.
@@ -682,12 +772,51 @@ pub(crate) struct Info {
     channels: Vec<InfoChannel>,
     hooks: Vec<BTreeMap<String, Value>>,
     schedules: Vec<BTreeMap<String, Value>>,
+    /// A/B experiments (`agent/experiments/<name>.toml`).
+    experiments: Option<Vec<InfoExperiment>>,
     sandbox_files: Option<Vec<String>>,
     scripted_rules: Option<Vec<String>>,
     evals: Option<bool>,
     diagnostics: Vec<Diagnostic>,
     /// MCP connections that could not start or list their tools.
     connection_errors: Option<Vec<ConnectionError>>,
+}
+
+/// An A/B experiment as `bdk info` lists it.
+#[derive(JsonSchema)]
+pub(crate) struct InfoExperiment {
+    name: String,
+    /// From the manifest.
+    description: Option<String>,
+    /// What arms are drawn by.
+    unit: ExperimentUnit,
+    /// False: no new session is enrolled.
+    enabled: bool,
+    /// The manifest, relative to the project.
+    file: String,
+    arms: Vec<InfoArm>,
+}
+
+/// What an experiment draws its arms by.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum ExperimentUnit {
+    Session,
+    ChannelKey,
+}
+
+/// One arm of an experiment.
+#[derive(JsonSchema)]
+pub(crate) struct InfoArm {
+    name: String,
+    /// Percent of the new sessions (the weights add up to 100).
+    weight: u32,
+    /// The overlay file, relative to the project.
+    instructions: Option<String>,
+    /// The `provider/model` the arm runs on.
+    model: Option<String>,
+    /// The effort the arm runs with.
+    effort: Option<String>,
 }
 
 /// The agent's instruction files.

@@ -8,7 +8,8 @@
 //! [`app`] is the router alone. The router serves per agent the session
 //! API (start, follow-up, NDJSON stream, events, stop, list, cost,
 //! approvals), direct tool calls, discovery
-//! (`/v1/info`, `/v1/tools`, `/v1/meta`, `/v1/health`, `/v1/logs`),
+//! (`/v1/info`, `/v1/tools`, `/v1/meta`, `/v1/health`, `/v1/logs`), the
+//! A/B report (`/v1/abs`),
 //! artifacts, the agent's custom channel routes ([`channels`]) and the
 //! OpenAPI document ([`openapi`]) and the web playground (`/playground`,
 //! unless turned off); at the host root the agent index, health, the
@@ -42,6 +43,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::state::{Agent, Shared};
 
+mod abs;
 mod api;
 mod artifacts;
 mod auth;

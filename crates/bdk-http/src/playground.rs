@@ -55,6 +55,11 @@ const JS: &str = "text/javascript; charset=utf-8";
 /// Every asset the page may load, by file name.
 const ASSETS: &[Asset] = &[
     Asset {
+        name: "abs.js",
+        content_type: JS,
+        body: include_bytes!("../playground/abs.js"),
+    },
+    Asset {
         name: "agent.js",
         content_type: JS,
         body: include_bytes!("../playground/agent.js"),

@@ -20,7 +20,8 @@ use crate::error::ErrorCode;
 use crate::openapi::served;
 use crate::state::Agent;
 use crate::{
-    artifacts, cost, described, dev, dev_reminders, discovery, evals, mcp, sessions, stream, tools,
+    abs, artifacts, cost, described, dev, dev_reminders, discovery, evals, mcp, sessions, stream,
+    tools,
 };
 
 /// The codes of every route that reads a session.
@@ -284,6 +285,18 @@ fn discovery_routes() -> ApiRouter<Arc<Agent>> {
                     "Recent server log lines",
                     "Lines with a cursor above `after`, oldest first. Poll again with `after` set to `next`. The server keeps the most recent lines only.",
                 )
+            }),
+        )
+        .api_route(
+            "/v1/abs",
+            get_with(abs::abs, |op| {
+                op.doc(
+                    "getAbs",
+                    "discovery",
+                    "A/B experiments and their live figures",
+                    "Every declared experiment (and any only recorded sessions still name) with each arm's weight and totals: sessions, turns, failed turns, input and output tokens, estimated cost and turn durations, folded from the sessions' event streams (`ab.assigned` and each turn's end). Only sessions the caller may see count, as in the session list. Sessions with a pinned arm (evals) are listed but kept out of the totals.",
+                )
+                .errors(&[ErrorCode::InvalidRequest])
             }),
         )
         .api_route(

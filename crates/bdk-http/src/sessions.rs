@@ -386,6 +386,9 @@ pub(crate) async fn start(
             as_of,
             workspace_files: body.workspace_files,
             delivery_id: body.delivery_id,
+            // HTTP callers are drawn like everyone else: pinning an arm is
+            // for evals run in process.
+            arms: Default::default(),
         })
         .await?;
     let base = base_url(&agent, &headers, &uri);

@@ -1,7 +1,7 @@
 // End-to-end test of the playground against a real `bdk serve --dev` of the
 // weather example (with the playground-weather overlay): chat, follow-up,
 // reconnect, stop, approvals, slash commands, runs, trace, raw, local trace
-// files, the agent surface with Try, logs, narrow and dark layouts.
+// files, the agent surface with Try, logs, the A/Bs tab, narrow and dark layouts.
 //
 // Environment: AGENT_URL (http://host:port/<slug>), CHROMIUM, PLAYWRIGHT_DIR,
 // SHOTS (screenshot directory), WORK (a scratch directory).
@@ -236,6 +236,19 @@ try {
     const shown = await page.locator(".log-line").count();
     assert(shown <= cursors.length + 2, `no line shown twice (${shown} shown, ${cursors.length} served)`);
     await shot(page, SHOTS, "logs");
+  });
+
+  await step("the A/Bs tab shows the arms and the assignments", async () => {
+    await page.locator('#tabs a[data-tab="abs"]').click();
+    const card = page.locator('#abs section[data-experiment="greeting"]');
+    await card.waitFor();
+    await card.locator('tr[data-arm="left"]').waitFor();
+    await card.locator('tr[data-arm="right"]').waitFor();
+    // The figures are the server's: the tab shows every assignment /v1/abs lists.
+    const served = await page.evaluate(async (url) => (await (await fetch(url)).json()).experiments[0], `${AGENT}/v1/abs?limit=50`);
+    assert(served.totals.sessions > 0, "the earlier chats were enrolled");
+    await page.waitForFunction((n) => document.querySelectorAll("#abs .ab-sessions tbody tr").length === n, served.sessions.length);
+    await shot(page, SHOTS, "abs");
   });
 
   await step("narrow and dark layouts", async () => {

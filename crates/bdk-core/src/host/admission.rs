@@ -59,6 +59,9 @@ impl Host {
             .continuation_token
             .clone()
             .unwrap_or_else(new_http_token);
+        // Drawn (or pinned) before anything is stored, so a bad pin refuses
+        // the start cleanly.
+        let arms = super::arms::enroll(&self.inner.project, &id, &token, &opts.arms)?;
         let record = SessionRecord {
             id: id.clone(),
             mode: opts.mode,
@@ -81,24 +84,23 @@ impl Host {
         if let Err(e) = workspace::write_files(&workspace, &opts.workspace_files).await {
             return Err(HostError::InvalidRequest(e.to_string()));
         }
-        self.record(
-            &id,
-            None,
-            vec![
-                SessionStarted {
-                    mode: opts.mode,
-                    channel,
-                    principal: opts.principal.clone(),
-                    title: opts.title.clone(),
-                    purpose: opts.purpose.clone(),
-                    dry_run: opts.dry_run,
-                    as_of: opts.as_of,
-                    agent: Some(self.inner.project.name.clone()),
-                }
-                .into(),
-            ],
-        )
-        .await?;
+        // `ab.assigned` follows `session.started` in the same durable write,
+        // before any turn: the session's arms are part of its start.
+        let mut started = vec![
+            SessionStarted {
+                mode: opts.mode,
+                channel,
+                principal: opts.principal.clone(),
+                title: opts.title.clone(),
+                purpose: opts.purpose.clone(),
+                dry_run: opts.dry_run,
+                as_of: opts.as_of,
+                agent: Some(self.inner.project.name.clone()),
+            }
+            .into(),
+        ];
+        started.extend(arms.iter().cloned().map(Into::into));
+        self.record(&id, None, started).await?;
         let Some(message) = opts.message else {
             self.record(&id, None, vec![SessionWaiting {}.into()])
                 .await?;
@@ -115,7 +117,11 @@ impl Host {
             .unwrap_or_else(|| DeliveryId::generate().to_string());
         let slot = self.slot(&id);
         let _admission = slot.admission.lock().await;
-        slot.state().transcript = Some(Vec::new());
+        {
+            let mut state = slot.state();
+            state.transcript = Some(Vec::new());
+            state.arms = Some(std::sync::Arc::new(arms));
+        }
         let (turn_id, index) = self
             .begin_turn(
                 &record,

@@ -258,11 +258,18 @@ impl HostBuilder {
         // `replay/<file>` models are loaded here, before the synchronous
         // resolver runs, so reading a recording never blocks the runtime.
         let mut replays: HashMap<String, Result<Arc<dyn Model>, String>> = HashMap::new();
-        let named = project
+        // The names are collected (not a chain of closures over the
+        // project) because the loop awaits: a closure adapter held across
+        // the await would make the build future fail the `Send` check.
+        let mut named: Vec<String> = project
             .subagents
             .iter()
-            .filter_map(|s| s.config.model.as_ref());
-        for m in std::iter::once(&root_model).chain(named) {
+            .filter_map(|s| s.config.model.clone())
+            .collect();
+        for e in &project.experiments {
+            named.extend(e.arms.iter().filter_map(|a| a.model.clone()));
+        }
+        for m in std::iter::once(&root_model).chain(named.iter()) {
             let (provider, file) = split_model(m);
             if provider == "replay" && !replays.contains_key(m) {
                 let replay = load_replay(&project, m, file).await;
@@ -354,6 +361,7 @@ impl HostBuilder {
             (builtin::task_spec(&list), Arc::new(subagents))
         });
         let mut system = project.instructions.trim_end().to_owned();
+        let instructions_len = system.len();
         system.push_str(&catalog);
         if !agent_tools.is_empty() {
             system.push_str(
@@ -373,6 +381,9 @@ impl HostBuilder {
             tools: Arc::clone(&tools),
             task,
         };
+
+        // An arm on another model takes that model's own window.
+        let arms = super::arms::prepare(&project, |m| budgeted(model_for(m), None));
 
         let mut hooks = self.hooks;
         let state_root = self.store.state_root();
@@ -421,6 +432,8 @@ impl HostBuilder {
             containment,
             builtins: builtin_names,
             exposed,
+            arms,
+            instructions_len,
         });
         let host = Host { inner };
         let controls = host.join_cluster().await?;

@@ -342,7 +342,23 @@ impl Host {
                 deferred: true,
             };
         }
-        let model = self.inner.root.model.id().to_owned();
+        // The root agent of this turn: the current tools, and the session's
+        // A/B arms (as its log records them) applied.
+        let root = match self.session_arms(slot, id).await {
+            Ok(arms) => self.with_arms(self.current_root(), &arms),
+            Err(e) => {
+                let message = format!("failed to read the session's A/B arms: {e}");
+                let _ = self
+                    .record(
+                        id,
+                        Some(turn_id),
+                        vec![fail(message.clone(), FailStatus::Failed, None)],
+                    )
+                    .await;
+                return Outcome::recorded(Err(message));
+            }
+        };
+        let model = root.model.id().to_owned();
         if let Err(e) = self
             .record(
                 id,
@@ -408,7 +424,6 @@ impl Host {
             host: self.clone(),
             session_id: id.clone(),
         };
-        let root = self.current_root();
         // The turn's span: steps and tool calls nest under it (see `agent`).
         let turn_span = tracing::info_span!(
             target: agent::TRACE_TARGET,

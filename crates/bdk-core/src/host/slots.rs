@@ -343,6 +343,8 @@ pub(super) struct SlotState {
     /// its end is durable.
     pub(super) delivered: Vec<String>,
     pub(super) transcript: Option<Vec<Message>>,
+    /// The A/B arms the session was enrolled in, once read from its log.
+    pub(super) arms: Option<Arc<Vec<bdk_events::AbAssigned>>>,
     /// The running turn has ended and its end is being recorded: the turn is
     /// no longer "running" for direct calls, which wait for it to settle
     /// instead of answering `session_busy`.

@@ -34,6 +34,10 @@ pub struct StartSession {
     pub workspace_files: BTreeMap<String, String>,
     /// The delivery id of the first message (generated when absent).
     pub delivery_id: Option<String>,
+    /// A/B arms chosen instead of drawn: experiment -> arm (an eval case
+    /// pinning an arm). Recorded as `ab.assigned` with unit `pinned`; an
+    /// unknown experiment or arm refuses the start.
+    pub arms: BTreeMap<String, String>,
 }
 
 /// What [`Host::start_session`](crate::host::Host::start_session) returns.

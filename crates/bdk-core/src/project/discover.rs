@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use super::{AgentConfig, Discovery, Project, SandboxFile, Subagent};
 
 mod agent;
+mod experiments;
 mod frontmatter;
 mod handler;
 mod schedules;
@@ -40,6 +41,7 @@ const FOLDERS: &[&str] = &[
     "schedules",
     "sandbox",
     "scripted",
+    "experiments",
 ];
 
 /// Discovers the project in `dir` (the folder holding `agent/`).
@@ -150,6 +152,9 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
                 format!("move {dir_label}/evals/ to evals/ next to {dir_label}/"),
             ),
             _ if entry.kind == Kind::Other => report_other(d, &entry),
+            _ if experiments::is_script_root(name, entry.kind) => {
+                experiments::report_script_root(d, &entry.path, entry.is_dir());
+            }
             _ => d.warn(
                 &entry.path,
                 format!("stray entry in {dir_label}/: `{name}` is not part of the agent layout"),
@@ -235,6 +240,16 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         .get("sandbox")
         .map(|p| sandbox(d, p))
         .unwrap_or_default();
+    let experiments = folders
+        .get("experiments")
+        .map(|p| {
+            let models = experiments::ModelContext {
+                agent_dir: &agent_dir,
+                rules: &scripted_rules,
+            };
+            experiments::discover(d, p, &models)
+        })
+        .unwrap_or_default();
 
     let evals = root.join("evals");
     let evals_dir = (path_kind(&evals) == Some(Kind::Dir)).then_some(evals);
@@ -256,6 +271,7 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         sandbox_files,
         scripted_rules,
         evals_dir,
+        experiments,
     })
 }
 

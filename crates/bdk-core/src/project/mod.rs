@@ -21,6 +21,7 @@ use crate::tool::ToolSpec;
 
 mod channel;
 mod discover;
+mod experiment;
 pub mod handler;
 pub mod info;
 pub use channel::{
@@ -29,6 +30,7 @@ pub use channel::{
     default_token_env,
 };
 pub use discover::discover;
+pub use experiment::{Arm, Experiment, ExperimentUnit, WEIGHT_TOTAL, bucket};
 pub use handler::{HandlerCommand, HandlerSpec};
 
 /// How bad a diagnostic is.
@@ -458,6 +460,8 @@ pub struct Project {
     pub scripted_rules: BTreeMap<String, PathBuf>,
     /// `evals/`, when present.
     pub evals_dir: Option<PathBuf>,
+    /// A/B experiments (`experiments/<name>.toml`), sorted by name.
+    pub experiments: Vec<Experiment>,
 }
 
 impl Project {
@@ -480,6 +484,11 @@ impl Project {
                 .hooks
                 .iter()
                 .any(|h| matches!(h.target, HookTarget::Command { .. }))
+    }
+
+    /// The experiment named `name`.
+    pub fn experiment(&self, name: &str) -> Option<&Experiment> {
+        self.experiments.iter().find(|e| e.name == name)
     }
 
     /// A path relative to the project root, `/`-separated, for messages.

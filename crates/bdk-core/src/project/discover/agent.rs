@@ -356,7 +356,7 @@ fn parse_provider(d: &mut Diags, path: &Path, table: &Table) -> ProviderConfig {
 }
 
 /// Checks that a model string is `scripted` or `provider/model`.
-fn check_model_shape(d: &mut Diags, path: &Path, model: &str) {
+pub(crate) fn check_model_shape(d: &mut Diags, path: &Path, model: &str) {
     if model == "scripted" {
         return;
     }
