@@ -218,3 +218,13 @@ fn the_token_field_admits_a_bearer_caller() {
     let agent = format!("{}/weather", server.base);
     run_script_with("token.mjs", &agent, &server, &[("TOKEN", "s3cret-token")]);
 }
+
+#[test]
+fn chat_and_trace_show_result_gate_verdicts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("gated");
+    copy_dir(&workspace().join("examples/gated"), &dir);
+    let server = serve(&dir, &[]);
+    let agent = format!("{}/gated", server.base);
+    run_script("gates.mjs", &agent, &server);
+}

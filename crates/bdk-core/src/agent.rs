@@ -1,10 +1,12 @@
 //! The agent loop: one turn, step by step.
 //!
-//! A turn is an explicit state machine over two states: `Step` (stream one
-//! model step, then run the batch of tool calls it asked for, if any) and
-//! `Done`. Every observable fact becomes an event recorded through a
-//! [`Recorder`] before the loop moves on, so the durable stream is the turn's
-//! only source of truth: a restarted host rebuilds the conversation from it.
+//! A turn is an explicit state machine over three states: `Step` (stream
+//! one model step, then run the batch of tool calls it asked for, if any),
+//! `Check` (the step offered a final reply: the agent's result gates judge
+//! it, see [`crate::gate`]) and `Done`. Every observable fact becomes an
+//! event recorded through a [`Recorder`] before the loop moves on, so the
+//! durable stream is the turn's only source of truth: a restarted host
+//! rebuilds the conversation from it.
 //!
 //! Rules the loop keeps:
 //! - tool input is validated against the tool's schema before execution; an
@@ -17,6 +19,10 @@
 //!   time arguments later than it;
 //! - reads that fail transiently are retried (`action.tool_retry`);
 //! - the step limit and the per-turn tool-call limit end a runaway turn;
+//! - a final reply passes every result gate, in name order, before the turn
+//!   completes with it: a reject sends the gate's feedback to the model (a
+//!   user message the log keeps as `gate.verdict`) for another step, up to
+//!   the gate's `max_attempts` replies; a fail ends the turn;
 //! - cancellation reaches the model stream and every tool call promptly.
 //!
 //! Tracing: each model step is a `bdk.step` span and each tool call a
@@ -32,9 +38,9 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bdk_events::{
     ActionApprovalRequested, ActionApprovalResolved, ActionRequest, ActionResult, ActionToolRetry,
-    ActionsCompleted, ActionsRequested, Event, MessageAppended, MessageCompleted, NudgeDelivered,
-    ReasoningAppended, ReasoningCompleted, StepCompleted, StepStarted, SubagentCalled,
-    SubagentCompleted, Usage,
+    ActionsCompleted, ActionsRequested, Envelope, Event, GateVerdict, MessageAppended,
+    MessageCompleted, NudgeDelivered, ReasoningAppended, ReasoningCompleted, StepCompleted,
+    StepStarted, SubagentCalled, SubagentCompleted, Usage,
 };
 use chrono::{DateTime, NaiveDate, Utc};
 use futures::StreamExt;
@@ -44,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 use tracing::field::Empty;
 
+use crate::gate::{GateAnswer, GateError, GateRequest, OnError, ResultGate, run_check};
 use crate::tool::schema::InputValidator;
 use crate::tool::{Effect, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec};
 use bdk_models::{
@@ -94,6 +101,17 @@ pub struct RecordError(pub String);
 pub trait Recorder: Send + Sync {
     /// Records one event of the running turn.
     async fn record(&self, event: Event) -> Result<(), RecordError>;
+
+    /// The events the running turn recorded so far, oldest first, for
+    /// result gates (empty when the recorder keeps no log).
+    async fn turn_events(&self) -> Vec<Envelope> {
+        Vec::new()
+    }
+
+    /// The session's current continuation token, for result gates.
+    async fn continuation_token(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A message steered into a running turn at a tool boundary.
@@ -184,6 +202,9 @@ pub struct AgentSpec {
     pub tools: Arc<BTreeMap<String, ToolEntry>>,
     /// The `task` tool's spec and the subagents it reaches, when there are any.
     pub task: Option<(ToolSpec, Arc<BTreeMap<String, AgentSpec>>)>,
+    /// Result gates judging each final reply, in the order they run (none
+    /// for subagents: their reply goes to the parent, not to the user).
+    pub gates: Arc<[Arc<dyn ResultGate>]>,
 }
 
 impl AgentSpec {
@@ -283,6 +304,8 @@ pub struct TurnInput<'a> {
 enum State {
     /// Stream one model step, then run its batch of calls, if any.
     Step,
+    /// The last step offered this final reply; the gates judge it.
+    Check(String),
     /// The turn is over.
     Done(TurnEnd),
 }
@@ -302,6 +325,8 @@ struct Run<'a> {
     step: u32,
     reply: String,
     calls: usize,
+    /// Final replies offered so far (what result gates count).
+    attempt: u32,
 }
 
 /// Runs one turn to its end. The caller records `turn.started` before and
@@ -317,11 +342,13 @@ pub async fn run_turn(mut input: TurnInput<'_>) -> TurnOutcome {
         step: 0,
         reply: String::new(),
         calls: 0,
+        attempt: 0,
     };
     let mut state = State::Step;
     let end = loop {
         state = match state {
             State::Step => run.step().await,
+            State::Check(reply) => run.check(reply).await,
             State::Done(end) => break end,
         };
     };
@@ -505,8 +532,11 @@ impl Run<'_> {
         closing.finish = finish;
         closing.usage = step_usage;
         if calls.is_empty() {
-            self.reply = text;
-            return State::Done(TurnEnd::Completed);
+            if self.input.spec.gates.is_empty() {
+                self.reply = text;
+                return State::Done(TurnEnd::Completed);
+            }
+            return State::Check(text);
         }
         self.calls += calls.len();
         if self.calls > MAX_TOOL_CALLS_PER_TURN {
@@ -515,6 +545,93 @@ impl Run<'_> {
             )));
         }
         self.act(calls).await
+    }
+
+    /// Runs the agent's gates, in order, on a reply the model offered as
+    /// final, recording each verdict. Every gate accepts: the turn
+    /// completes with the reply. A reject before the gate's last attempt:
+    /// the feedback goes to the model and the turn takes another step. A
+    /// reject on the last attempt, or a fail: the turn fails. A gate that
+    /// breaks answers what its `on_error` policy says.
+    async fn check(&mut self, reply: String) -> State {
+        self.attempt += 1;
+        let attempt = self.attempt;
+        let gates = Arc::clone(&self.input.spec.gates);
+        for gate in gates.iter() {
+            let spec = gate.spec();
+            if self.input.cancel.is_cancelled() {
+                return State::Done(TurnEnd::Cancelled);
+            }
+            let request = GateRequest {
+                reply: reply.clone(),
+                attempt,
+                max_attempts: spec.max_attempts,
+                events: self.input.recorder.turn_events().await,
+                continuation_token: self.input.recorder.continuation_token().await,
+                ctx: self.tool_context(&bdk_events::ids::new_id("gate"), None),
+            };
+            let (answer, took) = run_check(gate.as_ref(), request).await;
+            if matches!(answer, Err(GateError::Cancelled)) || self.input.cancel.is_cancelled() {
+                return State::Done(TurnEnd::Cancelled);
+            }
+            let (answer, error) = match answer {
+                Ok(answer) => (answer, None),
+                Err(e) => {
+                    tracing::warn!(gate = %spec.name, attempt, error = %e, "result gate broke; applying its on_error policy");
+                    let answer = match spec.on_error {
+                        OnError::Accept => GateAnswer::accept(),
+                        OnError::Fail => GateAnswer::Fail {
+                            message: format!("the gate {e}"),
+                        },
+                    };
+                    (answer, Some(e.to_string()))
+                }
+            };
+            let mut verdict = GateVerdict {
+                gate: spec.name.clone(),
+                attempt,
+                max_attempts: spec.max_attempts,
+                verdict: answer.verdict(),
+                feedback: None,
+                message: None,
+                action: Value::Null,
+                duration_ms: u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                error,
+            };
+            match &answer {
+                GateAnswer::Accept { action } => verdict.action = action.clone(),
+                GateAnswer::Reject { feedback } => verdict.feedback = Some(feedback.clone()),
+                GateAnswer::Fail { message } => verdict.message = Some(message.clone()),
+            }
+            if let Err(e) = self.input.recorder.record(verdict.clone().into()).await {
+                return State::Done(TurnEnd::Failed(e.to_string()));
+            }
+            match answer {
+                GateAnswer::Accept { .. } => {}
+                GateAnswer::Reject { feedback } if attempt >= spec.max_attempts => {
+                    return State::Done(TurnEnd::Failed(format!(
+                        "result gate `{}` rejected the reply on attempt {attempt} of {} (max_attempts): {feedback}",
+                        spec.name, spec.max_attempts
+                    )));
+                }
+                GateAnswer::Reject { .. } => {
+                    // The same text the log's conversation rebuilds, so a
+                    // restarted host shows the model what this turn did.
+                    self.messages.push(Message::User {
+                        text: verdict.repair_prompt(),
+                    });
+                    return State::Step;
+                }
+                GateAnswer::Fail { message } => {
+                    return State::Done(TurnEnd::Failed(format!(
+                        "result gate `{}` failed the turn: {message}",
+                        spec.name
+                    )));
+                }
+            }
+        }
+        self.reply = reply;
+        State::Done(TurnEnd::Completed)
     }
 
     /// Runs one batch, then steers in waiting nudges and goes back to `Step`.

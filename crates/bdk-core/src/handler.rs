@@ -205,6 +205,9 @@ pub(crate) struct Run<'a> {
     pub lib: Option<PathBuf>,
     /// Where its temp dir goes (`<state_root>/tmp/<call id>`).
     pub state_root: &'a Path,
+    /// Folders it may write besides its temp dir (a result gate's session
+    /// workspace, as for a tool of that session).
+    pub write: Vec<PathBuf>,
     pub call_id: &'a str,
     /// The request line, without its newline.
     pub stdin: Vec<u8>,
@@ -239,10 +242,12 @@ pub(crate) async fn run(run: Run<'_>) -> Result<Map<String, Value>, HandlerError
     if name.contains('/') {
         read.push(resolved.clone());
     }
+    let mut write = vec![scratch.path().to_path_buf()];
+    write.extend(run.write);
     let mut grants = Grants {
         mode: command.sandbox,
         read,
-        write: vec![scratch.path().to_path_buf()],
+        write,
         ..Grants::default()
     };
     if let Some(grant) = run.grant {

@@ -149,6 +149,9 @@ struct Inner {
     exposed: HashSet<String>,
     /// The bounded wait for a turn running on another replica.
     coordination_wait: Duration,
+    /// The Rust result gates given to the builder (the root agent's gates
+    /// also hold the agent's `gates/` programs).
+    native_gates: Vec<crate::gate::GateSpec>,
     /// What each declared A/B arm changes in the root agent.
     arms: arms::ArmOverrides,
     /// Where the instructions end in the root agent's system prompt (an

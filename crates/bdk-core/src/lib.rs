@@ -1,8 +1,8 @@
 //! The BDK agent runtime: project discovery and diagnostics, which model
 //! each agent runs ([`models`]), tools, the agent loop (turns and steps), the
-//! session runtime ("host"), hooks, A/B experiments ([`ab`]), and the port
-//! through which crates above add to a host ([`extension`]:
-//! `bdk-scheduler`'s reminders).
+//! session runtime ("host"), hooks, result gates ([`gate`]), A/B experiments
+//! ([`ab`]), and the port through which crates above add to a host
+//! ([`extension`]: `bdk-scheduler`'s reminders).
 //!
 //! It builds on `bdk-events` (the wire format), `bdk-store` (the storage
 //! port) and `bdk-models` (the model port and its providers), and never names
@@ -17,6 +17,7 @@ pub mod containment;
 pub mod cron;
 pub mod endpoint;
 pub mod extension;
+pub mod gate;
 pub mod handler;
 pub mod hooks;
 pub mod host;

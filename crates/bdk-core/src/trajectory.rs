@@ -3,8 +3,8 @@
 //! turns ended and which call returned what are read through
 //! [`bdk_events::view`], as every other reader of a log reads them.
 
-use bdk_events::view::{assignments, calls, delegations, turn_end};
-use bdk_events::{Envelope, Event, Usage};
+use bdk_events::view::{assignments, calls, delegations, turn_end, verdicts};
+use bdk_events::{Envelope, Event, GateVerdict, Usage};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -67,6 +67,9 @@ pub struct Trajectory {
     pub subagents: Vec<SubagentSummary>,
     /// Skills the model loaded, in order.
     pub loaded_skills: Vec<String>,
+    /// Every result-gate verdict, in order (left out when there is none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateVerdict>,
     /// Usage summed over every ended turn; `null` when any turn's is unknown.
     pub usage: Option<Usage>,
     /// The model of the last completed turn.
@@ -92,6 +95,7 @@ pub fn summarize(events: &[Envelope]) -> Trajectory {
         tool_calls: Vec::new(),
         subagents: Vec::new(),
         loaded_skills: Vec::new(),
+        gates: Vec::new(),
         usage: Some(Usage::default()),
         model: None,
         turns: 0,
@@ -147,6 +151,10 @@ pub fn summarize(events: &[Envelope]) -> Trajectory {
             reply: d.completion.map(|c| c.reply.clone()).unwrap_or_default(),
             is_error: d.completion.is_some_and(|c| c.is_error),
         })
+        .collect();
+    t.gates = verdicts(events)
+        .into_iter()
+        .map(|(_, v)| v.clone())
         .collect();
     t
 }

@@ -195,6 +195,7 @@ fn project(agent_dir: &Path) -> Project {
         channels: vec![],
         hooks: vec![],
         schedules: vec![],
+        gates: vec![],
         sandbox_files: vec![
             SandboxFile {
                 workspace_path: "AGENTS.md".to_owned(),

@@ -23,7 +23,8 @@ pub mod spec;
 pub mod target;
 
 pub use assert::{
-    Assertions, CallStatus, EventMatch, EventRef, Failure, Score, Stop, ToolCallView, ToolMatch,
+    Assertions, CallStatus, EventMatch, EventRef, Failure, GateMatch, Score, Stop, ToolCallView,
+    ToolMatch,
 };
 pub use case::{Case, CaseOutcome, PendingApproval, SendOptions, Turn};
 pub use judge::Judge;

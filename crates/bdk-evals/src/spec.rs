@@ -1077,7 +1077,7 @@ assert = "used_no_tools"
                 r#"{ assert = "called_tol", name = "a" }"#,
                 toml(
                     22,
-                    "unknown variant `called_tol`, expected one of `succeeded`, `called_tool`, `require_tool_call`, `not_called_tool`, `loaded_skill`, `tool_order`, `used_no_tools`, `max_tool_calls`, `no_failed_actions`, `called_subagent`, `tagged_artifact`, `event`, `not_event`, `event_order`, `events_satisfy`, `require_input_request`, `check`, `score`, `judge`",
+                    "unknown variant `called_tol`, expected one of `succeeded`, `called_tool`, `require_tool_call`, `not_called_tool`, `loaded_skill`, `tool_order`, `used_no_tools`, `max_tool_calls`, `no_failed_actions`, `called_subagent`, `tagged_artifact`, `event`, `not_event`, `event_order`, `events_satisfy`, `require_input_request`, `gate_verdict`, `gate_attempts`, `check`, `score`, `judge`",
                 ),
             ),
             (

@@ -484,6 +484,76 @@ pub struct ArtifactTagged {
     pub metadata: Value,
 }
 
+/// What a result gate answered about a turn's final reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The reply stands; the turn completes with it.
+    Accept,
+    /// The reply goes back to the model with feedback to repair it.
+    Reject,
+    /// The turn ends `turn.failed` with the gate's message.
+    Fail,
+}
+
+impl Verdict {
+    /// The wire name (`accept`, `reject`, `fail`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Accept => "accept",
+            Verdict::Reject => "reject",
+            Verdict::Fail => "fail",
+        }
+    }
+}
+
+/// Data of `gate.verdict`: one result gate's answer about one reply the
+/// turn offered as final.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateVerdict {
+    /// The gate (its manifest stem, or the name a Rust gate gives itself).
+    pub gate: String,
+    /// Which final reply of the turn this is, from 1.
+    pub attempt: u32,
+    /// How many replies the gate lets a turn offer.
+    pub max_attempts: u32,
+    /// The verdict that took effect (after the gate's `on_error` policy,
+    /// when the gate itself broke).
+    pub verdict: Verdict,
+    /// What the model is told to repair (`reject`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<String>,
+    /// Why the turn fails (`fail`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// What the gate says it did with an accepted reply (free text or JSON).
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub action: Value,
+    /// How long the gate ran.
+    pub duration_ms: u64,
+    /// Set when the gate itself broke (crashed, timed out, answered
+    /// something that is not a verdict): what went wrong. `verdict` is then
+    /// what the gate's `on_error` policy made of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl GateVerdict {
+    /// The message the model gets after a `reject`: the conversation keeps
+    /// it as a user message, so a transcript rebuilt from the log after a
+    /// restart shows the model exactly what the running turn showed it.
+    pub fn repair_prompt(&self) -> String {
+        format!(
+            "The result gate `{}` rejected your reply (attempt {} of {}). Feedback: {}\n\nRevise your reply and answer again.",
+            self.gate,
+            self.attempt,
+            self.max_attempts,
+            self.feedback.as_deref().unwrap_or("no reason given")
+        )
+    }
+}
+
 macro_rules! vocabulary {
     ($($(#[$doc:meta])* $variant:ident($data:ty) = $wire:literal,)*) => {
         /// One event of the vocabulary, with its typed `data`.
@@ -601,6 +671,8 @@ vocabulary! {
     SubagentCompleted(SubagentCompleted) = "subagent.completed",
     /// An artifact was tagged.
     ArtifactTagged(ArtifactTagged) = "artifact.tagged",
+    /// A result gate judged the turn's final reply.
+    GateVerdict(GateVerdict) = "gate.verdict",
 }
 
 impl Event {
@@ -804,6 +876,10 @@ mod tests {
                     json!({"callId": "c", "name": "s", "reply": "r", "isError": false})
                 }
                 "artifact.tagged" => json!({"artifactId": "a", "kind": "k"}),
+                "gate.verdict" => json!({
+                    "gate": "g", "attempt": 1, "maxAttempts": 3,
+                    "verdict": "reject", "feedback": "f", "durationMs": 0
+                }),
                 "message.received" | "nudge.delivered" => json!({"message": "m"}),
                 "turn.queued" => json!({"position": 1}),
                 "actions.completed" => json!({"step": 1, "callIds": ["c"]}),
@@ -815,7 +891,7 @@ mod tests {
                 _ => json!({}),
             }
         };
-        assert_eq!(EVENT_TYPES.len(), 27);
+        assert_eq!(EVENT_TYPES.len(), 28);
         for kind in EVENT_TYPES {
             let event =
                 Event::from_parts(kind, minimal(kind)).unwrap_or_else(|e| panic!("{kind}: {e}"));
@@ -828,6 +904,28 @@ mod tests {
             let back: Envelope = serde_json::from_str(&line).unwrap();
             assert_eq!(back.event, event, "{kind}");
         }
+    }
+
+    #[test]
+    fn gate_verdict_wire_shape_is_stable() {
+        let e = env(Event::GateVerdict(GateVerdict {
+            gate: "format".into(),
+            attempt: 1,
+            max_attempts: 3,
+            verdict: Verdict::Reject,
+            feedback: Some("sign it".into()),
+            message: None,
+            action: Value::Null,
+            duration_ms: 4,
+            error: None,
+        }));
+        let line = e.to_line().unwrap();
+        assert_eq!(
+            line,
+            r#"{"type":"gate.verdict","index":7,"sessionId":"ses_test","turnId":"turn_test","at":"2026-11-30T18:00:00.123Z","data":{"gate":"format","attempt":1,"maxAttempts":3,"verdict":"reject","feedback":"sign it","durationMs":4}}"#
+        );
+        let back: Envelope = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, e);
     }
 
     #[test]

@@ -6,6 +6,10 @@
 //! it. Whatever ends a turn (completion, a failure, a stop, a preemption, a
 //! shutdown), everything it opened is closed before its `turn.completed` or
 //! `turn.failed`, and nothing of it comes after.
+//!
+//! A result gate judges a reply the model offered as final, so each
+//! `gate.verdict` comes after the step that produced the reply closed and
+//! before the turn ends, never while a step is open.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -37,6 +41,7 @@ pub fn violations(events: &[Envelope]) -> Vec<String> {
                 | Event::StepCompleted(_)
                 | Event::ActionsRequested(_)
                 | Event::ActionsCompleted(_)
+                | Event::GateVerdict(_)
         );
         if ended.contains(turn) && (is_end || structural) {
             out.push(at(&format!("turn {turn} had already ended")));
@@ -75,6 +80,14 @@ pub fn violations(events: &[Envelope]) -> Vec<String> {
                 let was_open = state.batches.remove(&a.step);
                 if !was_open {
                     out.push(at(&format!("no batch of step {} was open", a.step)));
+                }
+            }
+            Event::GateVerdict(g) => {
+                for step in &state.steps {
+                    out.push(at(&format!(
+                        "gate `{}` judged a reply while step {step} was open",
+                        g.gate
+                    )));
                 }
             }
             Event::TurnCompleted(_) | Event::TurnFailed(_) => {
@@ -176,6 +189,43 @@ mod tests {
         assert_eq!(v.len(), 2, "{v:?}");
         assert!(v[0].contains("batch of step 1 open"), "{v:?}");
         assert!(v[1].contains("step 1 open"), "{v:?}");
+    }
+
+    fn verdict() -> Event {
+        crate::GateVerdict {
+            gate: "g".into(),
+            attempt: 1,
+            max_attempts: 3,
+            verdict: crate::Verdict::Accept,
+            feedback: None,
+            message: None,
+            action: serde_json::Value::Null,
+            duration_ms: 0,
+            error: None,
+        }
+        .into()
+    }
+
+    #[test]
+    fn a_verdict_belongs_between_the_step_and_the_turn_end() {
+        let good = log(vec![
+            StepStarted { step: 1 }.into(),
+            completed_step(),
+            verdict(),
+            failed(),
+        ]);
+        assert_eq!(violations(&good), Vec::<String>::new());
+        let inside = log(vec![
+            StepStarted { step: 1 }.into(),
+            verdict(),
+            completed_step(),
+            failed(),
+        ]);
+        let v = violations(&inside);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("while step 1 was open"), "{v:?}");
+        let late = log(vec![failed(), verdict()]);
+        assert_eq!(violations(&late).len(), 1);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! What a session's log says, derived once: the rest state of the session
 //! ([`session_state`]), the turns left open ([`open_turns`], [`open_turn`]),
 //! how a turn ended ([`turn_end`]), each call paired with its result
-//! ([`calls`], [`delegations`]), the conversation ([`conversation`]) and
-//! the A/B arms the session was enrolled in ([`assignments`]).
+//! ([`calls`], [`delegations`]), the result gates' verdicts ([`verdicts`]),
+//! the conversation ([`conversation`]) and the A/B arms the session was
+//! enrolled in ([`assignments`]).
 //!
 //! Every reader of a log (the host's recovery and transcript, the MCP
 //! server, the CLI, trajectories, eval assertions) asks these questions
@@ -22,8 +23,8 @@
 use std::collections::HashSet;
 
 use crate::{
-    AbAssigned, ActionRequest, ActionResult, Envelope, Event, FailStatus, SubagentCalled,
-    SubagentCompleted, TurnId, Usage,
+    AbAssigned, ActionRequest, ActionResult, Envelope, Event, FailStatus, GateVerdict,
+    SubagentCalled, SubagentCompleted, TurnId, Usage,
 };
 
 /// Where a session rests, as its log shows it.
@@ -293,6 +294,18 @@ pub fn delegations(events: &[Envelope]) -> Vec<Delegation<'_>> {
     out
 }
 
+/// Every result-gate verdict of `events`, in log order, with its envelope
+/// (which turn it belongs to, where it sits).
+pub fn verdicts(events: &[Envelope]) -> Vec<(&Envelope, &GateVerdict)> {
+    events
+        .iter()
+        .filter_map(|env| match &env.event {
+            Event::GateVerdict(v) => Some((env, v)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// One entry of the conversation a session's log records.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Utterance<'a> {
@@ -308,12 +321,18 @@ pub enum Utterance<'a> {
     },
     /// What a call returned.
     Result(&'a ActionResult),
+    /// A result gate rejected the reply before it: the model is asked to
+    /// repair it ([`GateVerdict::repair_prompt`] is the text it sees, as a
+    /// user message).
+    Feedback(&'a GateVerdict),
 }
 
 /// The conversation of `events`: prompts and nudges, the assistant steps of
 /// every model turn and their calls' results, in log order. Only turns that
 /// received a message are model turns: the steps and results of a direct
-/// tool call are not part of the conversation. A step cut off before it
+/// tool call are not part of the conversation. A gate's `reject` is part of
+/// it (the feedback the model repaired its reply from) unless it was the
+/// turn's last attempt; other verdicts are not. A step cut off before it
 /// recorded its calls keeps its text when its turn ends; a call without a
 /// result stays without one here.
 pub fn conversation(events: &[Envelope]) -> Vec<Utterance<'_>> {
@@ -347,6 +366,15 @@ pub fn conversation(events: &[Envelope]) -> Vec<Utterance<'_>> {
                 step_flushed = true;
             }
             Event::ActionResult(r) if in_model_turn => out.push(Utterance::Result(r)),
+            // A reject on the last attempt fails the turn: nothing is
+            // repaired, so the model is not told.
+            Event::GateVerdict(v)
+                if in_model_turn
+                    && v.verdict == crate::Verdict::Reject
+                    && v.attempt < v.max_attempts =>
+            {
+                out.push(Utterance::Feedback(v))
+            }
             Event::StepCompleted(_) | Event::TurnCompleted(_) | Event::TurnFailed(_)
                 if in_model_turn =>
             {
@@ -770,6 +798,59 @@ mod tests {
             (Some("t1"), completed("")),
         ]);
         assert_eq!(conversation(&events), vec![Utterance::User("hi")]);
+    }
+
+    fn verdict(verdict: crate::Verdict, attempt: u32) -> Event {
+        GateVerdict {
+            gate: "sign".into(),
+            attempt,
+            max_attempts: 2,
+            verdict,
+            feedback: (verdict == crate::Verdict::Reject).then(|| "sign it".into()),
+            message: None,
+            action: Value::Null,
+            duration_ms: 1,
+            error: None,
+        }
+        .into()
+    }
+
+    #[test]
+    fn conversation_keeps_a_gate_reject_as_feedback_unless_it_ended_the_turn() {
+        let events = log(vec![
+            (Some("t1"), received("write")),
+            (Some("t1"), step(1)),
+            (Some("t1"), said("draft")),
+            (Some("t1"), step_done(1)),
+            (Some("t1"), verdict(crate::Verdict::Reject, 1)),
+            (Some("t1"), step(2)),
+            (Some("t1"), said("draft, signed")),
+            (Some("t1"), step_done(2)),
+            (Some("t1"), verdict(crate::Verdict::Accept, 2)),
+            (Some("t1"), completed("draft, signed")),
+            (Some("t2"), received("again")),
+            (Some("t2"), step(1)),
+            (Some("t2"), said("bad")),
+            (Some("t2"), step_done(1)),
+            (Some("t2"), verdict(crate::Verdict::Reject, 2)),
+            (Some("t2"), failed("rejected", FailStatus::Failed)),
+        ]);
+        let c = conversation(&events);
+        assert_eq!(c.len(), 6, "{c:?}");
+        let Utterance::Feedback(v) = c[2] else {
+            panic!("not feedback: {:?}", c[2]);
+        };
+        assert_eq!(v.feedback.as_deref(), Some("sign it"));
+        assert!(v.repair_prompt().contains("sign it"));
+        assert_eq!(c[4], Utterance::User("again"));
+        assert_eq!(
+            c[5],
+            Utterance::Assistant {
+                text: "bad",
+                calls: &[]
+            }
+        );
+        assert_eq!(verdicts(&events).len(), 3);
     }
 
     #[test]

@@ -298,6 +298,16 @@ export class Chat {
         if (c) c.status.textContent = `${c.status.textContent} · subagent ${d.isError ? "failed" : "replied"}`;
         break;
       }
+      case "gate.verdict": {
+        const what = d.feedback || d.message || (d.action === undefined ? "" : typeof d.action === "string" ? d.action : JSON.stringify(d.action));
+        this.turn(ev).body.append(h("div", { class: `part gate ${d.verdict}${d.error ? " broken" : ""}` },
+          h("strong", {}, `Gate ${d.gate}: ${d.verdict}`),
+          ` (attempt ${d.attempt} of ${d.maxAttempts})`,
+          what ? ` · ${what}` : "",
+          d.error ? h("span", { class: "muted" }, ` · gate error: ${d.error}`) : null));
+        this.turn(ev).text = null;
+        break;
+      }
       case "artifact.tagged":
         this.turn(ev).body.append(h("div", { class: "part artifact" }, `Artifact ${d.kind}: `, h("code", {}, d.path || d.artifactId)));
         break;

@@ -131,6 +131,10 @@ export class Runs {
 }
 
 /** Renders a session's events as a timeline. */
+function compactValue(v) {
+  return typeof v === "string" ? v : JSON.stringify(v);
+}
+
 export function renderTrace(root, { title, sessionId, events, local }) {
   const enc = encodeURIComponent;
   const head = h("div", { class: "page-head" },
@@ -218,6 +222,22 @@ export function renderTrace(root, { title, sessionId, events, local }) {
       case "reasoning.completed":
         turn?.items.push({ kind: "reasoning", label: d.text, start: at(e), event: e });
         break;
+      case "gate.verdict": {
+        // A result gate's verdict on a final reply: accept, reject (the
+        // model repairs) or fail; `error` when the gate itself broke.
+        const what = d.feedback || d.message || (d.action !== undefined ? compactValue(d.action) : "");
+        turn?.items.push({
+          kind: "gate",
+          label: `${d.gate}: ${d.verdict} (attempt ${d.attempt} of ${d.maxAttempts})${what ? ` · ${what}` : ""}`,
+          detail: d.error ? `gate error: ${d.error}` : undefined,
+          error: d.verdict !== "accept" || !!d.error,
+          start: at(e),
+          end: at(e),
+          duration: d.durationMs,
+          event: e,
+        });
+        break;
+      }
       case "turn.completed":
       case "turn.failed":
         if (turn) {

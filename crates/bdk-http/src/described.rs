@@ -772,6 +772,9 @@ pub(crate) struct Info {
     channels: Vec<InfoChannel>,
     hooks: Vec<BTreeMap<String, Value>>,
     schedules: Vec<BTreeMap<String, Value>>,
+    /// Result gates in the order they run: the `gates/` programs and the
+    /// host's Rust gates.
+    gates: Option<Vec<InfoGate>>,
     /// A/B experiments (`agent/experiments/<name>.toml`).
     experiments: Option<Vec<InfoExperiment>>,
     sandbox_files: Option<Vec<String>>,
@@ -780,6 +783,26 @@ pub(crate) struct Info {
     diagnostics: Vec<Diagnostic>,
     /// MCP connections that could not start or list their tools.
     connection_errors: Option<Vec<ConnectionError>>,
+}
+
+/// A result gate as `bdk info` lists it.
+// Mirrors `bdk_core::project::info::gate_json`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct InfoGate {
+    name: String,
+    /// What it checks; empty when undeclared.
+    description: String,
+    /// Replies a turn may offer before this gate's reject fails it.
+    max_attempts: u32,
+    /// How long one check may take.
+    timeout_ms: u64,
+    /// What a broken check means: `fail` or `accept`.
+    on_error: String,
+    /// `program` (a `gates/` manifest) or `native` (a Rust gate).
+    source: String,
+    /// Programs only: the manifest, relative to the project.
+    file: Option<String>,
 }
 
 /// An A/B experiment as `bdk info` lists it.

@@ -11,7 +11,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::Html;
 use bdk_core::host::MemoryStats;
-use bdk_core::project::info::{add_tools, surface};
+use bdk_core::project::info::{add_gates, add_tools, surface};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -95,6 +95,7 @@ pub(crate) async fn info(State(agent): State<Arc<Agent>>, _caller: Caller) -> Js
     let project = agent.host.project();
     let mut surface = surface(project, &agent.diagnostics);
     add_tools(&mut surface, project, &agent.host.tool_sources());
+    add_gates(&mut surface, &agent.host.gates());
     surface["connectionErrors"] = json!(agent.host.connection_errors());
     Json(Info(surface))
 }

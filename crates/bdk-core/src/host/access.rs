@@ -144,6 +144,13 @@ impl Host {
         }
     }
 
+    /// The specs of the Rust result gates registered with
+    /// [`HostBuilder::gate`](super::HostBuilder::gate); the agent's `gates/`
+    /// programs are in [`Host::project`].
+    pub fn gates(&self) -> Vec<crate::gate::GateSpec> {
+        self.inner.native_gates.clone()
+    }
+
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store

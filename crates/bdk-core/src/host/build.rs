@@ -18,6 +18,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::containment::{Containment, Sandbox};
 use crate::endpoint::Endpoint;
 use crate::extension::HostExtension;
+use crate::gate::ResultGate;
+use crate::gate::program::ProgramGate;
 use crate::handler::NativeHandler;
 use crate::hooks::{Hook, HookBus, ManifestHook};
 use crate::mcp::McpHub;
@@ -41,6 +43,7 @@ pub struct HostBuilder {
     pub(super) project: Project,
     pub(super) store: Arc<dyn Store>,
     pub(super) tools: Vec<Arc<dyn Tool>>,
+    pub(super) gates: Vec<Arc<dyn ResultGate>>,
     pub(super) hooks: Vec<Arc<dyn Hook>>,
     pub(super) models: Arc<dyn ModelResolver>,
     pub(super) recover: bool,
@@ -62,6 +65,7 @@ impl HostBuilder {
             project,
             store,
             tools: Vec::new(),
+            gates: Vec::new(),
             hooks: Vec::new(),
             models: Arc::new(BuiltinModels),
             recover: true,
@@ -148,6 +152,15 @@ impl HostBuilder {
     /// Registers a Rust-native tool (it replaces a manifest or built-in tool of the same name).
     pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Registers a Rust result gate (see [`crate::gate`]): it judges every
+    /// final reply of the root agent's turns, with the agent's `gates/`
+    /// programs, all in name order. It replaces a `gates/` manifest of the
+    /// same name.
+    pub fn gate(mut self, gate: Arc<dyn ResultGate>) -> Self {
+        self.gates.push(gate);
         self
     }
 
@@ -349,6 +362,7 @@ impl HostBuilder {
                     tool_timeout,
                     tools: Arc::clone(&tools),
                     task: None,
+                    gates: Arc::from(Vec::new()),
                 },
             );
         }
@@ -368,6 +382,15 @@ impl HostBuilder {
                 "\n\n## Workspace scripts\n\nSome tools are scripts in your workspace; `AGENTS.md` there lists them and how to run them.",
             );
         }
+        let mut gates: BTreeMap<String, Arc<dyn ResultGate>> = BTreeMap::new();
+        for manifest in &project.gates {
+            let gate = ProgramGate::new(manifest, &containment, lib.as_deref());
+            gates.insert(manifest.spec.name.clone(), Arc::new(gate));
+        }
+        let native_gates = self.gates.iter().map(|g| g.spec().clone()).collect();
+        for gate in self.gates {
+            gates.insert(gate.spec().name.clone(), gate);
+        }
         let root = AgentSpec {
             name: project.name.clone(),
             system,
@@ -380,6 +403,7 @@ impl HostBuilder {
             tool_timeout,
             tools: Arc::clone(&tools),
             task,
+            gates: gates.into_values().collect(),
         };
 
         // An arm on another model takes that model's own window.
@@ -432,6 +456,7 @@ impl HostBuilder {
             containment,
             builtins: builtin_names,
             exposed,
+            native_gates,
             arms,
             instructions_len,
         });

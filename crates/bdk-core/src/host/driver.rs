@@ -8,8 +8,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bdk_events::view::turn_end;
 use bdk_events::{
-    Event, FailStatus, MessageReceived, SessionCompleted, SessionFailed, SessionId, SessionMode,
-    SessionWaiting, TurnCompleted, TurnFailed, TurnId, TurnQueued, TurnStarted, Usage,
+    Envelope, Event, FailStatus, MessageReceived, SessionCompleted, SessionFailed, SessionId,
+    SessionMode, SessionWaiting, TurnCompleted, TurnFailed, TurnId, TurnQueued, TurnStarted, Usage,
 };
 use bdk_store::{NewEvent, SessionRecord};
 use tokio::sync::watch;
@@ -81,6 +81,28 @@ impl Recorder for TurnRecorder {
             .await
             .map(|_| ())
             .map_err(|e| RecordError(e.to_string()))
+    }
+
+    async fn turn_events(&self) -> Vec<Envelope> {
+        // Only gates ask, once per final reply. The store reads a session's
+        // log from its start; the turn's own events are kept.
+        match self.host.inner.store.read(&self.session_id, 0).await {
+            Ok(mut events) => {
+                events.retain(|e| e.turn_id.as_ref() == Some(&self.turn_id));
+                events
+            }
+            Err(e) => {
+                tracing::warn!(session_id = %self.session_id, error = %e, "failed to read the turn's events for a result gate");
+                Vec::new()
+            }
+        }
+    }
+
+    async fn continuation_token(&self) -> Option<String> {
+        match self.host.inner.store.get_session(&self.session_id).await {
+            Ok(Some(record)) => Some(record.continuation_token),
+            _ => None,
+        }
     }
 }
 

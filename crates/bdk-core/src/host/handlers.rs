@@ -119,6 +119,7 @@ impl Host {
             containment: &self.inner.containment,
             lib: self.inner.project.lib_dir(),
             state_root: &state_root,
+            write: Vec::new(),
             call_id: &call_id,
             stdin,
             grant: grant.as_ref(),

@@ -41,6 +41,9 @@ pub fn transcript_from_events(events: &[Envelope]) -> Vec<Message> {
                 },
                 is_error: r.is_error,
             },
+            Utterance::Feedback(verdict) => Message::User {
+                text: verdict.repair_prompt(),
+            },
         })
         .collect()
 }

@@ -17,6 +17,7 @@ use super::{AgentConfig, Discovery, Project, SandboxFile, Subagent};
 mod agent;
 mod experiments;
 mod frontmatter;
+mod gates;
 mod handler;
 mod schedules;
 mod skills;
@@ -41,6 +42,7 @@ const FOLDERS: &[&str] = &[
     "schedules",
     "sandbox",
     "scripted",
+    "gates",
     "experiments",
 ];
 
@@ -236,6 +238,10 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         .get("schedules")
         .map(|p| schedules::discover(d, p, &schedule_targets))
         .unwrap_or_default();
+    let gates = folders
+        .get("gates")
+        .map(|p| gates::discover(d, p))
+        .unwrap_or_default();
     let sandbox_files = folders
         .get("sandbox")
         .map(|p| sandbox(d, p))
@@ -268,6 +274,7 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         channels,
         hooks,
         schedules,
+        gates,
         sandbox_files,
         scripted_rules,
         evals_dir,

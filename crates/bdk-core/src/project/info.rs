@@ -8,6 +8,7 @@
 use serde_json::{Value, json};
 
 use super::{Diagnostic, Project, ToolRunner, rel_path};
+use crate::gate::GateSpec;
 use crate::tool::{ToolSource, ToolSpec};
 
 /// One tool as the surface lists it (manifest tools add `runner` and `file`).
@@ -73,6 +74,32 @@ pub fn add_tools(surface: &mut Value, project: &Project, tools: &[(ToolSpec, Too
         }
         list.push(tool_json(spec, source));
     }
+}
+
+/// One result gate as the surface lists it (programs add `file`).
+fn gate_json(spec: &GateSpec, source: &str) -> Value {
+    json!({
+        "name": spec.name,
+        "description": spec.description,
+        "maxAttempts": spec.max_attempts,
+        "timeoutMs": u64::try_from(spec.timeout.as_millis()).unwrap_or(u64::MAX),
+        "onError": spec.on_error,
+        "source": source,
+    })
+}
+
+/// Adds to `surface["gates"]` the Rust gates of a host (`source:
+/// "native"`), which replace programs of the same name as they do in the
+/// host, keeping the list in the order gates run (by name).
+pub fn add_gates(surface: &mut Value, native: &[GateSpec]) {
+    let Some(list) = surface.get_mut("gates").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for spec in native {
+        list.retain(|g| g["name"] != spec.name.as_str());
+        list.push(gate_json(spec, "native"));
+    }
+    list.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
 }
 
 /// The project's surface as JSON.
@@ -148,6 +175,11 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
                 super::ScheduleAction::Handler { .. } => "handler",
             },
         })).collect::<Vec<_>>(),
+        "gates": project.gates.iter().map(|g| {
+            let mut gate = gate_json(&g.spec, "program");
+            gate["file"] = json!(rel(&g.path));
+            gate
+        }).collect::<Vec<_>>(),
         "experiments": project.experiments.iter().map(|e| json!({
             "name": e.name,
             "description": e.description,

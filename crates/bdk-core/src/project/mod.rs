@@ -227,6 +227,19 @@ pub struct ToolManifest {
     pub runner: ToolRunner,
 }
 
+/// A result gate manifest (`gates/<name>.toml`): a program that judges each
+/// turn's final reply (see [`crate::gate`]).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GateManifest {
+    /// The manifest file.
+    pub path: PathBuf,
+    /// Name, description, attempts, timeout and `on_error`.
+    pub spec: crate::gate::GateSpec,
+    /// The program (`command`), its `env`, `sandbox`, `max_output_bytes`
+    /// and timeout, run as handler programs run.
+    pub command: HandlerCommand,
+}
+
 /// Which authoring form a skill uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -453,6 +466,8 @@ pub struct Project {
     pub hooks: Vec<HookManifest>,
     /// Schedules, sorted by name.
     pub schedules: Vec<Schedule>,
+    /// Result gates, sorted by name (the order they run in).
+    pub gates: Vec<GateManifest>,
     /// Sandbox seed files, sorted by path.
     pub sandbox_files: Vec<SandboxFile>,
     /// Scripted-model rules files: name -> file (`default` is `agent/scripted.toml`,
@@ -473,7 +488,7 @@ impl Project {
     }
 
     /// True when the agent runs programs of its own: command tools, the
-    /// `shell` built-in or command hooks.
+    /// `shell` built-in, command hooks or gates.
     pub fn has_programs(&self) -> bool {
         self.config.builtin_tools.shell
             || self
@@ -484,6 +499,7 @@ impl Project {
                 .hooks
                 .iter()
                 .any(|h| matches!(h.target, HookTarget::Command { .. }))
+            || !self.gates.is_empty()
     }
 
     /// The experiment named `name`.

@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::trajectory::{
-    CallStatus, EventMatch, EventRef, Outcome, ToolCallView, ToolMatch, subagent_calls, tool_calls,
+    CallStatus, EventMatch, EventRef, GateMatch, Outcome, ToolCallView, ToolMatch, subagent_calls,
+    tool_calls,
 };
 use crate::matcher::{Matcher, short};
 
@@ -89,6 +90,18 @@ pub(crate) enum Assertion<M = Matcher, E = EventMatch> {
     },
     /// A call to `tool` waits for approval; stops the case otherwise.
     RequireInputRequest { tool: String },
+    /// A result gate's `gate.verdict` matched (of `gate`, with `verdict`,
+    /// on `attempt`, whose feedback or message matches `text`; each only
+    /// when set).
+    GateVerdict {
+        gate: Option<String>,
+        verdict: Option<bdk_events::Verdict>,
+        attempt: Option<u32>,
+        text: Option<M>,
+    },
+    /// Result gates judged exactly `count` final replies: the highest
+    /// attempt in scope (0 when no gate ran).
+    GateAttempts { count: u32 },
     /// A value read off the scope meets `expect`.
     Check { value: CheckValue, expect: M },
     /// Records a score; a value outside 0..=1 fails.
@@ -205,6 +218,18 @@ impl Assertion<Value, EventDef> {
                 }
             }
             A::RequireInputRequest { tool } => A::RequireInputRequest { tool },
+            A::GateVerdict {
+                gate,
+                verdict,
+                attempt,
+                text,
+            } => A::GateVerdict {
+                gate,
+                verdict,
+                attempt,
+                text: matcher(text, "text")?,
+            },
+            A::GateAttempts { count } => A::GateAttempts { count },
             A::Check { value, expect } => A::Check {
                 value,
                 expect: compile_matcher(&expect, "expect")?,
@@ -407,6 +432,26 @@ impl Assertion {
                 events_satisfy(s, label, |events| every_event_matches(events, kind, data))
             }
             Assertion::RequireInputRequest { tool } => require_input_request(s, tool),
+            Assertion::GateVerdict {
+                gate,
+                verdict,
+                attempt,
+                text,
+            } => {
+                let m = GateMatch {
+                    gate: gate.clone(),
+                    verdict: *verdict,
+                    attempt: *attempt,
+                    text: text.clone(),
+                };
+                Verdict::one(
+                    format!("gateVerdict({})", m.describe()),
+                    gate_verdict(s, &m),
+                )
+            }
+            Assertion::GateAttempts { count } => {
+                Verdict::one(format!("gateAttempts({count})"), gate_attempts(s, *count))
+            }
             Assertion::Check { value, expect } => {
                 let (label, v) = value.read(s);
                 check_value(s, label, &v, expect)
@@ -513,6 +558,54 @@ fn succeeded(s: &Scope<'_>) -> Outcome {
         return Err(("no turn completed".into(), s.last.clone()));
     }
     Ok(())
+}
+
+fn gate_verdict(s: &Scope<'_>, m: &GateMatch) -> Outcome {
+    let verdicts = bdk_events::view::verdicts(s.events);
+    let mut nearest: Option<(String, EventRef)> = None;
+    for (env, v) in &verdicts {
+        match m.check(v) {
+            Ok(()) => return Ok(()),
+            Err(why) if nearest.is_none() => {
+                nearest = Some((
+                    format!("gate {} attempt {}: {why}", v.gate, v.attempt),
+                    EventRef::of(env),
+                ));
+            }
+            Err(_) => {}
+        }
+    }
+    Err(match nearest {
+        Some((why, at)) => (
+            format!(
+                "no gate.verdict matched of {}; first: {why}",
+                verdicts.len()
+            ),
+            Some(at),
+        ),
+        None => (
+            "no result gate judged a reply (no gate.verdict)".into(),
+            s.last.clone(),
+        ),
+    })
+}
+
+fn gate_attempts(s: &Scope<'_>, count: u32) -> Outcome {
+    let verdicts = bdk_events::view::verdicts(s.events);
+    let highest = verdicts.iter().max_by_key(|(_, v)| v.attempt);
+    let seen = highest.map_or(0, |(_, v)| v.attempt);
+    if seen == count {
+        return Ok(());
+    }
+    Err((
+        format!(
+            "gates judged {seen} final repl{}, expected {count}",
+            if seen == 1 { "y" } else { "ies" }
+        ),
+        highest
+            .map(|(env, _)| EventRef::of(env))
+            .or_else(|| s.last.clone()),
+    ))
 }
 
 fn not_called_tool(s: &Scope<'_>, name: &str) -> Outcome {

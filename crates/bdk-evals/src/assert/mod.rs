@@ -24,7 +24,8 @@ pub(crate) use assertion::{Assertion, EventDef};
 use assertion::{Found, Scope, Verdict};
 use trajectory::Outcome;
 pub use trajectory::{
-    CallStatus, EventMatch, EventRef, ToolCallView, ToolMatch, subagent_calls, tool_calls,
+    CallStatus, EventMatch, EventRef, GateMatch, ToolCallView, ToolMatch, subagent_calls,
+    tool_calls,
 };
 
 use crate::judge::Judge;
@@ -271,6 +272,25 @@ pub trait Assertions {
                 data,
             }),
         )
+    }
+
+    /// A result gate's verdict matching `m` was recorded.
+    fn gate_verdict(&self, m: GateMatch) -> bool {
+        holds(
+            self,
+            &Assertion::GateVerdict {
+                gate: m.gate,
+                verdict: m.verdict,
+                attempt: m.attempt,
+                text: m.text,
+            },
+        )
+    }
+
+    /// Result gates judged exactly `count` final replies (the highest
+    /// attempt in scope; 0 when no gate ran).
+    fn gate_attempts(&self, count: u32) -> bool {
+        holds(self, &Assertion::GateAttempts { count })
     }
 
     /// Events matching each group appeared in this relative order.

@@ -251,3 +251,85 @@ impl EventMatch {
         }
     }
 }
+
+/// What a `gate.verdict` must show for [`crate::Assertions::gate_verdict`].
+/// Every field is optional; the default matches any verdict.
+#[derive(Clone, Debug, Default)]
+pub struct GateMatch {
+    /// The gate's name.
+    pub gate: Option<String>,
+    /// The verdict (`accept`, `reject`, `fail`).
+    pub verdict: Option<bdk_events::Verdict>,
+    /// The attempt it judged, from 1.
+    pub attempt: Option<u32>,
+    /// Matches the reject's feedback or the fail's message.
+    pub text: Option<Matcher>,
+}
+
+impl GateMatch {
+    /// Any verdict of any gate.
+    pub fn any() -> GateMatch {
+        GateMatch::default()
+    }
+    /// Of this gate.
+    pub fn gate(mut self, name: impl Into<String>) -> GateMatch {
+        self.gate = Some(name.into());
+        self
+    }
+    /// This verdict.
+    pub fn verdict(mut self, v: bdk_events::Verdict) -> GateMatch {
+        self.verdict = Some(v);
+        self
+    }
+    /// On this attempt.
+    pub fn attempt(mut self, n: u32) -> GateMatch {
+        self.attempt = Some(n);
+        self
+    }
+    /// Whose feedback (reject) or message (fail) matches.
+    pub fn text(mut self, m: impl Into<Matcher>) -> GateMatch {
+        self.text = Some(m.into());
+        self
+    }
+
+    pub(crate) fn check(&self, v: &bdk_events::GateVerdict) -> Result<(), String> {
+        if let Some(g) = &self.gate
+            && *g != v.gate
+        {
+            return Err(format!("gate is {}", v.gate));
+        }
+        if let Some(want) = self.verdict
+            && want != v.verdict
+        {
+            return Err(format!("verdict is {}", v.verdict.as_str()));
+        }
+        if let Some(n) = self.attempt
+            && n != v.attempt
+        {
+            return Err(format!("attempt is {}", v.attempt));
+        }
+        if let Some(m) = &self.text {
+            let text = v.feedback.as_deref().or(v.message.as_deref());
+            let text = text.map(|t| Value::String(t.to_owned()));
+            m.check(text.as_ref()).map_err(|e| format!("text {e}"))?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(g) = &self.gate {
+            parts.push(format!("gate: {g:?}"));
+        }
+        if let Some(v) = self.verdict {
+            parts.push(format!("verdict: {}", v.as_str()));
+        }
+        if let Some(n) = self.attempt {
+            parts.push(format!("attempt: {n}"));
+        }
+        if let Some(m) = &self.text {
+            parts.push(format!("text: {}", m.describe()));
+        }
+        format!("{{{}}}", parts.join(", "))
+    }
+}
