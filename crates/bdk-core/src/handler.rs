@@ -36,6 +36,7 @@ use crate::containment::{Containment, Grants, ScratchDir};
 use crate::endpoint::grant::{EndpointGrant, SOCKET_ENV, TOKEN_ENV};
 use crate::process::{ProcessEnd, ProcessSpec, run_process, temp_env};
 use crate::project::{HandlerCommand, HandlerSpec, Project, ScheduleAction};
+use crate::tool::subprocess::resolve_program;
 use crate::tool::{ToolContext, ToolServices};
 
 /// How much of a handler's garbled stdout an error quotes.
@@ -355,17 +356,6 @@ fn exit_how(status: ExitStatus) -> String {
         format!("was killed by signal {signal}")
     } else {
         "exited abnormally".to_owned()
-    }
-}
-
-/// Names with a `/` are paths relative to the handler's folder; bare names
-/// are looked up on PATH.
-fn resolve_program(dir: &Path, program: &str) -> PathBuf {
-    let path = Path::new(program);
-    if program.contains('/') && path.is_relative() {
-        dir.join(path)
-    } else {
-        path.to_path_buf()
     }
 }
 

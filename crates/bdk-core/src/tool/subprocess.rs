@@ -400,7 +400,7 @@ pub(crate) fn looks_denied(stderr: &Tail) -> bool {
 /// The program to start: names with a `/` are paths relative to the tool's
 /// folder (resolved here, because std leaves relative programs with a changed
 /// working directory unspecified); bare names are looked up on PATH.
-fn resolve_program(dir: &Path, program: &str) -> PathBuf {
+pub(crate) fn resolve_program(dir: &Path, program: &str) -> PathBuf {
     let path = Path::new(program);
     if program.contains('/') && path.is_relative() {
         dir.join(path)

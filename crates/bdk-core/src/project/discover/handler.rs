@@ -149,11 +149,5 @@ pub(crate) fn referenced(spec: &HandlerSpec) -> impl Iterator<Item = String> + '
         HandlerSpec::Program(command) => &command.argv,
         HandlerSpec::Native { .. } => &[],
     };
-    argv.iter().map(|arg| {
-        let mut s = arg.as_str();
-        while let Some(rest) = s.strip_prefix("./") {
-            s = rest;
-        }
-        s.to_owned()
-    })
+    argv.iter().map(|arg| super::tools::norm_ref(arg))
 }

@@ -328,10 +328,9 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
                 .filter_map(|r| r.handler.as_ref())
                 .flat_map(|h| super::handler::referenced(&h.handler).collect::<Vec<_>>());
             let commands = c.events.iter().flat_map(|e| match &e.target {
-                ChannelEventTarget::Command { argv } => argv
-                    .iter()
-                    .map(|a| a.trim_start_matches("./").to_owned())
-                    .collect(),
+                ChannelEventTarget::Command { argv } => {
+                    argv.iter().map(|a| super::tools::norm_ref(a)).collect()
+                }
                 ChannelEventTarget::Url { .. } => Vec::new(),
             });
             handlers.chain(commands).collect::<Vec<_>>()

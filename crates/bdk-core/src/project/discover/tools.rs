@@ -112,7 +112,7 @@ pub(crate) fn discover(d: &mut Diags, dir: &Path) -> Vec<ToolManifest> {
 }
 
 /// Strips a leading `./` so `./run.py` and `run.py` name the same file.
-fn norm_ref(arg: &str) -> String {
+pub(crate) fn norm_ref(arg: &str) -> String {
     let mut s = arg;
     while let Some(rest) = s.strip_prefix("./") {
         s = rest;
