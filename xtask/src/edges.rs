@@ -50,6 +50,8 @@ const RULES: &[(&str, Allowed)] = &[
     ("bdk-mcp", Allowed::Only(CORE_AND_BELOW)),
     ("bdk-scheduler", Allowed::Only(CORE_AND_BELOW)),
     ("bdk-evals", Allowed::Only(CORE_AND_BELOW)),
+    // The GitHub pack: webhook ingress, progress, tools and the REST client.
+    ("bdk-github", Allowed::Only(CORE_AND_BELOW)),
     (
         "bdk-http",
         Allowed::Only(&[
@@ -60,6 +62,7 @@ const RULES: &[(&str, Allowed)] = &[
             "bdk-mcp",
             "bdk-scheduler",
             "bdk-evals",
+            "bdk-github",
         ]),
     ),
     ("bdk-cli", Allowed::Any),
@@ -112,12 +115,19 @@ const OWNED: &[Owned] = &[
     },
     // "reqwest only where outbound HTTP lives": the model providers, `url`
     // tools and hooks (bdk-core, and bdk-models once the providers move
-    // there), the MCP HTTP client, the HTTP eval target, and the CLI talking
-    // to a running server.
+    // there), the MCP HTTP client, the HTTP eval target, the GitHub REST
+    // client, and the CLI talking to a running server.
     Owned {
         family: "reqwest",
         also: &[],
-        owners: &["bdk-core", "bdk-models", "bdk-mcp", "bdk-evals", "bdk-cli"],
+        owners: &[
+            "bdk-core",
+            "bdk-models",
+            "bdk-mcp",
+            "bdk-evals",
+            "bdk-github",
+            "bdk-cli",
+        ],
     },
     // The OpenAPI document is generated from bdk-http's routers.
     Owned {
@@ -482,9 +492,9 @@ mod tests {
             problems,
             [
                 "forbidden edge bdk-store -> reqwest (build dependency): \
-                 only bdk-core, bdk-models, bdk-mcp, bdk-evals or bdk-cli may depend on reqwest",
+                 only bdk-core, bdk-models, bdk-mcp, bdk-evals, bdk-github or bdk-cli may depend on reqwest",
                 "forbidden edge bdk-http -> reqwest (normal dependency): \
-                 only bdk-core, bdk-models, bdk-mcp, bdk-evals or bdk-cli may depend on reqwest",
+                 only bdk-core, bdk-models, bdk-mcp, bdk-evals, bdk-github or bdk-cli may depend on reqwest",
             ]
         );
     }
