@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::support::ProjectArgs;
-use crate::{evals, serve};
+use crate::{evals, github, serve};
 
 /// Build, run and inspect BDK agents.
 #[derive(Parser, Debug)]
@@ -189,6 +189,9 @@ pub(crate) enum Command {
     /// Run the project's evals (`evals/**/*.eval.toml`) and report; exits 1
     /// when a case fails.
     Evals(evals::EvalsArgs),
+    /// Send GitHub webhook deliveries to a running server: replay one (from
+    /// a pull request URL or a saved file) or forward a relay's.
+    Github(github::GithubArgs),
     /// Show one stored session.
     Session {
         /// The session id.

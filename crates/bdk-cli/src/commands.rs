@@ -114,6 +114,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             crate::serve::run(opts, logs).await
         }
         Command::Evals(args) => crate::evals::run(args).await,
+        Command::Github(args) => Ok(crate::github::run(args).await),
         Command::Mcp { project } => {
             let dir = project.dir(None);
             crate::mcp::run(&dir, &project.state_root(&dir)).await

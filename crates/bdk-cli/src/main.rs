@@ -19,6 +19,7 @@ mod args;
 mod commands;
 mod cost;
 mod evals;
+mod github;
 mod hooks;
 mod init;
 mod lock;

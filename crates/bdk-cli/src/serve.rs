@@ -378,6 +378,19 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         if let Some(hub) = hub {
             builder = builder.mcp(hub);
         }
+        // A GitHub channel brings the pack: progress on GitHub, the
+        // `github_*` tools and the `github.*` host service.
+        let base_path = if opts.single {
+            String::new()
+        } else {
+            format!("/{slug}")
+        };
+        if let Some(github) = bdk_github::Github::from_project(
+            builder.project(),
+            bdk_github::GithubOptions::default().with_base_path(base_path),
+        ) {
+            builder = builder.extension(Arc::new(github));
+        }
         let host = builder
             .build()
             .await

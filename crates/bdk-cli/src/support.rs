@@ -166,6 +166,13 @@ async fn build_host(
     if let Some(hub) = hub {
         builder = builder.mcp(hub);
     }
+    // The GitHub tools and host service work from `bdk run` too (progress
+    // follows only sessions a webhook delivery woke).
+    if let Some(github) =
+        bdk_github::Github::from_project(builder.project(), bdk_github::GithubOptions::default())
+    {
+        builder = builder.extension(Arc::new(github));
+    }
     if let Some(path) = record {
         builder = builder.record_to(path);
     }

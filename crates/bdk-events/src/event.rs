@@ -468,6 +468,33 @@ pub struct SubagentCompleted {
     pub usage: Option<Usage>,
 }
 
+/// Data of `channel.outbound`: something a channel pack did outside on the
+/// session's behalf (a GitHub commit status, banner comment or reply), and
+/// whether it worked. Recorded for every failure and for each posted reply,
+/// so what happened outside is visible in the session's own log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChannelOutbound {
+    /// The channel (its file name).
+    pub channel: String,
+    /// What it did: `status`, `banner`, `reply`, ...
+    pub action: String,
+    /// True when it worked.
+    pub ok: bool,
+    /// The turn it was about, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_turn: Option<String>,
+    /// Where the result can be seen (a comment's URL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A short error code when it failed (`github_forbidden`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// What went wrong, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// Data of `artifact.tagged`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -673,6 +700,8 @@ vocabulary! {
     ArtifactTagged(ArtifactTagged) = "artifact.tagged",
     /// A result gate judged the turn's final reply.
     GateVerdict(GateVerdict) = "gate.verdict",
+    /// A channel pack acted outside on the session's behalf.
+    ChannelOutbound(ChannelOutbound) = "channel.outbound",
 }
 
 impl Event {
@@ -876,6 +905,7 @@ mod tests {
                     json!({"callId": "c", "name": "s", "reply": "r", "isError": false})
                 }
                 "artifact.tagged" => json!({"artifactId": "a", "kind": "k"}),
+                "channel.outbound" => json!({"channel": "github", "action": "status", "ok": true}),
                 "gate.verdict" => json!({
                     "gate": "g", "attempt": 1, "maxAttempts": 3,
                     "verdict": "reject", "feedback": "f", "durationMs": 0

@@ -17,10 +17,10 @@ pub mod view;
 pub use event::{
     AbAssigned, AbUnit, ActionApprovalRequested, ActionApprovalResolved, ActionRequest,
     ActionResult, ActionToolRetry, ActionsCompleted, ActionsRequested, Admission, AgentBound,
-    ArtifactTagged, EVENT_TYPES, Envelope, Event, FailStatus, GateVerdict, MessageAppended,
-    MessageCompleted, MessageReceived, NudgeDelivered, ReasoningAppended, ReasoningCompleted,
-    SessionCompleted, SessionFailed, SessionMode, SessionStarted, SessionWaiting, StepCompleted,
-    StepStarted, SubagentCalled, SubagentCompleted, TurnCompleted, TurnFailed, TurnQueued,
-    TurnStarted, Usage, Verdict,
+    ArtifactTagged, ChannelOutbound, EVENT_TYPES, Envelope, Event, FailStatus, GateVerdict,
+    MessageAppended, MessageCompleted, MessageReceived, NudgeDelivered, ReasoningAppended,
+    ReasoningCompleted, SessionCompleted, SessionFailed, SessionMode, SessionStarted,
+    SessionWaiting, StepCompleted, StepStarted, SubagentCalled, SubagentCompleted, TurnCompleted,
+    TurnFailed, TurnQueued, TurnStarted, Usage, Verdict,
 };
 pub use ids::{DeliveryId, SessionId, TurnId};

@@ -55,7 +55,7 @@ use crate::error::{ApiError, ErrorCode};
 mod config;
 mod handler;
 mod keyed;
-mod verify;
+pub(crate) mod verify;
 
 pub use bdk_core::hooks::CURSOR_NAMESPACE;
 use bdk_core::hooks::{ChannelDelivery, DeliveryStart};
@@ -884,7 +884,7 @@ fn refused(channel: &str, reason: &verify::Refused) -> ApiError {
 /// The body as JSON: `null` when empty. A declared content type must be
 /// JSON; without one the body is read as JSON anyway, since webhook senders
 /// are not always careful with headers.
-fn parse_body(headers: &HeaderMap, raw: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_body(headers: &HeaderMap, raw: &[u8]) -> Result<Value, ApiError> {
     if raw.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }

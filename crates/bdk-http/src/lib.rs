@@ -58,6 +58,7 @@ mod docs;
 mod error;
 mod evals;
 mod extract;
+mod github;
 mod literal;
 mod logs;
 mod mcp;
@@ -201,9 +202,10 @@ fn build(mounts: Vec<Mount>, config: Config) -> App {
 
     let single = mounts.len() == 1 && mounts.iter().all(|m| m.slug.is_none());
     let mut router = Router::new();
+    let mut github = Vec::new();
     if single {
         for mount in mounts {
-            router = router.merge(agent_router(mount, &shared, &mut background));
+            router = router.merge(agent_router(mount, &shared, &mut background, &mut github));
         }
     } else {
         let mut index = Vec::new();
@@ -227,12 +229,14 @@ fn build(mounts: Vec<Mount>, config: Config) -> App {
             }
             index.push(discovery::IndexEntry::new(&mount, &slug));
             slugs.push(slug.clone());
-            let nested = agent_router(mount, &shared, &mut background);
+            let nested = agent_router(mount, &shared, &mut background, &mut github);
             router = router.nest(&format!("/{slug}"), nested);
         }
         router = router.merge(discovery::host_routes(index, Arc::clone(&shared)));
         router = router.merge(openapi::host_routes(slugs));
     }
+    // GitHub deliveries from local tooling, handed to every GitHub channel.
+    router = router.merge(github::host_route(github));
     if config.docs {
         router = router.merge(docs::routes());
     }
@@ -261,7 +265,12 @@ fn build(mounts: Vec<Mount>, config: Config) -> App {
 
 /// The routes of one agent, relative to its prefix; its background work
 /// joins `background`.
-fn agent_router(mount: Mount, shared: &Arc<Shared>, background: &mut Background) -> Router {
+fn agent_router(
+    mount: Mount,
+    shared: &Arc<Shared>,
+    background: &mut Background,
+    github: &mut Vec<Arc<github::GithubMount>>,
+) -> Router {
     let prefix = mount
         .slug
         .as_ref()
@@ -279,6 +288,18 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>, background: &mut Background)
             channels::Options::default(),
         )
     });
+    let github_mount = match (&channels, host.extension::<bdk_github::Github>()) {
+        (Some(channels), Some(pack)) => Some(Arc::new(github::GithubMount {
+            agent: mount
+                .slug
+                .clone()
+                .unwrap_or_else(|| host.project().name.clone()),
+            channels: channels.clone(),
+            github: (*pack).clone(),
+            dev: shared.dev,
+        })),
+        _ => None,
+    };
     let schedules = dev::dispatcher(&host, channels.as_ref());
     background.add(host.clone(), schedules.clone(), channels.clone());
     let agent = Arc::new(Agent {
@@ -313,7 +334,14 @@ fn agent_router(mount: Mount, shared: &Arc<Shared>, background: &mut Background)
     // channels module rather than around the whole nest.
     if let Some(channels) = channels {
         let auth = axum::middleware::from_fn_with_state(Arc::clone(shared), auth::authenticate);
-        router = router.nest("/v1/channels", channels.router_with_auth(auth));
+        let mut nested = channels.router_with_auth(auth);
+        // GitHub channels: the signature is their credential, as for HMAC
+        // routes.
+        if let Some(m) = github_mount {
+            nested = nested.merge(github::channel_routes(&m));
+            github.push(m);
+        }
+        router = router.nest("/v1/channels", nested);
     }
     router
 }

@@ -103,7 +103,7 @@ pub(crate) fn build() -> (Value, Vec<String>) {
         .merge(channels::documented());
     let host_index = discovery::host_api();
     let host_openapi = host_api();
-    let server = docs::routes();
+    let server = docs::routes().merge(crate::github::documented());
 
     let mut groups: Vec<(&str, OpenApi)> = Vec::new();
     let mut api = OpenApi::default();

@@ -1,6 +1,7 @@
 //! What the test suites of the workspace share, written once: agent folders
 //! on disk ([`folder`]), hosts over a file store ([`host`]), scripted-rule
-//! presets and their native tools ([`rules`]), starting sessions and waiting
+//! presets and their native tools ([`rules`]), a fake of GitHub's REST API
+//! ([`github`]), starting sessions and waiting
 //! for their turns ([`session`]), waiters driven by the store's
 //! event subscription ([`wait`]) with a bounded poll only for what no event
 //! announces ([`poll`]), and the redaction that makes event sequences
@@ -20,6 +21,7 @@
 )]
 
 pub mod folder;
+pub mod github;
 pub mod host;
 pub mod poll;
 pub mod rules;

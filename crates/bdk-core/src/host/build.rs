@@ -59,6 +59,11 @@ pub struct HostBuilder {
 }
 
 impl HostBuilder {
+    /// The project the host will serve (for extensions built from it).
+    pub fn project(&self) -> &Project {
+        &self.project
+    }
+
     /// A builder for `project` over `store`.
     pub fn new(project: Project, store: Arc<dyn Store>) -> Self {
         Self {

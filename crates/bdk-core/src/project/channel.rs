@@ -45,6 +45,9 @@ pub struct ChannelManifest {
     pub routes: Vec<ChannelRoute>,
     /// The events map (`[[events]]`), in manifest order.
     pub events: Vec<ChannelEvents>,
+    /// A GitHub channel's settings (`kind = "github"`); such a channel
+    /// declares no routes: the pack serves its webhook.
+    pub github: Option<super::GithubChannel>,
 }
 
 impl ChannelManifest {

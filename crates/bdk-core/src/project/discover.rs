@@ -18,6 +18,7 @@ mod agent;
 mod experiments;
 mod frontmatter;
 mod gates;
+mod github;
 mod handler;
 mod schedules;
 mod skills;

@@ -33,6 +33,18 @@ fn tool_json(spec: &ToolSpec, source: &ToolSource) -> Value {
 /// A channel route declares no output schema: it answers the fixed shape
 /// of a channel delivery.
 fn channel_routes(ch: &super::ChannelManifest) -> Vec<Value> {
+    if ch.github.is_some() {
+        // The pack serves one route: GitHub's webhook deliveries.
+        return vec![json!({
+            "method": "POST",
+            "path": "/",
+            "fullPath": format!("/v1/channels/{}", ch.name),
+            "description": "GitHub webhook deliveries",
+            "mode": "chat",
+            "bodySchema": null,
+            "querySchema": null,
+        })];
+    }
     ch.routes
         .iter()
         .map(|r| {
@@ -153,6 +165,7 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
         })).collect::<Vec<_>>(),
         "channels": project.channels.iter().map(|ch| json!({
             "name": ch.name,
+            "kind": if ch.github.is_some() { "github" } else { "routes" },
             "description": ch.description,
             "routes": channel_routes(ch),
         })).collect::<Vec<_>>(),

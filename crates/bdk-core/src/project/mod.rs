@@ -22,6 +22,7 @@ use crate::tool::ToolSpec;
 mod channel;
 mod discover;
 mod experiment;
+pub mod github;
 pub mod handler;
 pub mod info;
 pub use channel::{
@@ -31,6 +32,7 @@ pub use channel::{
 };
 pub use discover::discover;
 pub use experiment::{Arm, Experiment, ExperimentUnit, WEIGHT_TOTAL, bucket};
+pub use github::{GithubAppId, GithubChannel, GithubCredentials, GithubReply, GithubTrigger};
 pub use handler::{HandlerCommand, HandlerSpec};
 
 /// How bad a diagnostic is.

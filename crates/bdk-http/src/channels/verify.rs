@@ -71,6 +71,17 @@ pub(crate) fn hmac(
     signature_header: &HeaderName,
 ) -> Result<(), Refused> {
     let secret = secrets(secret_env).ok_or_else(|| Refused::NoSecret(secret_env.to_owned()))?;
+    hmac_with(headers, body, &secret, signature_header)
+}
+
+/// Checks `<signature_header>: sha256=<hex>` against HMAC-SHA256 of `body`
+/// keyed with `secret`.
+pub(crate) fn hmac_with(
+    headers: &HeaderMap,
+    body: &[u8],
+    secret: &str,
+    signature_header: &HeaderName,
+) -> Result<(), Refused> {
     let value = headers
         .get(signature_header)
         .and_then(|v| v.to_str().ok())

@@ -183,6 +183,7 @@ fn mcp_transport(d: &mut Diags, path: &Path, table: &Table) -> Option<McpTranspo
 /// Channel-level keys. The auth keys set the default for every route that
 /// declares no `auth` of its own.
 const CHANNEL_KEYS: &[&str] = &[
+    "kind",
     "description",
     "auth",
     "secret_env",
@@ -191,6 +192,10 @@ const CHANNEL_KEYS: &[&str] = &[
     "routes",
     "events",
 ];
+
+/// Top-level keys of a channel with `kind = "github"`: it declares no
+/// routes, the pack serves its webhook.
+const GITHUB_CHANNEL_KEYS: &[&str] = &["kind", "description", "github", "events"];
 
 /// Keys of one `[[routes]]` entry.
 const ROUTE_KEYS: &[&str] = &[
@@ -250,6 +255,35 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
             continue;
         };
         let f = Fields::new(&table, path);
+        match f.string(d, "kind").as_deref() {
+            None | Some("routes") => {}
+            Some("github") => {
+                f.unknown_keys(d, GITHUB_CHANNEL_KEYS);
+                let description = f.string(d, "description");
+                let events = check_events(d, path, &table);
+                let github = super::github::settings(d, path, &table, &name);
+                if d.error_count() > errors_before {
+                    continue;
+                }
+                out.push(ChannelManifest {
+                    name,
+                    path: entry.path.clone(),
+                    description,
+                    routes: Vec::new(),
+                    events,
+                    github,
+                });
+                continue;
+            }
+            Some(other) => {
+                d.error(
+                    path,
+                    format!("`kind` must be \"routes\" or \"github\", found \"{other}\""),
+                    "remove `kind` for a channel of routes, or write `kind = \"github\"`",
+                );
+                continue;
+            }
+        }
         f.unknown_keys(d, CHANNEL_KEYS);
         let description = f.string(d, "description");
         let channel_auth = check_auth(d, &f, &name);
@@ -315,6 +349,7 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
             description,
             routes,
             events,
+            github: None,
         });
     }
     // A program a route handler or an events command runs is no stray; nor
@@ -1305,5 +1340,111 @@ backoff_ms = 20
         ] {
             assert!(check_route_path(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_github_channel_is_typed_with_its_defaults() {
+        let (found, diags) = check(
+            r#"
+kind = "github"
+description = "PRs"
+
+[github]
+bot = "@review-bot"
+repositories = ["acme/*", "octo/hello"]
+reply = "review"
+status_context = "review"
+public_url = "https://bots.example.com/"
+
+[[github.on]]
+event = "pull_request"
+actions = ["opened"]
+
+[[github.on]]
+event = "issue_comment"
+message = "{{ sender }}: {{ payload.comment.body }}"
+"#,
+        );
+        assert!(diags.is_empty(), "{diags:#?}");
+        assert!(found[0].routes.is_empty());
+        let g = found[0].github.as_ref().unwrap();
+        assert_eq!(g.bot.as_deref(), Some("review-bot"));
+        assert_eq!(g.secret_env, "GITHUB_WEBHOOK_SECRET");
+        assert_eq!(
+            g.credentials,
+            crate::project::GithubCredentials::Token {
+                token_env: "GITHUB_TOKEN".into()
+            }
+        );
+        assert_eq!(g.reply, crate::project::GithubReply::Review);
+        assert_eq!(g.status_context.as_deref(), Some("review"));
+        assert_eq!(g.public_url.as_deref(), Some("https://bots.example.com"));
+        assert_eq!(g.triggers.len(), 2);
+        assert!(g.triggers[1].mention, "comment events wait for a mention");
+        assert!(!g.triggers[0].mention);
+        assert_eq!(g.admission, Admission::Coalesce);
+
+        // No table at all: every default, as an App when asked.
+        let (found, diags) = check("kind = \"github\"\n[github]\napp_id = 42\n");
+        assert!(diags.is_empty(), "{diags:#?}");
+        let g = found[0].github.as_ref().unwrap();
+        assert_eq!(g.triggers, crate::project::github::default_triggers());
+        assert!(matches!(
+            &g.credentials,
+            crate::project::GithubCredentials::App { private_key_env, .. } if private_key_env == "GITHUB_APP_PRIVATE_KEY"
+        ));
+    }
+
+    #[test]
+    fn github_channel_problems_are_reported() {
+        let (found, diags) = check(
+            r#"
+kind = "github"
+
+[[routes]]
+method = "POST"
+path = "/x"
+
+[github]
+app_id = 7
+token_env = "T"
+installation_id = -1
+api_url = "ftp://example.com"
+repositories = ["acme", "a/b/c"]
+reply = "shout"
+admission = "later"
+colour = "red"
+
+[[github.on]]
+event = "push"
+
+[[github.on]]
+event = "issues"
+message = "{{ unclosed"
+"#,
+        );
+        assert!(found.is_empty());
+        for needle in [
+            "unknown key `routes`",
+            "unknown key `github.colour`",
+            "`github.token_env` is set beside",
+            "`github.installation_id` must be greater than 0",
+            "`github.api_url` is not an http(s) URL",
+            "`acme` is not `owner/name`",
+            "`a/b/c` is not `owner/name`",
+            "`github.reply` must be",
+            "`github.admission` must be",
+            "`push` is not an event",
+            "`github.on[1].message` is not a valid template",
+        ] {
+            assert!(
+                diags.iter().any(|(_, m)| m.contains(needle)),
+                "{needle}: {diags:#?}"
+            );
+        }
+        let (_, diags) = check("kind = \"slack\"\n");
+        assert!(has(&diags, Severity::Error, "`kind` must be"), "{diags:#?}");
+        let (_, diags) = check("kind = \"github\"\n[github]\nprivate_key_env = \"K\"\n");
+        assert!(has(&diags, Severity::Error, "no `app_id`"), "{diags:#?}");
     }
 }
