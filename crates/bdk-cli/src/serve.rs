@@ -597,7 +597,8 @@ fn slug_of(root: &Path) -> String {
         .unwrap_or_else(|| "agent".to_owned())
 }
 
-async fn wait_for_signal() {
+/// Resolves on Ctrl-C or SIGTERM (also what `bdk github forward` stops on).
+pub(crate) async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -123,6 +123,31 @@ async fn deliver(
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+/// POSTs `body` signed with [`SECRET`], with the given content type and
+/// event header (none when `None`).
+async fn raw(
+    url: &str,
+    content_type: &str,
+    event: Option<&str>,
+    id: &str,
+    body: &[u8],
+) -> (u16, Value) {
+    let mut req = client()
+        .post(url)
+        .header("content-type", content_type)
+        .header(
+            "x-hub-signature-256",
+            bdk_http::channels::sign(SECRET.as_bytes(), body),
+        )
+        .header("x-github-delivery", id);
+    if let Some(e) = event {
+        req = req.header("x-github-event", e);
+    }
+    let r = req.body(body.to_vec()).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
 /// The requests that show progress and replies, as `METHOD path` with the
 /// status state or the first line of the comment.
 fn outward(requests: &[Recorded]) -> Vec<String> {
@@ -337,49 +362,28 @@ async fn pings_mentions_bots_and_hostile_deliveries() {
 
     // Hostile input: headers missing, not JSON, a form body, 5 MB.
     let body = br#"{"zen":"x"}"#;
-    let sig = bdk_http::channels::sign(SECRET.as_bytes(), body);
-    let c = client();
-    let r = c
-        .post(&hook)
-        .header("content-type", "application/json")
-        .header("x-hub-signature-256", &sig)
-        .header("x-github-delivery", "d")
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    let junk = b"{not json";
-    let r = c
-        .post(&hook)
-        .header("content-type", "application/json")
-        .header(
-            "x-hub-signature-256",
-            bdk_http::channels::sign(SECRET.as_bytes(), junk),
-        )
-        .header("x-github-event", "pull_request")
-        .header("x-github-delivery", "d2")
-        .body(junk.to_vec())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"], "invalid_json");
+    let (status, _) = raw(&hook, "application/json", None, "d", body).await;
+    assert_eq!(status, 400, "no X-GitHub-Event");
+    let (status, answer) = raw(
+        &hook,
+        "application/json",
+        Some("pull_request"),
+        "d2",
+        b"{not json",
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(answer["error"], "invalid_json");
     let form = b"payload=%7B%7D";
-    let r = c
-        .post(&hook)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header(
-            "x-hub-signature-256",
-            bdk_http::channels::sign(SECRET.as_bytes(), form),
-        )
-        .header("x-github-event", "ping")
-        .header("x-github-delivery", "d3")
-        .body(form.to_vec())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 415);
+    let (status, _) = raw(
+        &hook,
+        "application/x-www-form-urlencoded",
+        Some("ping"),
+        "d3",
+        form,
+    )
+    .await;
+    assert_eq!(status, 415);
     let mut huge = example("pull_request", "opened");
     huge["pull_request"]["body"] = "x".repeat(5 * 1024 * 1024).into();
     let (status, a) = deliver(&hook, "pull_request", "dlv-huge", &huge, Some(SECRET)).await;

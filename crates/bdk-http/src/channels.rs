@@ -760,18 +760,7 @@ async fn accept(state: &RouteState, req: Request) -> Result<Answer, ApiError> {
     let headers = parts.headers.clone();
     let method = parts.method.clone();
     let uri = parts.uri.clone();
-    let raw = Bytes::from_request(Request::from_parts(parts, body), &())
-        .await
-        .map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    ErrorCode::PayloadTooLarge,
-                    "the body is larger than the server's limit",
-                )
-            } else {
-                ApiError::body_unreadable(&e)
-            }
-        })?;
+    let raw = read_body(Request::from_parts(parts, body)).await?;
     if let RouteAuth::Hmac {
         secret_env,
         signature_header,
@@ -863,6 +852,22 @@ async fn accept(state: &RouteState, req: Request) -> Result<Answer, ApiError> {
     Ok(Answer::Accepted(
         state.channels.receive_in(channel, receive).await?,
     ))
+}
+
+/// The whole body of `req`, within the server's limit: `413
+/// payload_too_large` over it, the usual answer for a body that cannot be
+/// read (cut short, too slow).
+pub(crate) async fn read_body(req: Request) -> Result<Bytes, ApiError> {
+    Bytes::from_request(req, &()).await.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                "the body is larger than the server's limit",
+            )
+        } else {
+            ApiError::body_unreadable(&e)
+        }
+    })
 }
 
 /// A refused credential: 401 for the client, the reason in the log.

@@ -21,7 +21,7 @@ use aide::axum::routing::post_with;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, FromRequest, Request};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -32,7 +32,7 @@ use serde_json::json;
 
 use crate::api::{Describe, schema_of};
 use crate::channels::verify::{self, Refused};
-use crate::channels::{Channels, Receive, parse_body};
+use crate::channels::{Channels, Receive, parse_body, read_body};
 use crate::error::{ApiError, ErrorCode};
 
 /// The signature header GitHub sends.
@@ -183,21 +183,8 @@ fn answered(answer: Answer) -> Response {
 }
 
 async fn read(req: Request) -> Result<(HeaderMap, Bytes), ApiError> {
-    let (parts, body) = req.into_parts();
-    let headers = parts.headers.clone();
-    let raw = Bytes::from_request(Request::from_parts(parts, body), &())
-        .await
-        .map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(
-                    ErrorCode::PayloadTooLarge,
-                    "the delivery is larger than the server's body limit",
-                )
-            } else {
-                ApiError::body_unreadable(&e)
-            }
-        })?;
-    Ok((headers, raw))
+    let headers = req.headers().clone();
+    Ok((headers, read_body(req).await?))
 }
 
 async fn fan_out(mounts: &[Arc<GithubMount>], req: Request) -> Result<Response, ApiError> {

@@ -68,7 +68,7 @@ pub(super) async fn run(args: ForwardArgs) -> Result<(), Exit> {
     let client = http_client()?;
     tokio::select! {
         exit = follow(&client, &relay, &target) => Err(exit),
-        () = wait_for_signal() => {
+        () = crate::serve::wait_for_signal() => {
             errln!("stopped");
             Ok(())
         }
@@ -271,29 +271,6 @@ impl Pause {
 
 fn seconds(d: Duration) -> String {
     format!("{}s", d.as_secs())
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 #[cfg(test)]
