@@ -33,8 +33,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{ApiError, Method};
 use crate::ingress::MARKER;
+use crate::pack::{Inner, Pack};
 use crate::thread::{self, Thread};
-use crate::{Inner, Pack};
 
 /// The key-value namespace of progress cursors.
 pub const PROGRESS_NAMESPACE: &str = "github-progress";

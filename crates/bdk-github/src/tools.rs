@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 use crate::api::{ApiError, ApiRequest, Method};
 use crate::ingress::MARKER;
+use crate::pack::{Inner, Pack};
 use crate::thread::parse_key;
-use crate::{Inner, Pack};
 
 /// The host-endpoint operations the pack answers.
 pub(crate) const OPERATIONS: &[&str] = &[

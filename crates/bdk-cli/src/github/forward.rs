@@ -18,8 +18,8 @@ use futures::StreamExt;
 use serde_json::value::RawValue;
 use sse_stream::SseStream;
 
+use super::command::{Exit, ForwardArgs, chain, http_client, target_url};
 use super::send;
-use super::{Exit, ForwardArgs, chain, http_client, target_url};
 
 /// The first pause before following the relay again.
 const FIRST_PAUSE: Duration = Duration::from_secs(1);

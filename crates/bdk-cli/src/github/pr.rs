@@ -9,8 +9,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::command::{Exit, chain};
 use super::delivery::compact;
-use super::{Exit, chain};
 
 /// GitHub's media type and API version, as its REST docs ask clients to send.
 const ACCEPT: &str = "application/vnd.github+json";

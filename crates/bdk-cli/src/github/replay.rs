@@ -2,9 +2,10 @@
 //! from a saved file, signed with the webhook secret and POSTed to the
 //! server; the answer decides the exit code.
 
+use super::command::{Exit, ReplayArgs, chain, http_client, target_url};
 use super::delivery::{self, EventFrom};
+use super::pr;
 use super::send::{self, Answer};
-use super::{Exit, ReplayArgs, chain, http_client, pr, target_url};
 
 /// The `User-Agent` GitHub's deliveries carry is `GitHub-Hookshot/<build>`;
 /// ours says where it came from.

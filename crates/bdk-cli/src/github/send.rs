@@ -51,12 +51,12 @@ pub(super) async fn post(
         .timeout(ANSWER_TIMEOUT)
         .send()
         .await
-        .map_err(|e| super::chain(&e))?;
+        .map_err(|e| super::command::chain(&e))?;
     let status = response.status();
     let text = response
         .text()
         .await
-        .map_err(|e| format!("reading the answer failed: {}", super::chain(&e)))?;
+        .map_err(|e| format!("reading the answer failed: {}", super::command::chain(&e)))?;
     let json = serde_json::from_str(&text).ok();
     Ok(Answer { status, text, json })
 }

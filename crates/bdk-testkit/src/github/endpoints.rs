@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use chrono::Utc;
 use serde_json::{Value, json};
 
+use super::record::{DOCS, MAX_COMMENT, MAX_STATUS_DESCRIPTION};
 use super::server::{Reply, ReplyBody, Req};
-use super::state::{PullFile, State};
-use super::text::{count_changes, diff_lines, sha1_hex, timestamp, unified_diff, wrapped_base64};
-use super::{DOCS, MAX_COMMENT, MAX_STATUS_DESCRIPTION};
+use super::state::{PullFile, State, unified_diff};
+use super::text::{count_changes, diff_lines, sha1_hex, timestamp, wrapped_base64};
 
 impl State {
     pub(super) fn existing_pull(&self, repo: &str, number: &str) -> Option<u64> {

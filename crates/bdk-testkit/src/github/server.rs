@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
+use super::record::{API_VERSION, DOCS, RATE_LIMIT, Recorded};
 use super::state::{Principal, State, lock};
 use super::text::{percent_decode, percent_encode, query_pairs};
-use super::{API_VERSION, DOCS, RATE_LIMIT, Recorded};
 
 /// What the fake answers before the standard headers are added.
 pub(super) struct Reply {

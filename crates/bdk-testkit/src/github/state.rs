@@ -8,8 +8,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use super::Failure;
-use super::Recorded;
+use super::record::{Failure, Recorded};
 use super::text::sha1_hex;
 
 /// The state, usable after a panic elsewhere: a panicking test thread must
@@ -146,4 +145,31 @@ pub(super) fn synthetic_pull(full_name: &str, number: u64) -> Value {
         "base": {"ref": "main", "sha": sha1_hex(b"main")},
         "draft": false,
     })
+}
+
+/// The unified diff GitHub serves for `application/vnd.github.diff`.
+pub(super) fn unified_diff(files: &[PullFile]) -> String {
+    let mut diff = String::new();
+    for file in files {
+        let path = &file.path;
+        let before = &sha1_hex(format!("before {path}").as_bytes())[..7];
+        let after = &sha1_hex(format!("after {path}:{}", file.patch).as_bytes())[..7];
+        diff.push_str(&format!("diff --git a/{path} b/{path}\n"));
+        match file.status.as_str() {
+            "added" => diff.push_str(&format!(
+                "new file mode 100644\nindex 0000000..{after}\n--- /dev/null\n+++ b/{path}\n"
+            )),
+            "removed" => diff.push_str(&format!(
+                "deleted file mode 100644\nindex {before}..0000000\n--- a/{path}\n+++ /dev/null\n"
+            )),
+            _ => diff.push_str(&format!(
+                "index {before}..{after} 100644\n--- a/{path}\n+++ b/{path}\n"
+            )),
+        }
+        diff.push_str(&file.patch);
+        if !file.patch.ends_with('\n') {
+            diff.push('\n');
+        }
+    }
+    diff
 }

@@ -6,8 +6,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, SecondsFormat, Utc};
 
-use super::state::PullFile;
-
 /// The line numbers a patch shows on one side: the new file's (context and
 /// added lines) or, with `left`, the old file's (context and removed).
 pub(super) fn diff_lines(patch: &str, left: bool) -> Vec<u64> {
@@ -62,33 +60,6 @@ pub(super) fn count_changes(patch: &str) -> (usize, usize) {
             Some('-') => (added, removed + 1),
             _ => (added, removed),
         })
-}
-
-/// The unified diff GitHub serves for `application/vnd.github.diff`.
-pub(super) fn unified_diff(files: &[PullFile]) -> String {
-    let mut diff = String::new();
-    for file in files {
-        let path = &file.path;
-        let before = &sha1_hex(format!("before {path}").as_bytes())[..7];
-        let after = &sha1_hex(format!("after {path}:{}", file.patch).as_bytes())[..7];
-        diff.push_str(&format!("diff --git a/{path} b/{path}\n"));
-        match file.status.as_str() {
-            "added" => diff.push_str(&format!(
-                "new file mode 100644\nindex 0000000..{after}\n--- /dev/null\n+++ b/{path}\n"
-            )),
-            "removed" => diff.push_str(&format!(
-                "deleted file mode 100644\nindex {before}..0000000\n--- a/{path}\n+++ /dev/null\n"
-            )),
-            _ => diff.push_str(&format!(
-                "index {before}..{after} 100644\n--- a/{path}\n+++ b/{path}\n"
-            )),
-        }
-        diff.push_str(&file.patch);
-        if !file.patch.ends_with('\n') {
-            diff.push('\n');
-        }
-    }
-    diff
 }
 
 /// Base64 with a newline every 60 characters and at the end, as the
