@@ -486,3 +486,126 @@ async fn unsigned_deliveries_need_dev_and_the_fan_out_reaches_every_channel() {
     fake.wait_for("the reply", |rs| rs.iter().any(|r| is_reply(r, 2)))
         .await;
 }
+
+/// `bdk github replay <args>` run as the real binary with a clean GitHub
+/// environment plus `env`: its exit code, its stdout parsed as JSON
+/// (`Null` when it is not), and its whole output for messages.
+async fn replay(args: &[&str], env: &[(&str, &str)]) -> (i32, Value, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bdk"));
+    cmd.args(["github", "replay"]).args(args);
+    for name in [
+        "GITHUB_WEBHOOK_SECRET",
+        "GITHUB_TOKEN",
+        "GH_TOKEN",
+        "GITHUB_API_URL",
+    ] {
+        cmd.env_remove(name);
+    }
+    cmd.envs(env.iter().copied());
+    let out = tokio::time::timeout(bdk_testkit::PATIENCE, cmd.output())
+        .await
+        .expect("bdk github replay ends")
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_str(&stdout).unwrap_or(Value::Null),
+        format!("{stdout}{stderr}"),
+    )
+}
+
+#[tokio::test]
+async fn replay_drives_the_same_path_as_a_delivery_from_github() {
+    let fake = github().await;
+    let (_tmp, dir) = reviewer();
+    let server = serve(&dir, &fake.url(), Some(SECRET), false);
+    let saved = dir.join("deliveries/pull_request.opened.json");
+    let saved = saved.to_str().unwrap();
+    let signed = [("GITHUB_WEBHOOK_SECRET", SECRET)];
+
+    // The example's saved delivery, through the loopback fan-out.
+    let args = [
+        saved,
+        "--url",
+        &server.base,
+        "--delivery-id",
+        "dlv-replay-1",
+        "--json",
+    ];
+    let (code, answer, out) = replay(&args, &signed).await;
+    assert_eq!(code, 0, "{out}");
+    let first = &answer["deliveries"][0];
+    assert_eq!(first["agent"], "pr-reviewer", "{answer}");
+    assert_eq!(first["outcome"], "accepted", "{answer}");
+    assert_eq!(first["created"], true, "{answer}");
+    let session = first["sessionId"].as_str().unwrap().to_owned();
+    fake.wait_for("the review comment", |rs| rs.iter().any(|r| is_reply(r, 2)))
+        .await;
+    let sha = example("pull_request", "opened")["pull_request"]["head"]["sha"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let states: Vec<String> = fake
+        .statuses(REPO, &sha)
+        .iter()
+        .map(|s| s["state"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(states, ["pending", "success"]);
+
+    // The same delivery id again runs nothing.
+    let before = fake.requests().len();
+    let (code, answer, out) = replay(&args, &signed).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(answer["deliveries"][0]["outcome"], "duplicate", "{answer}");
+    assert_eq!(fake.requests().len(), before);
+
+    // A pull request URL: fetched from the API with the token and sent to
+    // the channel's own route as a push; it wakes the same session.
+    let api = fake.url();
+    let channel = "/pr-reviewer/v1/channels/github";
+    let (code, answer, out) = replay(
+        &[
+            &format!("https://github.com/{REPO}/pull/2"),
+            "--url",
+            &server.base,
+            "--path",
+            channel,
+            "--action",
+            "synchronize",
+            "--api-url",
+            &api,
+            "--json",
+        ],
+        &[
+            ("GITHUB_WEBHOOK_SECRET", SECRET),
+            ("GITHUB_TOKEN", FakeGithub::TOKEN),
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(answer["outcome"], "accepted", "{answer}");
+    assert_eq!(answer["sessionId"], session.as_str(), "{answer}");
+    assert_eq!(answer["created"], false, "{answer}");
+    fake.wait_for("the second review", |rs| {
+        rs.iter().filter(|r| is_reply(r, 2)).count() == 2
+    })
+    .await;
+
+    // The wrong secret: the server's 401, exit 1; no secret at all against
+    // a server that is not --dev: refused the same way.
+    let (code, _, out) = replay(
+        &[saved, "--url", &server.base, "--path", channel],
+        &[("GITHUB_WEBHOOK_SECRET", "wrong")],
+    )
+    .await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("401"), "{out}");
+    let (code, _, out) = replay(&[saved, "--url", &server.base, "--path", channel], &[]).await;
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        fake.comments(REPO, 2).len(),
+        3,
+        "one banner and two replies"
+    );
+}

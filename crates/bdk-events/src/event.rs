@@ -921,7 +921,7 @@ mod tests {
                 _ => json!({}),
             }
         };
-        assert_eq!(EVENT_TYPES.len(), 28);
+        assert_eq!(EVENT_TYPES.len(), 29);
         for kind in EVENT_TYPES {
             let event =
                 Event::from_parts(kind, minimal(kind)).unwrap_or_else(|e| panic!("{kind}: {e}"));

@@ -613,6 +613,7 @@ async fn request(inner: &Inner, call: OperationCall<'_>) -> Result<Value, Operat
         && segments[1] == "repos"
         && !raw.path.contains("..")
         && !raw.path.contains("//")
+        && !segments.iter().any(|s| escapes_its_place(s))
         && !raw
             .path
             .chars()
@@ -647,9 +648,45 @@ async fn request(inner: &Inner, call: OperationCall<'_>) -> Result<Value, Operat
     }
 }
 
+/// Whether a path segment, once percent-decoded as URL parsers do, is a
+/// dot segment or holds a separator: `%2e%2e` would walk the request out
+/// of the repository (and carry the token to any other API path).
+fn escapes_its_place(segment: &str) -> bool {
+    let bytes = segment.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            // Two hex digits are at most 0xff.
+            decoded.push(u8::try_from(h * 16 + l).unwrap_or(u8::MAX));
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    decoded == b"." || decoded == b".." || decoded.iter().any(|b| matches!(b, b'/' | b'\\'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encoded_dot_segments_and_separators_are_caught() {
+        for bad in ["%2e%2e", "%2E.", ".%2e", "%2e", "a%2fb", "a%5Cb", ".."] {
+            assert!(escapes_its_place(bad), "{bad}");
+        }
+        for good in ["issues", "a%20b.txt", "...", "%2e%2e%2e", "v1.2", "%zz"] {
+            assert!(!escapes_its_place(good), "{good}");
+        }
+    }
 
     #[test]
     fn paths_are_encoded_and_checked() {

@@ -34,7 +34,7 @@ use aide::transform::TransformOperation;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Query, RawPathParams, Request};
+use axum::extract::{FromRequestParts, Query, RawPathParams, Request};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, Route, on};
@@ -858,16 +858,11 @@ async fn accept(state: &RouteState, req: Request) -> Result<Answer, ApiError> {
 /// payload_too_large` over it, the usual answer for a body that cannot be
 /// read (cut short, too slow).
 pub(crate) async fn read_body(req: Request) -> Result<Bytes, ApiError> {
-    Bytes::from_request(req, &()).await.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                ErrorCode::PayloadTooLarge,
-                "the body is larger than the server's limit",
-            )
-        } else {
-            ApiError::body_unreadable(&e)
-        }
-    })
+    let limit = req
+        .extensions()
+        .get::<crate::extract::BodyLimit>()
+        .map_or(crate::extract::DEFAULT_MAX_BODY_BYTES, |l| l.0);
+    crate::extract::read_limited(req.into_body(), limit).await
 }
 
 /// A refused credential: 401 for the client, the reason in the log.
