@@ -48,6 +48,9 @@ pub struct ChannelManifest {
     /// A GitHub channel's settings (`kind = "github"`); such a channel
     /// declares no routes: the pack serves its webhook.
     pub github: Option<super::GithubChannel>,
+    /// A Slack channel's settings (`kind = "slack"`); such a channel
+    /// declares no routes: the pack serves Slack's requests.
+    pub slack: Option<super::SlackChannel>,
 }
 
 impl ChannelManifest {

@@ -22,6 +22,7 @@ mod github;
 mod handler;
 mod schedules;
 mod skills;
+mod slack;
 mod surfaces;
 mod tools;
 mod util;

@@ -27,12 +27,35 @@ fn tool_json(spec: &ToolSpec, source: &ToolSource) -> Value {
     })
 }
 
+/// `routes`, `github` or `slack`.
+fn channel_kind(ch: &super::ChannelManifest) -> &'static str {
+    if ch.github.is_some() {
+        "github"
+    } else if ch.slack.is_some() {
+        "slack"
+    } else {
+        "routes"
+    }
+}
+
 /// The routes of a channel as objects: method, path (relative to the
 /// channel), the full path under the agent's base path, the description,
 /// the session mode, and the body and query schemas, null when undeclared.
 /// A channel route declares no output schema: it answers the fixed shape
 /// of a channel delivery.
 fn channel_routes(ch: &super::ChannelManifest) -> Vec<Value> {
+    if ch.slack.is_some() {
+        // The pack serves one route: Slack's events and interactivity.
+        return vec![json!({
+            "method": "POST",
+            "path": "/",
+            "fullPath": format!("/v1/channels/{}", ch.name),
+            "description": "Slack Events API and interactivity requests",
+            "mode": "chat",
+            "bodySchema": null,
+            "querySchema": null,
+        })];
+    }
     if ch.github.is_some() {
         // The pack serves one route: GitHub's webhook deliveries.
         return vec![json!({
@@ -165,7 +188,7 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
         })).collect::<Vec<_>>(),
         "channels": project.channels.iter().map(|ch| json!({
             "name": ch.name,
-            "kind": if ch.github.is_some() { "github" } else { "routes" },
+            "kind": channel_kind(ch),
             "description": ch.description,
             "routes": channel_routes(ch),
         })).collect::<Vec<_>>(),

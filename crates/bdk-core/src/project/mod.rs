@@ -25,6 +25,7 @@ mod experiment;
 pub mod github;
 pub mod handler;
 pub mod info;
+pub mod slack;
 pub use channel::{
     ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
     DEFAULT_EVENT_BACKOFF, MAX_EVENT_ATTEMPTS, RouteAuth, RouteHandler, RouteMethod,
@@ -34,6 +35,7 @@ pub use discover::discover;
 pub use experiment::{Arm, Experiment, ExperimentUnit, WEIGHT_TOTAL, bucket};
 pub use github::{GithubAppId, GithubChannel, GithubCredentials, GithubReply, GithubTrigger};
 pub use handler::{HandlerCommand, HandlerSpec};
+pub use slack::{SlackChannel, SlackWatch};
 
 /// How bad a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]

@@ -7,7 +7,7 @@ use std::path::Path;
 use bdk_events::Admission;
 use toml::Table;
 
-use super::util::{Diags, Fields, check_env_name};
+use super::util::{Diags, Fields, check_env_name, check_url};
 use crate::project::github::{
     DEFAULT_GITHUB_KEY_ENV, DEFAULT_GITHUB_SECRET_ENV, DEFAULT_GITHUB_TOKEN_ENV, GITHUB_EVENTS,
     default_triggers,
@@ -205,21 +205,6 @@ fn credentials(
                 token_env: env(d, "token_env", DEFAULT_GITHUB_TOKEN_ENV),
             }
         }
-    }
-}
-
-fn check_url(d: &mut Diags, f: &Fields<'_>, key: &str, url: &str) {
-    let ok = (url.starts_with("http://") || url.starts_with("https://"))
-        && !url.contains('?')
-        && !url.contains('#')
-        && url.split("://").nth(1).is_some_and(|rest| !rest.is_empty());
-    if !ok {
-        let k = f.key(key);
-        d.error(
-            f.path,
-            format!("`{k}` is not an http(s) URL: `{url}`"),
-            format!("write `{k}` as `https://host[/path]`, without a query"),
-        );
     }
 }
 

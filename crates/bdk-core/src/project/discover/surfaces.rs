@@ -197,6 +197,10 @@ const CHANNEL_KEYS: &[&str] = &[
 /// routes, the pack serves its webhook.
 const GITHUB_CHANNEL_KEYS: &[&str] = &["kind", "description", "github", "events"];
 
+/// Top-level keys of a channel with `kind = "slack"`: the pack serves
+/// Slack's requests.
+const SLACK_CHANNEL_KEYS: &[&str] = &["kind", "description", "slack", "events"];
+
 /// Keys of one `[[routes]]` entry.
 const ROUTE_KEYS: &[&str] = &[
     "method",
@@ -272,14 +276,36 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
                     routes: Vec::new(),
                     events,
                     github,
+                    slack: None,
+                });
+                continue;
+            }
+            Some("slack") => {
+                f.unknown_keys(d, SLACK_CHANNEL_KEYS);
+                let description = f.string(d, "description");
+                let events = check_events(d, path, &table);
+                let slack = super::slack::settings(d, path, &table);
+                if d.error_count() > errors_before {
+                    continue;
+                }
+                out.push(ChannelManifest {
+                    name,
+                    path: entry.path.clone(),
+                    description,
+                    routes: Vec::new(),
+                    events,
+                    github: None,
+                    slack,
                 });
                 continue;
             }
             Some(other) => {
                 d.error(
                     path,
-                    format!("`kind` must be \"routes\" or \"github\", found \"{other}\""),
-                    "remove `kind` for a channel of routes, or write `kind = \"github\"`",
+                    format!(
+                        "`kind` must be \"routes\", \"github\" or \"slack\", found \"{other}\""
+                    ),
+                    "remove `kind` for a channel of routes, or write `kind = \"github\"` or `kind = \"slack\"`",
                 );
                 continue;
             }
@@ -350,6 +376,7 @@ pub(crate) fn channels(d: &mut Diags, dir: &Path) -> Vec<ChannelManifest> {
             routes,
             events,
             github: None,
+            slack: None,
         });
     }
     // A program a route handler or an events command runs is no stray; nor
@@ -1396,6 +1423,104 @@ message = "{{ sender }}: {{ payload.comment.body }}"
     }
 
     #[test]
+    fn a_slack_channel_is_typed_with_its_defaults() {
+        let (found, diags) = check("kind = \"slack\"\n");
+        assert!(diags.is_empty(), "{diags:#?}");
+        assert!(found[0].routes.is_empty());
+        assert_eq!(
+            found[0].slack.as_ref().unwrap(),
+            &crate::project::SlackChannel::default()
+        );
+        let (found, diags) = check(
+            r#"
+kind = "slack"
+description = "Helpdesk"
+
+[slack]
+token_env = "HELP_BOT_TOKEN"
+api_url = "http://127.0.0.1:9/api/"
+admission = "preempt"
+stop_words = ["Stop", " cancel "]
+direct_messages = false
+channels = ["C0GENERAL"]
+approvers = ["U0ALICE", "W0BOB"]
+placeholder = ""
+
+[[slack.watch]]
+channel = "C0ALERTS"
+patterns = ["(?i)down|error"]
+bots = false
+"#,
+        );
+        assert!(diags.is_empty(), "{diags:#?}");
+        let s = found[0].slack.as_ref().unwrap();
+        assert_eq!(s.token_env, "HELP_BOT_TOKEN");
+        assert_eq!(s.signing_secret_env, "SLACK_SIGNING_SECRET");
+        assert_eq!(s.api_url.as_deref(), Some("http://127.0.0.1:9/api"));
+        assert_eq!(s.admission, Admission::Preempt);
+        assert_eq!(s.stop_words, ["stop", "cancel"]);
+        assert!(!s.direct_messages);
+        assert_eq!(s.channels, ["C0GENERAL"]);
+        assert_eq!(s.approvers, ["U0ALICE", "W0BOB"]);
+        assert_eq!(s.placeholder, None, "an empty placeholder posts none");
+        assert_eq!(s.watch[0].channel, "C0ALERTS");
+        assert!(!s.watch[0].bots);
+    }
+
+    #[test]
+    fn slack_channel_problems_are_reported() {
+        let (found, diags) = check(
+            r##"
+kind = "slack"
+
+[[routes]]
+method = "POST"
+path = "/x"
+
+[slack]
+token_env = "not a var"
+api_url = "slack.com/api"
+admission = "later"
+stop_words = [""]
+channels = ["#general"]
+approvers = ["alice"]
+colour = "red"
+
+[[slack.watch]]
+patterns = ["(unclosed"]
+
+[[slack.watch]]
+channel = "C0ALERTS"
+patterns = []
+"##,
+        );
+        assert!(found.is_empty());
+        for needle in [
+            "unknown key `routes`",
+            "unknown key `slack.colour`",
+            "`not a var` is not an environment variable name",
+            "`slack.api_url` is not an http(s) URL",
+            "`slack.admission` must be",
+            "`slack.stop_words` has an empty word",
+            "`#general` is not a conversation id",
+            "`alice` is not a user id",
+            "`slack.watch[0]` has no `channel`",
+            "is not a valid regular expression",
+            "`slack.watch[1].patterns` is empty",
+        ] {
+            assert!(
+                diags.iter().any(|(_, m)| m.contains(needle)),
+                "{needle}: {diags:#?}"
+            );
+        }
+        let (_, diags) = check("kind = \"slack\"\nslack = 3\n");
+        assert!(
+            has(&diags, Severity::Error, "`slack` must be a table"),
+            "{diags:#?}"
+        );
+    }
+
+    #[test]
     fn github_channel_problems_are_reported() {
         let (found, diags) = check(
             r#"
@@ -1442,7 +1567,7 @@ message = "{{ unclosed"
                 "{needle}: {diags:#?}"
             );
         }
-        let (_, diags) = check("kind = \"slack\"\n");
+        let (_, diags) = check("kind = \"teams\"\n");
         assert!(has(&diags, Severity::Error, "`kind` must be"), "{diags:#?}");
         let (_, diags) = check("kind = \"github\"\n[github]\nprivate_key_env = \"K\"\n");
         assert!(has(&diags, Severity::Error, "no `app_id`"), "{diags:#?}");

@@ -588,6 +588,22 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// Reports `key` unless `url` is an http(s) URL without a query or fragment.
+pub(crate) fn check_url(d: &mut Diags, f: &Fields<'_>, key: &str, url: &str) {
+    let ok = (url.starts_with("http://") || url.starts_with("https://"))
+        && !url.contains('?')
+        && !url.contains('#')
+        && url.split("://").nth(1).is_some_and(|rest| !rest.is_empty());
+    if !ok {
+        let k = f.key(key);
+        d.error(
+            f.path,
+            format!("`{k}` is not an http(s) URL: `{url}`"),
+            format!("write `{k}` as `https://host[/path]`, without a query"),
+        );
+    }
+}
+
 /// Reports an environment variable name that no program could receive.
 pub(crate) fn check_env_name(d: &mut Diags, path: &Path, name: &str) {
     let valid = name
