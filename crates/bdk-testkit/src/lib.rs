@@ -1,7 +1,8 @@
 //! What the test suites of the workspace share, written once: agent folders
 //! on disk ([`folder`]), hosts over a file store ([`host`]), scripted-rule
 //! presets and their native tools ([`rules`]), a fake of GitHub's REST API
-//! ([`github`]), starting sessions and waiting
+//! ([`github`]), a fake of Slack's Web API with the payloads Slack sends an
+//! app ([`slack`]), starting sessions and waiting
 //! for their turns ([`session`]), waiters driven by the store's
 //! event subscription ([`wait`]) with a bounded poll only for what no event
 //! announces ([`poll`]), and the redaction that makes event sequences
@@ -26,6 +27,7 @@ pub mod host;
 pub mod poll;
 pub mod rules;
 pub mod session;
+pub mod slack;
 pub mod snapshot;
 pub mod wait;
 
