@@ -52,6 +52,9 @@ const RULES: &[(&str, Allowed)] = &[
     ("bdk-evals", Allowed::Only(CORE_AND_BELOW)),
     // The GitHub pack: webhook ingress, progress, tools and the REST client.
     ("bdk-github", Allowed::Only(CORE_AND_BELOW)),
+    // The Slack pack: Events API ingress, placeholders, approval cards and
+    // the Web API client.
+    ("bdk-slack", Allowed::Only(CORE_AND_BELOW)),
     (
         "bdk-http",
         Allowed::Only(&[
@@ -63,6 +66,7 @@ const RULES: &[(&str, Allowed)] = &[
             "bdk-scheduler",
             "bdk-evals",
             "bdk-github",
+            "bdk-slack",
         ]),
     ),
     ("bdk-cli", Allowed::Any),
@@ -116,7 +120,7 @@ const OWNED: &[Owned] = &[
     // "reqwest only where outbound HTTP lives": the model providers, `url`
     // tools and hooks (bdk-core, and bdk-models once the providers move
     // there), the MCP HTTP client, the HTTP eval target, the GitHub REST
-    // client, and the CLI talking to a running server.
+    // and Slack Web API clients, and the CLI talking to a running server.
     Owned {
         family: "reqwest",
         also: &[],
@@ -126,6 +130,7 @@ const OWNED: &[Owned] = &[
             "bdk-mcp",
             "bdk-evals",
             "bdk-github",
+            "bdk-slack",
             "bdk-cli",
         ],
     },
@@ -492,9 +497,9 @@ mod tests {
             problems,
             [
                 "forbidden edge bdk-store -> reqwest (build dependency): \
-                 only bdk-core, bdk-models, bdk-mcp, bdk-evals, bdk-github or bdk-cli may depend on reqwest",
+                 only bdk-core, bdk-models, bdk-mcp, bdk-evals, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
                 "forbidden edge bdk-http -> reqwest (normal dependency): \
-                 only bdk-core, bdk-models, bdk-mcp, bdk-evals, bdk-github or bdk-cli may depend on reqwest",
+                 only bdk-core, bdk-models, bdk-mcp, bdk-evals, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
             ]
         );
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::support::ProjectArgs;
-use crate::{evals, github, serve};
+use crate::{evals, github, serve, slack};
 
 /// Build, run and inspect BDK agents.
 #[derive(Parser, Debug)]
@@ -192,6 +192,9 @@ pub(crate) enum Command {
     /// Send GitHub webhook deliveries to a running server: replay one (from
     /// a pull request URL or a saved file) or forward a relay's.
     Github(github::GithubArgs),
+    /// Set up and check a Slack channel's app: print its app manifest, or
+    /// check its token, scopes, signing secret and request URL.
+    Slack(slack::SlackArgs),
     /// Show one stored session.
     Session {
         /// The session id.

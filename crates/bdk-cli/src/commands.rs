@@ -115,6 +115,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
         }
         Command::Evals(args) => crate::evals::run(args).await,
         Command::Github(args) => Ok(crate::github::run(args).await),
+        Command::Slack(args) => Ok(crate::slack::run(args).await),
         Command::Mcp { project } => {
             let dir = project.dir(None);
             crate::mcp::run(&dir, &project.state_root(&dir)).await

@@ -29,6 +29,7 @@ mod mcp;
 mod remote;
 mod sandbox;
 mod serve;
+mod slack;
 mod store;
 mod support;
 mod telemetry;

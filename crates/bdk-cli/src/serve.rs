@@ -391,6 +391,13 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         ) {
             builder = builder.extension(Arc::new(github));
         }
+        // A Slack channel brings its pack: placeholders, replies and
+        // approval cards in the thread, and the `slack.*` host service.
+        if let Some(slack) =
+            bdk_slack::Slack::from_project(builder.project(), bdk_slack::SlackOptions::default())
+        {
+            builder = builder.extension(Arc::new(slack));
+        }
         let host = builder
             .build()
             .await

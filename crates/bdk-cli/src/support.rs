@@ -173,6 +173,12 @@ async fn build_host(
     {
         builder = builder.extension(Arc::new(github));
     }
+    // The `slack.*` host service works from `bdk run` too.
+    if let Some(slack) =
+        bdk_slack::Slack::from_project(builder.project(), bdk_slack::SlackOptions::default())
+    {
+        builder = builder.extension(Arc::new(slack));
+    }
     if let Some(path) = record {
         builder = builder.record_to(path);
     }

@@ -675,7 +675,7 @@ fn operation(method: &str, below: bool) -> Operation {
         &format!("{method}Channel{suffix}"),
         "channels",
         &format!("A channel route declared with `method = \"{upper}\"`"),
-        "Turns the request into a message for a session: authenticate (the server's policy, the route's own bearer token, or an HMAC signature of the raw body), validate the body and query against the route's schemas, render the message, continuation key and delivery id from the route's templates, then continue the session whose token is `<channel>:<key>` or start one. The turn runs in the background. A route with a `handler` program answers what the program answers instead (any status from 200 to 499 and any JSON body), after delivering the message it asks for; a handler without a usable answer is `424 handler_failed`. Only the methods and paths the agent's channel manifests declare exist; the others answer `404 not_found` or `405 method_not_allowed`.",
+        "Turns the request into a message for a session: authenticate (the server's policy, the route's own bearer token, or an HMAC signature of the raw body), validate the body and query against the route's schemas, render the message, continuation key and delivery id from the route's templates, then continue the session whose token is `<channel>:<key>` or start one. The turn runs in the background. A route with a `handler` program answers what the program answers instead (any status from 200 to 499 and any JSON body), after delivering the message it asks for; a handler without a usable answer is `424 handler_failed`. Only the methods and paths the agent's channel manifests declare exist; the others answer `404 not_found` or `405 method_not_allowed`. A channel with `kind = \"github\"` or `kind = \"slack\"` is served by its pack at `POST /v1/channels/{channel}` instead: it checks the platform's signature, and a Slack channel that cannot learn its bot's identity from Slack answers `503 upstream_unavailable` so that Slack retries.",
     );
     let t = if below {
         t.input::<crate::extract::PathParams<ChannelRoutePath>>()
@@ -683,6 +683,26 @@ fn operation(method: &str, below: bool) -> Operation {
         t.input::<crate::extract::PathParams<ChannelPath>>()
     };
     let accepted = schema_of::<Reply>();
+    let mut errors = vec![
+        ErrorCode::InvalidJson,
+        ErrorCode::InvalidBody,
+        ErrorCode::InvalidQuery,
+        ErrorCode::InvalidRequest,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
+        ErrorCode::SessionNotFound,
+        ErrorCode::SessionCorrupt,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::TaskSession,
+        ErrorCode::RequestTimeout,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::HandlerFailed,
+    ];
+    if method == "post" && !below {
+        // A Slack channel that cannot learn its bot's identity.
+        errors.push(ErrorCode::UpstreamUnavailable);
+    }
     let _ = t
         .raw_response(
             202,
@@ -691,22 +711,7 @@ fn operation(method: &str, below: bool) -> Operation {
                 "content": {"application/json": {"schema": accepted}},
             }),
         )
-        .errors(&[
-            ErrorCode::InvalidJson,
-            ErrorCode::InvalidBody,
-            ErrorCode::InvalidQuery,
-            ErrorCode::InvalidRequest,
-            ErrorCode::Unauthorized,
-            ErrorCode::Forbidden,
-            ErrorCode::SessionNotFound,
-            ErrorCode::SessionCorrupt,
-            ErrorCode::MethodNotAllowed,
-            ErrorCode::TaskSession,
-            ErrorCode::RequestTimeout,
-            ErrorCode::PayloadTooLarge,
-            ErrorCode::UnsupportedMediaType,
-            ErrorCode::HandlerFailed,
-        ]);
+        .errors(&errors);
     if method != "get" && method != "delete" {
         op.request_body = serde_json::from_value(json!({
             "required": false,

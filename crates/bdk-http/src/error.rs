@@ -97,6 +97,7 @@ error_codes! {
     HandlerFailed = ("handler_failed", FAILED_DEPENDENCY, "the author's handler program gave no usable answer: it could not start, exited with a failure, ran past its timeout, wrote more than its output cap, printed something other than one JSON object, or answered with an invalid response; the message says which"),
     PayloadTooLarge = ("payload_too_large", PAYLOAD_TOO_LARGE, "the body is over the server's limit (1 MiB by default)"),
     UnsupportedMediaType = ("unsupported_media_type", UNSUPPORTED_MEDIA_TYPE, "the body is not sent as `application/json`"),
+    UpstreamUnavailable = ("upstream_unavailable", SERVICE_UNAVAILABLE, "a platform API a channel needs to classify the request (Slack's `auth.test`) did not answer; the platform retries the request"),
     WorkspaceUnavailable = ("workspace_unavailable", INTERNAL_SERVER_ERROR, "the session workspace cannot be created for a session-bound write call"),
     Internal = ("internal", INTERNAL_SERVER_ERROR, "a failure inside the server; the details are in the server log"),
 }

@@ -67,6 +67,7 @@ mod playground;
 mod routes;
 mod server;
 mod sessions;
+mod slack;
 mod state;
 mod stream;
 mod tools;
@@ -300,6 +301,15 @@ fn agent_router(
         })),
         _ => None,
     };
+    let slack_mount = match (&channels, host.extension::<bdk_slack::Slack>()) {
+        (Some(channels), Some(pack)) => Some(Arc::new(slack::SlackMount {
+            channels: channels.clone(),
+            host: host.clone(),
+            slack: (*pack).clone(),
+            dev: shared.dev,
+        })),
+        _ => None,
+    };
     let schedules = dev::dispatcher(&host, channels.as_ref());
     background.add(host.clone(), schedules.clone(), channels.clone());
     let agent = Arc::new(Agent {
@@ -340,6 +350,10 @@ fn agent_router(
         if let Some(m) = github_mount {
             nested = nested.merge(github::channel_routes(&m));
             github.push(m);
+        }
+        // Slack channels: the request signature is their credential.
+        if let Some(m) = slack_mount {
+            nested = nested.merge(slack::channel_routes(&m));
         }
         router = router.nest("/v1/channels", nested);
     }

@@ -1,0 +1,268 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The pack inside a real host: the `slack.*` host-endpoint operations
+//! reached by a Python tool over the socket named in its environment (the
+//! way subprocess tools and handlers call them), against the fake Slack
+//! Web API; and the durable claim of an event id, taken by `accept` and
+//! given back by `release`.
+
+use std::sync::Arc;
+
+use bdk_core::discover;
+use bdk_core::host::{DirectCall, Host, StartSession};
+use bdk_slack::{Ingress, Request, Slack, SlackOptions};
+use bdk_store::{FsStore, Store};
+use bdk_testkit::slack::{FakeSlack, app_mention};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+const GENERAL: &str = "C0GENERAL";
+
+/// The tool program: runs the requests of its input on one connection, in
+/// order, and prints the answers.
+const CLIENT_PY: &str = r#"
+import json, os, socket, sys
+
+request = json.loads(sys.stdin.readline())
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(os.environ["BDK_HOST_SOCKET"])
+stream = conn.makefile("rwb")
+answers = []
+for n, step in enumerate(request["input"]["requests"]):
+    message = {"token": os.environ["BDK_HOST_TOKEN"], "id": n, "op": step["op"], "args": step["args"]}
+    stream.write(json.dumps(message).encode() + b"\n")
+    stream.flush()
+    answers.append(json.loads(stream.readline()))
+print(json.dumps({"answers": answers}))
+"#;
+
+const CLIENT_TOML: &str = r#"
+description = "Runs requests against the host endpoint."
+effect = "read"
+command = ["python3", "client.py"]
+
+[input_schema]
+type = "object"
+required = ["requests"]
+properties = { requests = { type = "array" } }
+"#;
+
+struct Setup {
+    _dir: TempDir,
+    host: Host,
+    slack: Slack,
+    fake: FakeSlack,
+}
+
+/// A project with a Slack channel on the fake API, the client tool, and a
+/// host over both; the token reaches the pack through injected secrets.
+async fn setup() -> Setup {
+    let fake = FakeSlack::start().await;
+    let channel = format!(
+        "kind = \"slack\"\n\n[slack]\napi_url = \"{}\"\n",
+        fake.url()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("agent/agent.toml", "model = \"scripted\"\n".to_owned()),
+        (
+            "agent/instructions.md",
+            "You are a test agent.\n".to_owned(),
+        ),
+        (
+            "agent/scripted.toml",
+            "[[rules]]\nreply = \"ok\"\n".to_owned(),
+        ),
+        ("agent/channels/slack.toml", channel),
+        ("agent/tools/client.toml", CLIENT_TOML.to_owned()),
+        ("agent/tools/client.py", CLIENT_PY.to_owned()),
+    ];
+    for (path, content) in files {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+    let d = discover(dir.path());
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let project = d.project.unwrap();
+    let secrets: bdk_slack::Secrets =
+        Arc::new(|name| (name == "SLACK_BOT_TOKEN").then(|| FakeSlack::BOT_TOKEN.to_owned()));
+    let slack = Slack::from_project(&project, SlackOptions::default().with_secrets(secrets))
+        .expect("the project has a Slack channel");
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let host = Host::builder(project, store)
+        .extension(Arc::new(slack.clone()))
+        .build()
+        .await
+        .unwrap();
+    Setup {
+        _dir: dir,
+        host,
+        slack,
+        fake,
+    }
+}
+
+/// Runs the client tool with `requests`: unbound, or bound to a fresh
+/// dry-run session.
+async fn run_client(host: &Host, dry_run: bool, requests: Value) -> Vec<Value> {
+    let session_id = if dry_run {
+        let started = host
+            .start_session(StartSession {
+                dry_run: true,
+                ..StartSession::default()
+            })
+            .await
+            .unwrap();
+        Some(started.session_id)
+    } else {
+        None
+    };
+    let out = host
+        .call_tool(DirectCall {
+            name: "client".into(),
+            input: json!({ "requests": requests }),
+            session_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{:?}", out.result);
+    out.result["answers"].as_array().unwrap().clone()
+}
+
+fn ok(answer: &Value) -> &Value {
+    assert_eq!(answer["ok"], json!(true), "{answer}");
+    &answer["result"]
+}
+
+fn refused(answer: &Value, code: &str) -> String {
+    assert_eq!(answer["ok"], json!(false), "{answer}");
+    assert_eq!(answer["error"], json!(code), "{answer}");
+    answer["message"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_slack_operations_post_update_and_read_a_thread() {
+    let s = setup().await;
+    let parent = s
+        .fake
+        .post_user_message(GENERAL, "U0ALICE", "deploy went fine?", None);
+    let a = run_client(
+        &s.host,
+        false,
+        json!([
+            {"op": "slack.post", "args": {"channel": GENERAL, "thread_ts": parent, "text": "**Yes**, see [the log](https://ci.example.com/1)"}},
+        ]),
+    )
+    .await;
+    let posted = ok(&a[0]).clone();
+    let ts = posted["ts"].as_str().unwrap().to_owned();
+    let a = run_client(
+        &s.host,
+        false,
+        json!([
+            {"op": "slack.update", "args": {"channel": GENERAL, "ts": ts, "text": "Yes & done"}},
+            {"op": "slack.thread", "args": {"channel": GENERAL, "thread_ts": parent}},
+        ]),
+    )
+    .await;
+    ok(&a[0]);
+    let thread = ok(&a[1]);
+    let texts: Vec<&str> = thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["deploy went fine?", "Yes &amp; done"], "{thread}");
+    // The first text went out as mrkdwn.
+    let first = s
+        .fake
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "chat.postMessage")
+        .unwrap();
+    assert_eq!(
+        first.arg("text"),
+        Some("*Yes*, see <https://ci.example.com/1|the log>")
+    );
+    assert_eq!(
+        first.header("authorization"),
+        Some(format!("Bearer {}", FakeSlack::BOT_TOKEN).as_str())
+    );
+}
+
+#[tokio::test]
+async fn the_slack_operations_refuse_bad_arguments_and_dry_runs() {
+    let s = setup().await;
+    let a = run_client(
+        &s.host,
+        false,
+        json!([
+            {"op": "slack.post", "args": {"text": "no channel and no thread"}},
+            {"op": "slack.post", "args": {"channel": "#general", "text": "a name, not an id"}},
+            {"op": "slack.post", "args": {"channel": GENERAL, "text": "  "}},
+            {"op": "slack.post", "args": {"channel": GENERAL, "thread_ts": "yesterday", "text": "x"}},
+            {"op": "slack.post", "args": {"channel": GENERAL, "text": "x", "blocks": "not blocks"}},
+            {"op": "slack.post", "args": {"channel": GENERAL, "text": "x", "sneaky": 1}},
+            {"op": "slack.update", "args": {"channel": GENERAL, "text": "no ts"}},
+            {"op": "slack.thread", "args": {"channel": GENERAL}},
+        ]),
+    )
+    .await;
+    for answer in &a {
+        refused(answer, "invalid_args");
+    }
+    assert!(s.fake.requests().is_empty());
+    // Slack's refusal is the operation's failure, with Slack's code.
+    let a = run_client(
+        &s.host,
+        false,
+        json!([{"op": "slack.post", "args": {"channel": "C0NOWHERE", "text": "hi"}}]),
+    )
+    .await;
+    let m = refused(&a[0], "unavailable");
+    assert!(m.contains("slack_channel_not_found"), "{m}");
+    // A dry run reads but does not write.
+    let parent = s.fake.post_user_message(GENERAL, "U0ALICE", "hello", None);
+    let a = run_client(
+        &s.host,
+        true,
+        json!([
+            {"op": "slack.post", "args": {"channel": GENERAL, "text": "hi"}},
+            {"op": "slack.update", "args": {"channel": GENERAL, "ts": parent, "text": "hi"}},
+            {"op": "slack.thread", "args": {"channel": GENERAL, "thread_ts": parent}},
+        ]),
+    )
+    .await;
+    refused(&a[0], "dry_run");
+    refused(&a[1], "dry_run");
+    ok(&a[2]);
+}
+
+#[tokio::test]
+async fn an_event_id_is_claimed_once_and_a_released_claim_runs_again() {
+    let s = setup().await;
+    let mention = app_mention(GENERAL, "U0ALICE", "<@U0BOT> hi", "1700000000.000100", None);
+    let request = |id: &str| Request::Event {
+        event_id: id.to_owned(),
+        team_id: Some(FakeSlack::TEAM.to_owned()),
+        event: mention.clone(),
+    };
+    let first = s.slack.accept("slack", request("Ev1")).await.unwrap();
+    assert!(matches!(first, Ingress::Engage { .. }), "{first:?}");
+    let again = s.slack.accept("slack", request("Ev1")).await.unwrap();
+    assert!(matches!(again, Ingress::Duplicate { .. }), "{again:?}");
+    s.slack.release("slack", "Ev1").await;
+    let retried = s.slack.accept("slack", request("Ev1")).await.unwrap();
+    assert!(matches!(retried, Ingress::Engage { .. }), "{retried:?}");
+    assert!(s.slack.accept("nope", request("Ev2")).await.is_err());
+    // The bot's identity came from auth.test, once.
+    let auth = s
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "auth.test")
+        .count();
+    assert_eq!(auth, 1);
+}
