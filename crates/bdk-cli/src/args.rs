@@ -10,7 +10,7 @@ use crate::{evals, github, serve, slack};
 
 /// Build, run and inspect BDK agents.
 #[derive(Parser, Debug)]
-#[command(name = "bdk", version, about, propagate_version = true)]
+#[command(name = "bdk", version = crate::VERSION, about, propagate_version = true)]
 pub(crate) struct Cli {
     /// How log lines on stderr are written: `text` or `json` (one JSON
     /// object a line).
@@ -121,9 +121,10 @@ pub(crate) enum Command {
         /// Development mode: every session is listed to loopback callers.
         #[arg(long)]
         dev: bool,
-        /// Port; 0 picks any free port; a busy port falls back to the next free one.
-        #[arg(long, default_value_t = 3000)]
-        port: u16,
+        /// Port [default: 3000, and when it is busy the next free one]; an
+        /// explicit port that is busy is an error; 0 picks any free port.
+        #[arg(long)]
+        port: Option<u16>,
         /// Interface to bind.
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
@@ -192,6 +193,26 @@ pub(crate) enum Command {
     /// Send GitHub webhook deliveries to a running server: replay one (from
     /// a pull request URL or a saved file) or forward a relay's.
     Github(github::GithubArgs),
+    /// Print a shell completion script.
+    #[command(after_help = "Examples:
+  bdk completions bash > ~/.local/share/bash-completion/completions/bdk
+  bdk completions zsh > \"${fpath[1]}/_bdk\"
+  bdk completions fish > ~/.config/fish/completions/bdk.fish")]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), or write one page per command.
+    #[command(after_help = "Examples:
+  bdk man | man -l -
+  bdk man --out-dir ~/.local/share/man/man1")]
+    Man {
+        /// Write `bdk.1` and a page per command (`bdk-serve.1`, ...) here
+        /// instead of printing `bdk.1`.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
     /// Set up and check a Slack channel's app: print its app manifest, or
     /// check its token, scopes, signing secret and request URL.
     Slack(slack::SlackArgs),

@@ -97,7 +97,8 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             let opts = crate::serve::ServeOptions {
                 dirs,
                 dev,
-                port,
+                port: port.unwrap_or(crate::serve::DEFAULT_PORT),
+                port_fallback: port.is_none(),
                 host,
                 single: mode == "single",
                 state_root,
@@ -116,6 +117,8 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
         Command::Evals(args) => crate::evals::run(args).await,
         Command::Github(args) => Ok(crate::github::run(args).await),
         Command::Slack(args) => Ok(crate::slack::run(args).await),
+        Command::Completions { shell } => crate::generate::completions(shell).map(|()| 0),
+        Command::Man { out_dir } => crate::generate::man(out_dir.as_deref()).map(|()| 0),
         Command::Mcp { project } => {
             let dir = project.dir(None);
             crate::mcp::run(&dir, &project.state_root(&dir)).await

@@ -15,10 +15,22 @@ use crate::args::{Cli, Command};
 #[macro_use]
 mod output;
 
+/// `bdk --version`: the package version, the commit it was built from and
+/// the build date.
+pub(crate) const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("BDK_COMMIT"),
+    " ",
+    env!("BDK_BUILD_DATE"),
+    ")"
+);
+
 mod args;
 mod commands;
 mod cost;
 mod evals;
+mod generate;
 mod github;
 mod hooks;
 mod init;

@@ -13,6 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 /// How many ports after a busy preferred one are tried.
 const PORT_FALLBACKS: u16 = 20;
+
+/// The port `bdk serve` binds when none is given.
+pub const DEFAULT_PORT: u16 = 3000;
 /// How long running turns get to settle on shutdown (at most the whole
 /// shutdown grace).
 const TURN_SETTLE: Duration = Duration::from_secs(10);
@@ -26,8 +29,11 @@ pub struct ServeOptions {
     pub dirs: Vec<PathBuf>,
     /// Dev mode.
     pub dev: bool,
-    /// Preferred port (0 = any free port).
+    /// The port (0 = any free port).
     pub port: u16,
+    /// When the port is busy, take the next free one (the default port);
+    /// otherwise a busy port is an error (a port the user chose).
+    pub port_fallback: bool,
     /// Interface to bind.
     pub host: String,
     /// One agent at `/v1/*`.
@@ -185,13 +191,24 @@ fn parse_tokens(raw: &[String]) -> Result<Vec<BearerToken>> {
     Ok(out)
 }
 
-/// Binds `host:port`, or the next free port when it is busy.
-fn bind(host: &str, port: u16) -> Result<TcpListener> {
+/// Binds `host:port`; with `fallback`, the next free port when it is busy.
+fn bind(host: &str, port: u16, fallback: bool) -> Result<TcpListener> {
     let ip: IpAddr = host
         .parse()
         .with_context(|| format!("--host `{host}` is not an IP address"))?;
     if port == 0 {
         return listen(SocketAddr::new(ip, 0)).with_context(|| format!("cannot bind {host}"));
+    }
+    if !fallback {
+        return listen(SocketAddr::new(ip, port)).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                anyhow::anyhow!(
+                    "port {port} on {host} is busy (another server is listening there); stop it, pick another --port, or pass --port 0 for any free port"
+                )
+            } else {
+                anyhow::Error::new(e).context(format!("cannot bind {host}:{port}"))
+            }
+        });
     }
     let mut last = None;
     for candidate in port..=port.saturating_add(PORT_FALLBACKS) {
@@ -443,7 +460,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         Schedules::Off
     });
     let app = app.router;
-    let listener = bind(&opts.host, opts.port)?;
+    let listener = bind(&opts.host, opts.port, opts.port_fallback)?;
     let addr = listener.local_addr()?;
     let base = format!("http://{addr}");
     // Tell CLI commands on the same state roots where to send their work

@@ -167,17 +167,18 @@ async fn serve_refuses_invalid_projects_and_bad_flags() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_busy_port_falls_back_to_the_next_free_one_and_single_mode_serves_v1() {
+async fn a_busy_default_port_falls_back_to_the_next_free_one_and_single_mode_serves_v1() {
     let (_tmp, dir) = weather();
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = taken.local_addr().unwrap().port();
+    // The default port, held here (or by whoever already holds it): busy
+    // either way. An explicit `--port` does not fall back (conventions.rs).
+    let taken = std::net::TcpListener::bind("127.0.0.1:3000");
     let mut cmd = Command::cargo_bin("bdk").unwrap();
     cmd.arg("serve")
         .arg(&dir)
-        .args(["--port", &port.to_string(), "--mode", "single"])
+        .args(["--mode", "single"])
         .env_remove("BDK_STATE_ROOT");
     let server = Server::spawn(cmd);
-    assert_ne!(server.base, format!("http://127.0.0.1:{port}"));
+    assert_ne!(server.base, "http://127.0.0.1:3000");
     let c = client();
     let (status, body) = post(
         &c,
@@ -187,7 +188,7 @@ async fn a_busy_port_falls_back_to_the_next_free_one_and_single_mode_serves_v1()
     .await;
     assert_eq!(status, 200, "{body}");
     // Give the stderr reader a moment to see the fallback note it printed first.
-    server.wait_for_stderr(|text| text.contains("busy"));
+    server.wait_for_stderr(|text| text.contains("port 3000 is busy"));
     drop(taken);
 }
 
