@@ -88,8 +88,9 @@ pub(crate) enum Command {
         tool: String,
         #[command(flatten)]
         project: ProjectArgs,
-        /// The input as JSON.
-        #[arg(long, short = 'i', default_value = "{}")]
+        /// The input as JSON, `-` to read it from standard input, or
+        /// `@FILE` to read it from a file.
+        #[arg(long, short = 'i', default_value = "{}", value_name = "JSON|-|@FILE")]
         input: String,
         /// Bind the call to a session (its workspace, recorded in its events).
         #[arg(long)]

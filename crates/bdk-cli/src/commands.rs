@@ -585,6 +585,30 @@ fn host_error(e: &HostError) -> Result<u8> {
     })
 }
 
+/// A JSON argument as given: inline JSON, `-` for standard input, or
+/// `@FILE` for a file's content (as curl reads `-d @file`).
+fn read_json_arg(flag: &str, value: &str) -> Result<Value, String> {
+    let (text, from) = if value == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| format!("{flag} -: cannot read standard input: {e}"))?;
+        (text, "standard input".to_owned())
+    } else if let Some(path) = value.strip_prefix('@') {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("{flag} @{path}: cannot read the file: {e}"))?;
+        (text, path.to_owned())
+    } else {
+        (value.to_owned(), String::new())
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        if from.is_empty() {
+            format!("{flag} is not valid JSON: {e}")
+        } else {
+            format!("{flag}: {from} is not valid JSON: {e}")
+        }
+    })
+}
+
 async fn call(
     dir: &Path,
     state_root: &Path,
@@ -593,10 +617,10 @@ async fn call(
     session: Option<String>,
     approve: bool,
 ) -> Result<u8> {
-    let input: Value = match serde_json::from_str(input) {
+    let input: Value = match read_json_arg("--input", input) {
         Ok(v) => v,
-        Err(e) => {
-            errln!("error: --input is not valid JSON: {e}");
+        Err(message) => {
+            errln!("error: {message}");
             return Ok(UNUSABLE);
         }
     };

@@ -257,7 +257,9 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         errln!("note: {note}");
     }
     let dirs = if opts.dirs.is_empty() {
-        vec![PathBuf::from(".")]
+        // The project around the current directory, found as for the
+        // other commands.
+        vec![crate::support::ProjectArgs::default().dir(None)]
     } else {
         opts.dirs.clone()
     };

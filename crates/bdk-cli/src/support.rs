@@ -196,7 +196,7 @@ async fn build_host(
 }
 
 /// Where the project and its state live.
-#[derive(clap::Args, Debug, Clone)]
+#[derive(clap::Args, Debug, Clone, Default)]
 pub(crate) struct ProjectArgs {
     /// The project directory (the one holding `agent/`).
     #[arg(long, short = 'd', value_name = "DIR")]
@@ -206,12 +206,46 @@ pub(crate) struct ProjectArgs {
     pub(crate) state_root: Option<PathBuf>,
 }
 
+/// The nearest of `start` and its ancestors that holds an `agent/` or
+/// `bot/` folder.
+pub(crate) fn find_project(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .find(|d| d.join("agent").is_dir() || d.join("bot").is_dir())
+        .map(Path::to_path_buf)
+}
+
 impl ProjectArgs {
+    /// The project: the directory given (positional or `--dir`), else the
+    /// nearest of the current directory and its parents that holds an
+    /// `agent/` (or `bot/`) folder, as cargo and git find theirs, so any
+    /// folder inside a project works, `agent/` itself included. When none
+    /// does, the current directory, with a note on stderr saying where bdk
+    /// looked.
     pub(crate) fn dir(&self, positional: Option<&Path>) -> PathBuf {
-        positional
+        if let Some(dir) = positional
             .map(Path::to_path_buf)
             .or_else(|| self.dir.clone())
-            .unwrap_or_else(|| PathBuf::from("."))
+        {
+            return dir;
+        }
+        let Ok(cwd) = std::env::current_dir() else {
+            return PathBuf::from(".");
+        };
+        match find_project(&cwd) {
+            Some(root) if root == cwd => PathBuf::from("."),
+            Some(root) => root,
+            None => {
+                static NOTED: std::sync::Once = std::sync::Once::new();
+                NOTED.call_once(|| {
+                    errln!(
+                        "note: no agent/ folder in {} or any folder above it; pass the project directory (--dir DIR) or run bdk inside a project",
+                        cwd.display()
+                    );
+                });
+                PathBuf::from(".")
+            }
+        }
     }
 
     pub(crate) fn state_root(&self, dir: &Path) -> PathBuf {

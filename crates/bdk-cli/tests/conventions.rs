@@ -123,3 +123,85 @@ fn a_busy_port_that_was_asked_for_is_an_error() {
     );
     assert!(err.contains("--port 0"), "{err}");
 }
+
+/// `bdk <args>` run in `cwd`, with `stdin` on standard input.
+fn bdk_in(cwd: &std::path::Path, args: &[&str], stdin: &str) -> (i32, String, String) {
+    use std::io::Write as _;
+    let mut child = Command::cargo_bin("bdk")
+        .unwrap()
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("BDK_STATE_ROOT")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn json_arguments_come_inline_from_stdin_or_from_a_file() {
+    let (_tmp, dir) = common::weather();
+    let (code, out, err) = bdk_in(
+        &dir,
+        &["call", "get_weather", "--input", "-"],
+        r#"{"city": "Paris"}"#,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Paris"), "{out}");
+    let file = dir.join("input.json");
+    std::fs::write(&file, r#"{"city": "Oslo"}"#).unwrap();
+    let at = format!("@{}", file.display());
+    let (code, out, err) = bdk_in(&dir, &["call", "get_weather", "-i", &at], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Oslo"), "{out}");
+    for (input, stdin, says) in [
+        ("@/no/such/file.json", "", "cannot read the file"),
+        ("-", "{not json", "standard input is not valid JSON"),
+        ("{nope", "", "--input is not valid JSON"),
+    ] {
+        let (code, _, err) = bdk_in(&dir, &["call", "get_weather", "-i", input], stdin);
+        assert_eq!(code, 2, "{input}: {err}");
+        assert!(err.contains(says), "{input}: {err}");
+    }
+}
+
+#[test]
+fn the_project_is_found_from_any_folder_inside_it() {
+    let (_tmp, dir) = common::weather();
+    for inside in [dir.clone(), dir.join("agent"), dir.join("agent/tools")] {
+        let (code, out, err) = bdk_in(&inside, &["validate"], "");
+        assert_eq!(code, 0, "{}: {err}", inside.display());
+        assert!(
+            out.contains("0 error(s)") || err.contains("0 error(s)"),
+            "{out}{err}"
+        );
+    }
+    // The state lives at the project root, whichever folder bdk ran in.
+    let (code, _, err) = bdk_in(
+        &dir.join("agent/tools"),
+        &["call", "get_weather", "-i", r#"{"city": "Rome"}"#],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(dir.join(".bdk").is_dir());
+    assert!(!dir.join("agent/tools/.bdk").exists());
+    // Outside any project: the error, and where bdk looked.
+    let outside = tempfile::tempdir().unwrap();
+    let (code, _, err) = bdk_in(outside.path(), &["validate"], "");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no agent/ folder in"), "{err}");
+    assert!(err.contains(&outside.path().display().to_string()), "{err}");
+}
