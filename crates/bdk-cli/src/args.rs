@@ -28,13 +28,27 @@ pub(crate) struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
-    /// Scaffold a new agent project (the offline weather example).
+    /// Scaffold a new agent project (the offline weather example, or an
+    /// empty agent).
+    #[command(after_help = "Examples:
+  bdk init my-agent                      the offline weather example
+  bdk init helpdesk --template empty --var name=helpdesk --var model=openai/gpt-4o-mini")]
     Init {
         /// Where to create it (must be empty or absent).
         #[arg(default_value = ".")]
         dir: PathBuf,
+        /// What to start from.
+        #[arg(long, value_enum, default_value_t = crate::init::Template::Weather)]
+        template: crate::init::Template,
+        /// Set `name`, `description` or `model` in agent/agent.toml
+        /// (repeatable).
+        #[arg(long = "var", value_name = "KEY=VALUE")]
+        vars: Vec<String>,
     },
     /// Check the project and print every problem with its fix.
+    #[command(after_help = "Examples:
+  bdk validate                 the project around the current folder
+  bdk validate my-agent --json")]
     Validate {
         /// The project directory (same as --dir).
         #[arg(value_name = "DIR")]
@@ -46,6 +60,9 @@ pub(crate) enum Command {
         json: bool,
     },
     /// Print the discovered surface: tools, skills, subagents, ...
+    #[command(after_help = "Examples:
+  bdk info
+  bdk info my-agent --json | jq '.tools[].name'")]
     Info {
         /// The project directory (same as --dir).
         #[arg(value_name = "DIR")]
@@ -57,6 +74,10 @@ pub(crate) enum Command {
         json: bool,
     },
     /// Run one turn and print its trajectory as JSON.
+    #[command(after_help = "Examples:
+  bdk run -m \"What's the weather in Paris?\"
+  bdk run -m \"And tomorrow?\" --session ses_...
+  bdk run -m \"Plan the release\" --dry-run --as-of 2026-01-15T09:00:00Z")]
     Run {
         #[command(flatten)]
         project: ProjectArgs,
@@ -83,6 +104,10 @@ pub(crate) enum Command {
         otlp_endpoint: Option<String>,
     },
     /// Call a server tool without a model turn.
+    #[command(after_help = "Examples:
+  bdk call get_weather -i '{\"city\": \"Paris\"}'
+  jq -n '{city: \"Oslo\"}' | bdk call get_weather -i -
+  bdk call deploy -i @deploy.json --approve")]
     Call {
         /// The tool.
         tool: String,
@@ -107,6 +132,9 @@ pub(crate) enum Command {
         events: PathBuf,
     },
     /// List stored sessions.
+    #[command(after_help = "Examples:
+  bdk sessions
+  bdk sessions --json | jq '.[0].id'")]
     Sessions {
         #[command(flatten)]
         project: ProjectArgs,
@@ -115,6 +143,11 @@ pub(crate) enum Command {
         json: bool,
     },
     /// Serve agents over HTTP: `/<slug>/v1/*` per agent, host routes at `/`.
+    #[command(after_help = "Examples:
+  bdk serve                          the project here, on port 3000 (or the next free)
+  bdk serve --dev                    list every session to loopback callers
+  bdk serve a b --port 8080          two agents, under /a/v1 and /b/v1
+  bdk serve --mode single --bearer-token \"$TOKEN\" --host 0.0.0.0")]
     Serve {
         /// Project directories (default: the current directory).
         #[arg(value_name = "DIR")]
@@ -190,6 +223,11 @@ pub(crate) enum Command {
     },
     /// Run the project's evals (`evals/**/*.eval.toml`) and report; exits 1
     /// when a case fails.
+    #[command(after_help = "Examples:
+  bdk evals
+  bdk evals --filter paris --verbose
+  bdk evals --json --junit report.xml      for CI
+  bdk evals --url http://127.0.0.1:3000    against a running server")]
     Evals(evals::EvalsArgs),
     /// Send GitHub webhook deliveries to a running server: replay one (from
     /// a pull request URL or a saved file) or forward a relay's.

@@ -25,7 +25,11 @@ use crate::support::{
 /// Runs one command and returns the process exit code.
 pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
     let result = match command {
-        Command::Init { dir } => init::run(&dir),
+        Command::Init {
+            dir,
+            template,
+            vars,
+        } => init::run(&dir, template, &vars),
         Command::Validate {
             path,
             project,

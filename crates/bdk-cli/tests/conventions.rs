@@ -205,3 +205,89 @@ fn the_project_is_found_from_any_folder_inside_it() {
     assert!(err.contains("no agent/ folder in"), "{err}");
     assert!(err.contains(&outside.path().display().to_string()), "{err}");
 }
+
+#[test]
+fn init_starts_from_a_template_with_variables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("helpdesk");
+    let (code, out, err) = bdk(&[
+        "init",
+        empty.to_str().unwrap(),
+        "--template",
+        "empty",
+        "--var",
+        "name=helpdesk",
+        "--var",
+        "description=Answers \"tickets\"",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("3 files"), "{out}");
+    let toml = std::fs::read_to_string(empty.join("agent/agent.toml")).unwrap();
+    assert!(toml.contains("name = \"helpdesk\""), "{toml}");
+    assert!(
+        toml.contains(r#"description = "Answers \"tickets\"""#),
+        "{toml}"
+    );
+    let (code, out, err) = bdk(&["info", empty.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"helpdesk\""), "{out}");
+
+    // The weather example with another name still validates.
+    let weather = tmp.path().join("forecaster");
+    let (code, _, err) = bdk(&[
+        "init",
+        weather.to_str().unwrap(),
+        "--var",
+        "name=forecaster",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let toml = std::fs::read_to_string(weather.join("agent/agent.toml")).unwrap();
+    assert!(toml.contains("name = \"forecaster\""), "{toml}");
+    assert!(
+        toml.contains("[builtin_tools]"),
+        "comments and tables kept: {toml}"
+    );
+    let (code, _, err) = bdk(&["validate", weather.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+
+    // Bad variables and templates write nothing.
+    for args in [
+        vec!["--var", "colour=red"],
+        vec!["--var", "no-equals-sign"],
+        vec!["--template", "kitchen-sink"],
+    ] {
+        let target = tmp.path().join("never");
+        let mut all = vec!["init", target.to_str().unwrap()];
+        all.extend(args.iter().copied());
+        let (code, _, err) = bdk(&all);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(!target.exists(), "{args:?}");
+    }
+}
+
+#[test]
+fn the_main_commands_show_examples_in_their_help() {
+    for command in [
+        "init",
+        "validate",
+        "info",
+        "run",
+        "call",
+        "sessions",
+        "serve",
+        "evals",
+        "completions",
+        "man",
+    ] {
+        let (code, out, err) = bdk(&[command, "--help"]);
+        assert_eq!(code, 0, "{command}: {err}");
+        let examples = out
+            .split_once("Examples:")
+            .unwrap_or_else(|| panic!("{command} --help has no examples:\n{out}"))
+            .1;
+        assert!(
+            examples.contains(&format!("bdk {command}")),
+            "{command}: {examples}"
+        );
+    }
+}
