@@ -102,6 +102,9 @@ pub(crate) enum Command {
         /// http://localhost:4317); `OTEL_EXPORTER_OTLP_ENDPOINT` also turns it on.
         #[arg(long, value_name = "URL")]
         otlp_endpoint: Option<String>,
+        /// Print JSON (also what a pipe gets; a terminal gets text).
+        #[arg(long)]
+        json: bool,
     },
     /// Call a server tool without a model turn.
     #[command(after_help = "Examples:
@@ -124,6 +127,9 @@ pub(crate) enum Command {
         /// `local`); without it such a tool is refused.
         #[arg(long)]
         approve: bool,
+        /// Print JSON (also what a pipe gets; a terminal gets text).
+        #[arg(long)]
+        json: bool,
     },
     /// Summarise a saved event file in the shape `run` prints.
     Trajectory {
@@ -264,5 +270,8 @@ pub(crate) enum Command {
         /// Print the raw NDJSON events instead of the summary.
         #[arg(long)]
         events: bool,
+        /// Print JSON (also what a pipe gets; a terminal gets text).
+        #[arg(long)]
+        json: bool,
     },
 }

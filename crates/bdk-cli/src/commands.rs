@@ -48,7 +48,9 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             as_of,
             record,
             otlp_endpoint: _,
+            json,
         } => {
+            crate::support::choose_output(crate::support::Render::Run, json);
             let dir = project.dir(None);
             let root = project.state_root(&dir);
             let opts = RunOptions {
@@ -66,7 +68,9 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             input,
             session,
             approve,
+            json,
         } => {
+            crate::support::choose_output(crate::support::Render::Call, json);
             let dir = project.dir(None);
             let root = project.state_root(&dir);
             call(&dir, &root, tool, &input, session, approve).await
@@ -135,7 +139,9 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             id,
             project,
             events,
+            json,
         } => {
+            crate::support::choose_output(crate::support::Render::Session, json);
             let dir = project.dir(None);
             session(&project.state_root(&dir), &id, events).await
         }
@@ -174,6 +180,7 @@ fn validate(dir: &Path, json: bool) -> Result<u8> {
 }
 
 async fn info(dir: &Path, json: bool) -> Result<u8> {
+    let json = crate::support::wants_json(json);
     let discovery = discover(dir);
     let Some(project) = &discovery.project else {
         print_diagnostics(&discovery.diagnostics, true);
@@ -712,6 +719,7 @@ fn trajectory(path: &Path) -> Result<u8> {
 }
 
 async fn sessions(state_root: &Path, json: bool) -> Result<u8> {
+    let json = crate::support::wants_json(json);
     if !state_root.exists() {
         if json {
             print_json(&json!([]))?;

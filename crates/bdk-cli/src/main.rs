@@ -39,6 +39,7 @@ mod logs;
 mod malloc;
 mod mcp;
 mod remote;
+mod render;
 mod sandbox;
 mod serve;
 mod slack;

@@ -20,7 +20,34 @@ pub(crate) const FAILED: u8 = 1;
 /// Exit code: the request was unusable.
 pub(crate) const UNUSABLE: u8 = 2;
 
+pub(crate) use crate::render::Render;
+
+/// Set once a command has chosen text for people (see [`choose_output`]).
+static TEXT: std::sync::OnceLock<Render> = std::sync::OnceLock::new();
+
+/// True when results go out as JSON: asked for with `--json`, or stdout is
+/// not a terminal (a pipe, a file: a program is reading).
+pub(crate) fn wants_json(json_flag: bool) -> bool {
+    use std::io::IsTerminal as _;
+    json_flag || !std::io::stdout().is_terminal()
+}
+
+/// Makes [`print_json`] print `kind`'s text form instead, unless JSON is
+/// wanted ([`wants_json`]).
+pub(crate) fn choose_output(kind: Render, json_flag: bool) {
+    if !wants_json(json_flag) {
+        let _ = TEXT.set(kind);
+    }
+}
+
+/// Prints a command's result: pretty JSON, or its text form when the
+/// command chose text for a terminal.
 pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    if let Some(kind) = TEXT.get() {
+        let value = serde_json::to_value(value)?;
+        outln!("{}", crate::render::text(*kind, &value));
+        return Ok(());
+    }
     outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

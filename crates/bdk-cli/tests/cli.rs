@@ -536,8 +536,7 @@ fn info_json_describes_channel_routes_and_tool_sources() {
         ]),
         "{info}"
     );
-    // The text listing keeps its one line per channel.
-    let out = bdk().arg("info").arg(tmp.path()).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    // The text listing (on a terminal) keeps its one line per channel.
+    let text = common::on_a_terminal(&["info", tmp.path().to_str().unwrap()], tmp.path());
     assert!(text.contains("inbox POST /, GET /status"), "{text}");
 }

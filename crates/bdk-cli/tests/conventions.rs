@@ -291,3 +291,51 @@ fn the_main_commands_show_examples_in_their_help() {
         );
     }
 }
+
+#[test]
+fn a_terminal_gets_text_and_a_pipe_or_json_gets_the_json() {
+    let (_tmp, dir) = common::weather();
+    let ask = ["run", "-m", "What's the weather in Paris?"];
+    let text = common::on_a_terminal(&ask, &dir);
+    assert!(
+        text.starts_with("It is 12°C and sunny in Paris (simulated data).\n"),
+        "{text}"
+    );
+    assert!(text.contains("✓ completed · get_weather ("), "{text}");
+    assert!(!text.contains("\"reply\""), "{text}");
+    // `--json` on a terminal, and any pipe: the JSON as before.
+    let with_flag = common::on_a_terminal(&["run", "-m", "hi", "--json"], &dir);
+    let v: serde_json::Value = serde_json::from_str(with_flag.trim()).unwrap();
+    assert_eq!(v["ok"], true);
+    let (code, piped, err) = bdk_in(&dir, &["run", "-m", "hi"], "");
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&piped).unwrap();
+    assert!(v["sessionId"].is_string(), "{v}");
+    let id = v["sessionId"].as_str().unwrap().to_owned();
+
+    let text = common::on_a_terminal(&["call", "get_weather", "-i", r#"{"city": "Oslo"}"#], &dir);
+    assert!(text.contains("\"city\": \"Oslo\""), "{text}");
+    assert!(text.contains("✓ get_weather ("), "{text}");
+    let text = common::on_a_terminal(&["call", "nope"], &dir);
+    assert!(text.contains("✗ unknown_tool"), "{text}");
+
+    let text = common::on_a_terminal(&["session", &id], &dir);
+    assert!(
+        text.starts_with(&format!("{id}  waiting  chat session on cli")),
+        "{text}"
+    );
+    let (_, piped, _) = bdk_in(&dir, &["session", &id], "");
+    let v: serde_json::Value = serde_json::from_str(&piped).unwrap();
+    assert_eq!(v["session"]["id"], id.as_str());
+
+    let text = common::on_a_terminal(&["sessions"], &dir);
+    assert!(text.contains(&id) && !text.contains('{'), "{text}");
+    let (_, piped, _) = bdk_in(&dir, &["sessions"], "");
+    let v: serde_json::Value = serde_json::from_str(&piped).unwrap();
+    assert!(v.as_array().is_some_and(|a| a.len() == 3), "{v}");
+    let text = common::on_a_terminal(&["info"], &dir);
+    assert!(text.starts_with("agent: weather"), "{text}");
+    let (_, piped, _) = bdk_in(&dir, &["info"], "");
+    let v: serde_json::Value = serde_json::from_str(&piped).unwrap();
+    assert_eq!(v["name"], "weather");
+}

@@ -616,8 +616,7 @@ fn info_lists_the_experiments() {
         "agent/experiments/concise.md"
     );
     assert_eq!(tone["arms"][1]["model"], "scripted/concise");
-    let out = bdk().arg("info").arg(&dir).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = common::on_a_terminal(&["info", dir.to_str().unwrap()], &dir);
     assert!(text.contains("tone: control 50%, concise 50%"), "{text}");
 }
 

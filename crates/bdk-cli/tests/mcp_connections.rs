@@ -179,15 +179,8 @@ fn info_lists_advertised_mcp_tools_with_their_source() {
     assert_eq!(info["connectionErrors"], json!([]), "{info}");
     assert_mcp_tools(&info["tools"], &info);
 
-    let out = Command::cargo_bin("bdk")
-        .unwrap()
-        .env_remove("BDK_STATE_ROOT")
-        .args(["info", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
+    // The text form, as a terminal shows it.
+    let text = common::on_a_terminal(&["info", "--dir", dir.path().to_str().unwrap()], dir.path());
     let count = info["tools"].as_array().unwrap().len();
     assert!(text.contains(&format!("tools ({count}):")), "{text}");
     assert!(
@@ -214,7 +207,8 @@ fn info_says_on_stderr_when_a_connection_does_not_list() {
         stderr.contains("MCP connection `broken` did not list its tools"),
         "{stderr}"
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout =
+        common::on_a_terminal(&["info", "--dir", dir.path().to_str().unwrap()], dir.path());
     // The working connection's tool is listed, with its source.
     assert!(
         stdout.contains("shout [read, server, mcp:shouter] upper-cases"),

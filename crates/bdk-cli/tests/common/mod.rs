@@ -411,3 +411,21 @@ pub async fn acknowledged_work_survives(args: &[&str], dir: &Path, slug: &str, s
     assert_eq!(counts.get("dlv_kill9_a"), Some(&1), "{counts:?}");
     assert_eq!(counts.get("dlv_kill9_b"), Some(&1), "{counts:?}");
 }
+
+/// `bdk <args>` run in `cwd` with a pseudo-terminal as its stdout (through
+/// util-linux `script`), as a person at a terminal runs it; its output.
+#[allow(dead_code)]
+pub fn on_a_terminal(args: &[&str], cwd: &Path) -> String {
+    let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_bdk"))
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let out = std::process::Command::new("script")
+        .args(["-qec", &quoted.join(" "), "/dev/null"])
+        .current_dir(cwd)
+        .env_remove("BDK_STATE_ROOT")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("util-linux `script` runs bdk on a pseudo-terminal");
+    String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")
+}
