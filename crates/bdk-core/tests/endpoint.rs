@@ -18,44 +18,6 @@ use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
-/// The tool program: runs the requests of its input on one connection, in
-/// order, and prints the answers with the socket and token it was given.
-const CLIENT_PY: &str = r#"
-import json, os, socket, sys
-
-request = json.loads(sys.stdin.readline())
-steps = request["input"]["requests"]
-path = os.environ["BDK_HOST_SOCKET"]
-token = os.environ["BDK_HOST_TOKEN"]
-conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-conn.connect(path)
-stream = conn.makefile("rwb")
-answers = []
-for n, step in enumerate(steps):
-    if "raw" in step:
-        line = step["raw"]
-    else:
-        message = {"token": step.get("token", token), "id": n, "op": step["op"]}
-        if "args" in step:
-            message["args"] = step["args"]
-        line = json.dumps(message)
-    stream.write(line.encode() + b"\n")
-    stream.flush()
-    answers.append(json.loads(stream.readline()))
-print(json.dumps({"socket": path, "token": token, "answers": answers}))
-"#;
-
-const CLIENT_TOML: &str = r#"
-description = "Runs requests against the host endpoint."
-effect = "read"
-command = ["python3", "client.py"]
-
-[input_schema]
-type = "object"
-required = ["requests"]
-properties = { requests = { type = "array" } }
-"#;
-
 /// A tool that proves its token works, leaves it in a file, then hangs until
 /// the runtime's timeout kills it.
 const HANG_PY: &str = r#"
@@ -117,8 +79,11 @@ fn project_dir() -> TempDir {
         ("agent/agent.toml", "model = \"scripted\"\n"),
         ("agent/instructions.md", "You are a test agent.\n"),
         ("agent/scripted.toml", RULES),
-        ("agent/tools/client.toml", CLIENT_TOML),
-        ("agent/tools/client.py", CLIENT_PY),
+        (
+            "agent/tools/client.toml",
+            bdk_testkit::endpoint::CLIENT_TOML,
+        ),
+        ("agent/tools/client.py", bdk_testkit::endpoint::CLIENT_PY),
         ("agent/tools/hang.toml", HANG_TOML),
         ("agent/tools/hang.py", HANG_PY),
         ("agent/channels/inbox.toml", INBOX_TOML),

@@ -13,35 +13,6 @@ use bdk_store::{FsStore, Store};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-/// The tool program: runs the requests of its input on one connection, in
-/// order, and prints the answers.
-const CLIENT_PY: &str = r#"
-import json, os, socket, sys
-
-request = json.loads(sys.stdin.readline())
-conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-conn.connect(os.environ["BDK_HOST_SOCKET"])
-stream = conn.makefile("rwb")
-answers = []
-for n, step in enumerate(request["input"]["requests"]):
-    message = {"token": os.environ["BDK_HOST_TOKEN"], "id": n, "op": step["op"], "args": step["args"]}
-    stream.write(json.dumps(message).encode() + b"\n")
-    stream.flush()
-    answers.append(json.loads(stream.readline()))
-print(json.dumps({"answers": answers}))
-"#;
-
-const CLIENT_TOML: &str = r#"
-description = "Runs requests against the host endpoint."
-effect = "read"
-command = ["python3", "client.py"]
-
-[input_schema]
-type = "object"
-required = ["requests"]
-properties = { requests = { type = "array" } }
-"#;
-
 /// A project with the client tool and a host over it with reminders.
 async fn setup() -> (TempDir, Host) {
     let dir = tempfile::tempdir().unwrap();
@@ -49,8 +20,11 @@ async fn setup() -> (TempDir, Host) {
         ("agent/agent.toml", "model = \"scripted\"\n"),
         ("agent/instructions.md", "You are a test agent.\n"),
         ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
-        ("agent/tools/client.toml", CLIENT_TOML),
-        ("agent/tools/client.py", CLIENT_PY),
+        (
+            "agent/tools/client.toml",
+            bdk_testkit::endpoint::CLIENT_TOML,
+        ),
+        ("agent/tools/client.py", bdk_testkit::endpoint::CLIENT_PY),
     ];
     for (path, content) in files {
         let p = dir.path().join(path);

@@ -17,35 +17,6 @@ use tempfile::TempDir;
 
 const GENERAL: &str = "C0GENERAL";
 
-/// The tool program: runs the requests of its input on one connection, in
-/// order, and prints the answers.
-const CLIENT_PY: &str = r#"
-import json, os, socket, sys
-
-request = json.loads(sys.stdin.readline())
-conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-conn.connect(os.environ["BDK_HOST_SOCKET"])
-stream = conn.makefile("rwb")
-answers = []
-for n, step in enumerate(request["input"]["requests"]):
-    message = {"token": os.environ["BDK_HOST_TOKEN"], "id": n, "op": step["op"], "args": step["args"]}
-    stream.write(json.dumps(message).encode() + b"\n")
-    stream.flush()
-    answers.append(json.loads(stream.readline()))
-print(json.dumps({"answers": answers}))
-"#;
-
-const CLIENT_TOML: &str = r#"
-description = "Runs requests against the host endpoint."
-effect = "read"
-command = ["python3", "client.py"]
-
-[input_schema]
-type = "object"
-required = ["requests"]
-properties = { requests = { type = "array" } }
-"#;
-
 struct Setup {
     _dir: TempDir,
     host: Host,
@@ -73,8 +44,14 @@ async fn setup() -> Setup {
             "[[rules]]\nreply = \"ok\"\n".to_owned(),
         ),
         ("agent/channels/slack.toml", channel),
-        ("agent/tools/client.toml", CLIENT_TOML.to_owned()),
-        ("agent/tools/client.py", CLIENT_PY.to_owned()),
+        (
+            "agent/tools/client.toml",
+            bdk_testkit::endpoint::CLIENT_TOML.to_owned(),
+        ),
+        (
+            "agent/tools/client.py",
+            bdk_testkit::endpoint::CLIENT_PY.to_owned(),
+        ),
     ];
     for (path, content) in files {
         let p = dir.path().join(path);

@@ -21,6 +21,7 @@
     reason = "test helpers: a failure is a panic that names what went wrong"
 )]
 
+pub mod endpoint;
 pub mod folder;
 pub mod github;
 pub mod host;

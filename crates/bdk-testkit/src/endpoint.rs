@@ -1,0 +1,50 @@
+//! A subprocess tool that talks to the host endpoint, for tests of
+//! host-endpoint operations (`kv.*`, `reminders.*`, `github.*`, `slack.*`,
+//! ...): add [`CLIENT_TOML`] and [`CLIENT_PY`] to an agent folder as
+//! `agent/tools/client.toml` and `agent/tools/client.py`, call
+//! the `client` tool with `{"requests": [...]}`, and read `answers` from
+//! its result.
+//!
+//! Each request is `{"op", "args"}` (args optional), or `{"raw": LINE}` to
+//! send a line as it is, and may carry its own `token`; the requests run in
+//! order on one connection. The tool prints
+//! `{"socket", "token", "answers"}`: the endpoint's socket and token from
+//! its environment, and one answer per request.
+
+/// The tool program (Python, standard library only).
+pub const CLIENT_PY: &str = r#"
+import json, os, socket, sys
+
+request = json.loads(sys.stdin.readline())
+steps = request["input"]["requests"]
+path = os.environ["BDK_HOST_SOCKET"]
+token = os.environ["BDK_HOST_TOKEN"]
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(path)
+stream = conn.makefile("rwb")
+answers = []
+for n, step in enumerate(steps):
+    if "raw" in step:
+        line = step["raw"]
+    else:
+        message = {"token": step.get("token", token), "id": n, "op": step["op"]}
+        if "args" in step:
+            message["args"] = step["args"]
+        line = json.dumps(message)
+    stream.write(line.encode() + b"\n")
+    stream.flush()
+    answers.append(json.loads(stream.readline()))
+print(json.dumps({"socket": path, "token": token, "answers": answers}))
+"#;
+
+/// The tool's manifest: a read tool named after its file, `client`.
+pub const CLIENT_TOML: &str = r#"
+description = "Runs requests against the host endpoint."
+effect = "read"
+command = ["python3", "client.py"]
+
+[input_schema]
+type = "object"
+required = ["requests"]
+properties = { requests = { type = "array" } }
+"#;
