@@ -12,6 +12,7 @@
 
 pub mod ab;
 pub mod agent;
+pub mod claims;
 pub mod clock;
 pub mod containment;
 pub mod cron;

@@ -26,7 +26,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use bdk_core::extension::{HostExtension, OperationCall, OperationError, RuntimeLink};
@@ -35,7 +34,7 @@ use bdk_core::project::{GithubChannel, Project};
 use bdk_core::tool::Tool;
 use bdk_events::SessionId;
 use chrono::Utc;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 pub mod api;
@@ -53,10 +52,6 @@ pub use thread::{THREADS_NAMESPACE, Thread};
 
 /// The key-value namespace of delivery claims (`<channel>/<delivery id>`).
 pub const DELIVERIES_NAMESPACE: &str = "github-deliveries";
-
-/// A claim older than this whose delivery never reached a session (its
-/// process died in between) is taken over by a redelivery.
-const STALE_CLAIM: Duration = Duration::from_secs(60);
 
 /// The answer to a delivery, for the HTTP layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,36 +178,18 @@ impl Github {
                 std::io::Error::other("the host is shutting down"),
             )));
         };
-        let key = format!("{channel}/{}", wake.delivery);
-        let claim = json!({"state": "claimed", "at": Utc::now().to_rfc3339()});
-        if !store
-            .kv_put_if_absent(DELIVERIES_NAMESPACE, &key, claim.clone())
-            .await?
-        {
-            let seen = store.kv_get(DELIVERIES_NAMESPACE, &key).await?;
-            let stale = seen.as_ref().is_some_and(|v| {
-                v["state"] == "claimed"
-                    && v["at"]
-                        .as_str()
-                        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
-                        .is_some_and(|at| {
-                            Utc::now()
-                                .signed_duration_since(at)
-                                .to_std()
-                                .unwrap_or_default()
-                                > STALE_CLAIM
-                        })
+        let claimed = bdk_core::claims::claim(
+            store.as_ref(),
+            DELIVERIES_NAMESPACE,
+            channel,
+            &wake.delivery,
+            Utc::now(),
+        )
+        .await?;
+        if let bdk_core::claims::Claim::Duplicate { session } = claimed {
+            return Ok(Ingress::Duplicate {
+                session_id: session,
             });
-            if !stale {
-                return Ok(Ingress::Duplicate {
-                    session_id: seen
-                        .as_ref()
-                        .and_then(|v| v["sessionId"].as_str())
-                        .map(str::to_owned),
-                });
-            }
-            tracing::warn!(channel, delivery = %wake.delivery, "taking over a delivery whose claim was never completed");
-            store.kv_put(DELIVERIES_NAMESPACE, &key, claim).await?;
         }
         {
             let _one = self.inner.threads.lock().await;
@@ -227,12 +204,15 @@ impl Github {
     /// progress (from its first event when `created`).
     pub async fn woke(&self, channel: &str, wake: &Wake, session: &SessionId, created: bool) {
         if let Some(store) = self.inner.store() {
-            let key = format!("{channel}/{}", wake.delivery);
-            let done =
-                json!({"state": "done", "sessionId": session, "at": Utc::now().to_rfc3339()});
-            if let Err(e) = store.kv_put(DELIVERIES_NAMESPACE, &key, done).await {
-                tracing::warn!(channel, delivery = %wake.delivery, error = %e, "cannot record a delivery as done");
-            }
+            bdk_core::claims::done(
+                store.as_ref(),
+                DELIVERIES_NAMESPACE,
+                channel,
+                &wake.delivery,
+                Some(session.as_ref()),
+                Utc::now(),
+            )
+            .await;
         }
         let start = if created {
             progress::Start::New
@@ -245,12 +225,9 @@ impl Github {
     /// Gives back the claim of a delivery whose session could not be woken,
     /// so GitHub's redelivery runs it.
     pub async fn release(&self, channel: &str, delivery: &str) {
-        if let Some(store) = self.inner.store()
-            && let Err(e) = store
-                .kv_delete(DELIVERIES_NAMESPACE, &format!("{channel}/{delivery}"))
-                .await
-        {
-            tracing::warn!(channel, delivery, error = %e, "cannot release a delivery claim");
+        if let Some(store) = self.inner.store() {
+            bdk_core::claims::release(store.as_ref(), DELIVERIES_NAMESPACE, channel, delivery)
+                .await;
         }
     }
 
@@ -356,6 +333,15 @@ impl HostExtension for Github {
         let _ = self.inner.shutdown.set(shutdown);
         let me = self.clone();
         tokio::spawn(async move { me.resume().await });
+        if let Some(store) = self.inner.store()
+            && let Some(shutdown) = self.inner.shutdown.get().cloned()
+        {
+            tokio::spawn(bdk_core::claims::keep_pruned(
+                store,
+                DELIVERIES_NAMESPACE,
+                shutdown,
+            ));
+        }
         Ok(())
     }
 }

@@ -24,7 +24,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use bdk_core::extension::{HostExtension, OperationCall, OperationError, RuntimeLink};
@@ -53,10 +52,6 @@ pub use thread::{THREADS_NAMESPACE, Thread};
 
 /// The key-value namespace of event claims (`<channel>/<event_id>`).
 pub const EVENTS_NAMESPACE: &str = "slack-events";
-
-/// A claim older than this whose event never reached a session (its
-/// process died in between) is taken over by Slack's retry.
-const STALE_CLAIM: Duration = Duration::from_secs(60);
 
 /// The answer to a request, for the HTTP layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -266,43 +261,14 @@ impl Slack {
         channel: &str,
         event_id: &str,
     ) -> Result<Option<Ingress>, AcceptError> {
-        let key = format!("{channel}/{event_id}");
-        let claim = json!({"state": "claimed", "at": Utc::now().to_rfc3339()});
-        if store
-            .kv_put_if_absent(EVENTS_NAMESPACE, &key, claim.clone())
-            .await?
-        {
-            return Ok(None);
-        }
-        let seen = store.kv_get(EVENTS_NAMESPACE, &key).await?;
-        let stale = seen.as_ref().is_some_and(|v| {
-            v["state"] == "claimed"
-                && v["at"]
-                    .as_str()
-                    .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
-                    .is_some_and(|at| {
-                        Utc::now()
-                            .signed_duration_since(at)
-                            .to_std()
-                            .unwrap_or_default()
-                            > STALE_CLAIM
-                    })
-        });
-        if !stale {
-            return Ok(Some(Ingress::Duplicate {
-                session_id: seen
-                    .as_ref()
-                    .and_then(|v| v["sessionId"].as_str())
-                    .map(str::to_owned),
-            }));
-        }
-        tracing::warn!(
-            channel,
-            event_id,
-            "taking over an event whose claim was never completed"
-        );
-        store.kv_put(EVENTS_NAMESPACE, &key, claim).await?;
-        Ok(None)
+        let claimed =
+            bdk_core::claims::claim(store, EVENTS_NAMESPACE, channel, event_id, Utc::now()).await?;
+        Ok(match claimed {
+            bdk_core::claims::Claim::Taken => None,
+            bdk_core::claims::Claim::Duplicate { session } => Some(Ingress::Duplicate {
+                session_id: session,
+            }),
+        })
     }
 
     async fn done(
@@ -312,11 +278,15 @@ impl Slack {
         event_id: &str,
         session: Option<&str>,
     ) {
-        let key = format!("{channel}/{event_id}");
-        let done = json!({"state": "done", "sessionId": session, "at": Utc::now().to_rfc3339()});
-        if let Err(e) = store.kv_put(EVENTS_NAMESPACE, &key, done).await {
-            tracing::warn!(channel, event_id, error = %e, "cannot record a Slack event as done");
-        }
+        bdk_core::claims::done(
+            store,
+            EVENTS_NAMESPACE,
+            channel,
+            event_id,
+            session,
+            Utc::now(),
+        )
+        .await;
     }
 
     /// Records that `engage` reached `session`, remembers the thread, and
@@ -361,12 +331,8 @@ impl Slack {
     /// Gives back the claim of an event whose session could not be woken,
     /// so Slack's retry runs it.
     pub async fn release(&self, channel: &str, event_id: &str) {
-        if let Some(store) = self.inner.store()
-            && let Err(e) = store
-                .kv_delete(EVENTS_NAMESPACE, &format!("{channel}/{event_id}"))
-                .await
-        {
-            tracing::warn!(channel, event_id, error = %e, "cannot release a Slack event claim");
+        if let Some(store) = self.inner.store() {
+            bdk_core::claims::release(store.as_ref(), EVENTS_NAMESPACE, channel, event_id).await;
         }
     }
 
@@ -582,6 +548,15 @@ impl HostExtension for Slack {
         let _ = self.inner.shutdown.set(shutdown);
         let me = self.clone();
         tokio::spawn(async move { me.resume().await });
+        if let Some(store) = self.inner.store()
+            && let Some(shutdown) = self.inner.shutdown.get().cloned()
+        {
+            tokio::spawn(bdk_core::claims::keep_pruned(
+                store,
+                EVENTS_NAMESPACE,
+                shutdown,
+            ));
+        }
         Ok(())
     }
 }
