@@ -37,6 +37,10 @@ fn helper() -> (TempDir, PathBuf) {
 }
 
 fn serve(dir: &Path, api: &str, secret: Option<&str>) -> Server {
+    serve_with_token(dir, api, secret, FakeSlack::BOT_TOKEN)
+}
+
+fn serve_with_token(dir: &Path, api: &str, secret: Option<&str>, token: &str) -> Server {
     let mut cmd = Command::cargo_bin("bdk").unwrap();
     cmd.arg("serve")
         .arg(dir)
@@ -46,7 +50,7 @@ fn serve(dir: &Path, api: &str, secret: Option<&str>) -> Server {
         .env_remove("BDK_PUBLIC_URL")
         .env_remove("SLACK_SIGNING_SECRET")
         .env("SLACK_API_URL", api)
-        .env("SLACK_BOT_TOKEN", FakeSlack::BOT_TOKEN);
+        .env("SLACK_BOT_TOKEN", token);
     if let Some(s) = secret {
         cmd.env("SLACK_SIGNING_SECRET", s);
     }
@@ -652,4 +656,41 @@ async fn a_file_the_reply_names_is_uploaded_into_the_thread() {
         .find(|r| r.method == bdk_testkit::slack::UPLOAD)
         .expect("the bytes were sent");
     assert_eq!(upload.header("authorization"), None, "{}", upload.summary());
+}
+
+#[tokio::test]
+async fn a_token_slack_refuses_is_503_and_the_event_stays_for_slacks_retry() {
+    let fake = FakeSlack::start().await;
+    let (_tmp, dir) = helper();
+    let mention = app_mention(GENERAL, ALICE, "<@U0BOT> is checkout up?", "1.000009", None);
+    {
+        let server = serve_with_token(&dir, &fake.url(), Some(SECRET), "xoxb-revoked");
+        let hook = format!("{}/slack-helper/v1/channels/slack", server.base);
+        // The URL check needs no token.
+        let body = serde_json::to_vec(&url_verification("abc")).unwrap();
+        let (status, a) = post_signed(&hook, "application/json", &body, SECRET, now(), None).await;
+        assert_eq!((status, a["challenge"].as_str()), (200, Some("abc")), "{a}");
+        // An event cannot be classified without knowing the bot: 503, so
+        // that Slack retries it.
+        let (status, a) = event(&hook, mention.clone(), "Ev0RETRYME").await;
+        assert_eq!(status, 503, "{a}");
+        assert_eq!(a["error"], "upstream_unavailable", "{a}");
+        assert!(
+            a["message"].as_str().unwrap().contains("invalid_auth"),
+            "{a}"
+        );
+    }
+    let methods: Vec<String> = fake.requests().iter().map(|r| r.method.clone()).collect();
+    assert!(methods.iter().all(|m| m == "auth.test"), "{methods:?}");
+    // With the token fixed, Slack's retry of the same event runs: no claim
+    // was taken for it.
+    let server = serve(&dir, &fake.url(), Some(SECRET));
+    let hook = format!("{}/slack-helper/v1/channels/slack", server.base);
+    let body = serde_json::to_vec(&event_callback(mention, "Ev0RETRYME")).unwrap();
+    let (status, a) = post_signed(&hook, "application/json", &body, SECRET, now(), Some(1)).await;
+    assert_eq!(
+        (status, a["outcome"].as_str()),
+        (200, Some("accepted")),
+        "{a}"
+    );
 }
