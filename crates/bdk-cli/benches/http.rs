@@ -278,6 +278,7 @@ impl Served {
                 slug: None,
                 host: host.clone(),
                 diagnostics: Vec::new(),
+                reload: None,
             }],
             config,
         );

@@ -210,6 +210,36 @@ pub(crate) enum Command {
         #[arg(long, value_name = "SIZE", env = "BDK_SESSION_CACHE", default_value = "4MiB", value_parser = serve::parse_size)]
         session_cache: u64,
     },
+    /// Serve the agent for development and reload it when its folder
+    /// changes: `serve --dev` that watches `agent/`.
+    #[command(after_help = "Examples:
+  bdk dev                            the project here, on port 3000 (or the next free)
+  bdk dev my-agent --port 8080
+Edit a file under agent/ and the next turn takes the change; sessions, open
+streams and the port stay. A change with errors is shown here, in
+GET /v1/info and in the playground, and the last good version keeps serving.")]
+    Dev {
+        /// Project directories (default: the project around the current
+        /// directory).
+        #[arg(value_name = "DIR")]
+        dirs: Vec<PathBuf>,
+        /// Port [default: 3000, and when it is busy the next free one]; an
+        /// explicit port that is busy is an error; 0 picks any free port.
+        #[arg(long)]
+        port: Option<u16>,
+        /// Interface to bind.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// `single` serves one agent at `/v1/*`; `multi` (default) mounts each under its slug.
+        #[arg(long, value_parser = ["single", "multi"], default_value = "multi")]
+        mode: String,
+        /// State root (an agent's state goes under `<root>/<slug>` in multi mode).
+        #[arg(long, value_name = "DIR", env = "BDK_STATE_ROOT")]
+        state_root: Option<PathBuf>,
+        /// Do not serve the web playground.
+        #[arg(long)]
+        no_playground: bool,
+    },
     /// Token usage and estimated cost per session, with totals.
     Cost {
         #[command(flatten)]

@@ -119,6 +119,36 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
                 connections,
                 require_sandbox,
                 session_cache,
+                watch: false,
+            };
+            crate::serve::run(opts, logs).await
+        }
+        Command::Dev {
+            dirs,
+            port,
+            host,
+            mode,
+            state_root,
+            no_playground,
+        } => {
+            let opts = crate::serve::ServeOptions {
+                dirs,
+                dev: true,
+                port: port.unwrap_or(crate::serve::DEFAULT_PORT),
+                port_fallback: port.is_none(),
+                host,
+                single: mode == "single",
+                state_root,
+                bearer_tokens: Vec::new(),
+                allow_anonymous: false,
+                docs: true,
+                playground: !no_playground,
+                schedules: false,
+                store: None,
+                connections: crate::serve::ConnectionArgs::default(),
+                require_sandbox: false,
+                session_cache: bdk_core::host::DEFAULT_SESSION_CACHE_BYTES,
+                watch: true,
             };
             crate::serve::run(opts, logs).await
         }

@@ -29,6 +29,7 @@ pub(crate) const VERSION: &str = concat!(
 mod args;
 mod commands;
 mod cost;
+mod dev;
 mod evals;
 mod generate;
 mod github;
@@ -55,7 +56,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     // Before any thread: a long-running server gives freed memory back.
-    if matches!(cli.command, Command::Serve { .. }) {
+    if matches!(cli.command, Command::Serve { .. } | Command::Dev { .. }) {
         malloc::pin_mmap_threshold();
     }
     let logs = bdk_http::LogBuffer::new(2000);

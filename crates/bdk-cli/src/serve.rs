@@ -58,6 +58,8 @@ pub struct ServeOptions {
     pub require_sandbox: bool,
     /// `--session-cache`: bytes of resting sessions' conversations kept per agent.
     pub session_cache: u64,
+    /// `bdk dev`: watch each agent's folder and reload the agent on change.
+    pub watch: bool,
 }
 
 /// The connection limits of `bdk serve`; each one left out takes the
@@ -337,6 +339,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     let mut mounts = Vec::new();
     let mut locks = Vec::new();
     let mut hosts: Vec<Host> = Vec::new();
+    let mut watched: Vec<crate::dev::Watched> = Vec::new();
     // One clock for tools, reminders and the schedule cadence.
     let clock: Arc<dyn bdk_scheduler::Clock> = Arc::new(bdk_scheduler::SystemClock);
     let state_roots: Vec<PathBuf> = projects
@@ -360,6 +363,11 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
             .collect(),
     );
     for ((slug, project, diagnostics), root) in projects.into_iter().zip(state_roots) {
+        let folder = (
+            project.name.clone(),
+            project.root.clone(),
+            project.agent_dir.clone(),
+        );
         let sandbox = match crate::sandbox::for_project(&project, &protected, opts.require_sandbox)
         {
             Ok(sandbox) => sandbox,
@@ -422,10 +430,23 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
             .await
             .with_context(|| format!("failed to start agent `{slug}`"))?;
         hosts.push(host.clone());
+        let reload = opts.watch.then(|| {
+            let status = bdk_http::ReloadStatus::new(host.version(), diagnostics.clone());
+            let (name, root, agent_dir) = folder;
+            watched.push(crate::dev::Watched {
+                name,
+                root,
+                agent_dir,
+                host: host.clone(),
+                status: status.clone(),
+            });
+            status
+        });
         mounts.push(Mount {
             slug: (!opts.single).then(|| slug.clone()),
             host,
             diagnostics,
+            reload,
         });
     }
 
@@ -526,6 +547,8 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     // shutdown grace runs out is closed. So the process stops within the
     // grace whatever clients do (docs/deploy.md).
     let stop = CancellationToken::new();
+    // Kept until the server stops: dropping them ends the watching.
+    let _watchers = crate::dev::start(watched, stop.clone())?;
     let signal = stop.clone();
     let stopping = hosts.clone();
     let grace = connections.shutdown_grace;

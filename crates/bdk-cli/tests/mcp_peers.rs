@@ -75,6 +75,7 @@ async fn serve_weather_multi(dir: &Path, state: &Path, shutdown: &CancellationTo
         slug: Some("weather".to_owned()),
         host,
         diagnostics: d.diagnostics,
+        reload: None,
     };
     let app = bdk_http::app(vec![mount], Config::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -98,6 +99,7 @@ async fn serve_weather(dir: &Path, state: &Path, shutdown: &CancellationToken) -
         slug: None,
         host,
         diagnostics: d.diagnostics,
+        reload: None,
     };
     let app = bdk_http::app(vec![mount], Config::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -220,6 +220,21 @@ fn the_token_field_admits_a_bearer_caller() {
 }
 
 #[test]
+fn the_playground_notices_reloads_under_bdk_dev() {
+    let (_tmp, dir) = fixture();
+    let mut cmd = Command::cargo_bin("bdk").unwrap();
+    cmd.arg("dev")
+        .arg(&dir)
+        .args(["--port", "0"])
+        .env_remove("BDK_STATE_ROOT")
+        .env_remove("BDK_BEARER_TOKEN");
+    let server = Server::spawn(cmd);
+    let agent = format!("{}/weather", server.base);
+    let dir = dir.to_string_lossy().into_owned();
+    run_script_with("dev.mjs", &agent, &server, &[("AGENT_DIR", dir.as_str())]);
+}
+
+#[test]
 fn chat_and_trace_show_result_gate_verdicts() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("gated");

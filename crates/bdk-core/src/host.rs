@@ -30,13 +30,14 @@
 //! `ToolServices` a call sees), `handlers.rs` (running handler programs), `runtime.rs` (the host side of the
 //! [`Runtime`](crate::extension::Runtime) port that
 //! extensions reach the host through, see [`crate::extension`]),
-//! `slots.rs` (slots and the conversation cache), `arms.rs` (the A/B
-//! arms' overrides and the draw of a new session) and `ab.rs` (a
-//! session's arms applied to its turns, and the report). They form a DAG:
-//! the state here names only `slots.rs` and `arms.rs` below it, and no file
-//! imports one that imports it.
+//! `slots.rs` (slots and the conversation cache), `loaded.rs` (the version
+//! of the agent built from the project, which `Host::reload` swaps),
+//! `arms.rs` (the A/B arms' overrides and the draw of a new session) and
+//! `ab.rs` (a session's arms applied to its turns, and the report). They
+//! form a DAG: the state here names only `slots.rs`, `loaded.rs` and
+//! `arms.rs` below it, and no file imports one that imports it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -49,16 +50,12 @@ use serde_json::Value;
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::{AgentSpec, Decision, ToolEntry};
+use crate::agent::Decision;
 use crate::clock::Clock;
-use crate::containment::Containment;
 use crate::endpoint::Endpoint;
 use crate::extension::HostExtension;
 use crate::hooks::HookBus;
 use crate::mcp::McpHub;
-use crate::project::Project;
-use crate::tool::ToolSpec;
-use bdk_models::prices::PriceTable;
 use bdk_models::replay::Recording;
 
 mod ab;
@@ -72,6 +69,7 @@ mod driver;
 pub(crate) mod error;
 mod handlers;
 mod keyed;
+mod loaded;
 mod queued;
 mod recovery;
 mod runtime;
@@ -91,10 +89,11 @@ pub use services::SCHEDULE_CHANNEL;
 pub use slots::{DEFAULT_SESSION_CACHE_BYTES, MemoryStats};
 pub use transcript::{repair_transcript, transcript_from_events};
 pub use types::{
-    ApprovalView, CallOrigin, DirectCall, DirectOutcome, FollowUp, Sent, StartSession, Started,
-    TurnResult,
+    ApprovalView, CallOrigin, DirectCall, DirectOutcome, FollowUp, Reloaded, Sent, StartSession,
+    Started, TurnResult,
 };
 
+use loaded::{Loaded, Recipe};
 use slots::SlotTable;
 
 struct PendingApproval {
@@ -106,17 +105,13 @@ struct PendingApproval {
 }
 
 struct Inner {
-    project: Arc<Project>,
     store: Arc<dyn Store>,
-    root: AgentSpec,
-    /// The tools known at build time (built-ins, manifests, native tools).
-    base_tools: BTreeMap<String, ToolEntry>,
-    /// The current tool map (base tools plus advertised MCP tools) and the
-    /// MCP generation it was built for; rebuilt when the generation moves.
-    tools: RwLock<(u64, Arc<BTreeMap<String, ToolEntry>>)>,
+    /// The version of the agent new turns take; swapped by [`Host::reload`].
+    loaded: RwLock<Arc<Loaded>>,
+    /// What a reload builds the next version from.
+    recipe: Recipe,
     /// The agent's MCP connections, when it has any.
     mcp: Option<Arc<dyn McpHub>>,
-    agent_tools: BTreeMap<String, ToolSpec>,
     hooks: HookBus,
     /// The slots of sessions in use and the transcripts of resting ones.
     slots: Arc<SlotTable>,
@@ -124,9 +119,6 @@ struct Inner {
     queued: AtomicU64,
     approvals: Mutex<HashMap<String, PendingApproval>>,
     shutdown: CancellationToken,
-    skills: BTreeMap<String, String>,
-    /// Built-in prices with the project's `[prices]` overrides.
-    prices: PriceTable,
     /// Where model steps are recorded, when they are.
     recording: Option<Arc<Recording>>,
     /// The local socket for subprocess tools; started by the first grant.
@@ -140,23 +132,18 @@ struct Inner {
     handlers: BTreeMap<String, Arc<dyn crate::handler::NativeHandler>>,
     /// Turn leases and controls shared with other replicas, when there are any.
     coordination: Option<Arc<dyn Coordination>>,
-    /// How the agent's programs run.
-    containment: Containment,
-    /// Names of the built-in tools in the tool map (a manifest or native
-    /// tool of the same name replaces the built-in and is not one).
-    builtins: HashSet<String>,
-    /// The built-ins `[builtin_tools] direct` exposes to remote callers.
-    exposed: HashSet<String>,
     /// The bounded wait for a turn running on another replica.
     coordination_wait: Duration,
-    /// The Rust result gates given to the builder (the root agent's gates
-    /// also hold the agent's `gates/` programs).
+    /// The specs of the Rust result gates given to the builder (the root
+    /// agent's gates also hold the agent's `gates/` programs).
     native_gates: Vec<crate::gate::GateSpec>,
-    /// What each declared A/B arm changes in the root agent.
-    arms: arms::ArmOverrides,
-    /// Where the instructions end in the root agent's system prompt (an
-    /// arm's overlay goes there, before the catalogs).
-    instructions_len: usize,
+}
+
+impl Inner {
+    /// The current version of the agent.
+    fn loaded(&self) -> Arc<Loaded> {
+        Arc::clone(&self.loaded.read().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 /// The session runtime for one agent. Cheap to clone.

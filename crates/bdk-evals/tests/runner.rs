@@ -179,7 +179,7 @@ async fn judges_that_cannot_judge_are_failures_not_crashes() {
         EvalConfig::default(),
         Arc::new(HostTarget::new(host.clone())),
     )
-    .judges(bdk_evals::project_judges(host.project().clone()));
+    .judges(bdk_evals::project_judges((*host.project()).clone()));
     let r = runner
         .run(
             "evr_j".into(),

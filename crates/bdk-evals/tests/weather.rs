@@ -43,7 +43,7 @@ async fn the_weather_example_suite_passes_in_process() {
         suite.config.clone(),
         Arc::new(HostTarget::new(host.clone())),
     )
-    .judges(bdk_evals::project_judges(host.project().clone()));
+    .judges(bdk_evals::project_judges((*host.project()).clone()));
     let result = runner
         .run(
             "evr_test".into(),

@@ -1,7 +1,8 @@
 // The Agent surface: what discovery found (GET /v1/info): model, tools with
 // their source (manifest, native, mcp:<connection>) and schemas, skills, subagents, MCP connections and their errors,
 // channels with a "Try" form per route, hooks, schedules (dispatch under
-// --dev), reminders (fire under --dev) and diagnostics.
+// --dev), reminders (fire under --dev), diagnostics, and under `bdk dev`
+// how the last reload went.
 
 import * as api from "./api.js";
 import { parseRoute, routePath } from "./chat.js";
@@ -86,13 +87,24 @@ export class Agent {
     const reminders = section("Reminders", "", this.reminders, "agent-reminders");
 
     const diags = (info.diagnostics || []).filter(Boolean);
+    const reload = info.reload;
+    const reloadCard = reload && (!reload.ok || (reload.needsRestart || []).length)
+      ? h("div", { class: "card warn", id: "agent-reload" },
+          h("h2", {}, reload.ok ? `Version ${reload.version}` : `The last change does not load: still serving version ${reload.version}`),
+          (reload.errors || []).length
+            ? h("ul", {}, reload.errors.map((d) => h("li", {}, h("span", { class: "mono" }, d.file), ` ${d.message}`, d.fix ? h("p", { class: "muted small" }, d.fix) : null)))
+            : null,
+          (reload.needsRestart || []).length
+            ? h("p", { class: "muted" }, `Changed since the server started, applied after a restart: ${reload.needsRestart.join(", ")}.`)
+            : null)
+      : null;
     const header = h("div", { class: "page-head" },
       h("div", {}, h("h1", {}, info.name || "Agent"), h("p", { class: "muted" }, info.description || "")),
       h("div", { class: "facts" },
         h("span", { class: "chip" }, `model ${info.model || "default"}`),
         info.maxSteps ? h("span", { class: "chip" }, `max ${info.maxSteps} steps`) : null,
         h("a", { class: "chip", href: `${api.BASE}/v1/openapi.json`, target: "_blank", rel: "noopener" }, "OpenAPI")));
-    clear(this.root, h("div", { class: "page" }, header,
+    clear(this.root, h("div", { class: "page" }, header, reloadCard,
       diags.length ? h("div", { class: "card warn" }, h("h2", {}, "Diagnostics"), h("ul", {}, diags.map((d) => h("li", {}, typeof d === "string" ? d : d.message || pretty(d))))) : null,
       h("div", { class: "grid" }, tools, channels, mcp, skills, subagents, hooks, schedules, reminders)));
     if (dev) this.loadReminders();

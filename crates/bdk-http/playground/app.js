@@ -1,6 +1,6 @@
 // The playground's entry point: navbar (agent name, tabs, token field),
 // hash routing between the surfaces, and the state they share (the agent's
-// /v1/meta and /v1/info).
+// /v1/meta and /v1/info, fetched again when `bdk dev` reloads the agent).
 //
 // Routes: #/chat, #/chat/<sessionId>, #/runs, #/trace/<sessionId>,
 // #/raw/<sessionId>, #/evals, #/evals/<runId>, #/agent, #/abs, #/logs. A `?sessionId=` query (the
@@ -13,7 +13,7 @@ import { Evals } from "./evals.js";
 import { Agent } from "./agent.js";
 import { Logs } from "./logs.js";
 import { Abs } from "./abs.js";
-import { h, clear, errorText, empty } from "./ui.js";
+import { h, clear, errorText, empty, toast } from "./ui.js";
 
 class App {
   constructor() {
@@ -50,6 +50,51 @@ class App {
     }
     this.route();
     this.loadCommands();
+    if (this.meta?.reload) this.watchReloads();
+  }
+
+  /**
+   * Under `bdk dev` the server reloads the agent when its folder changes:
+   * poll the cheap /v1/meta and, when the version or its state moves,
+   * fetch /v1/info again, refresh what shows the agent and say what
+   * happened (a failed reload stays on the banner until a good one).
+   */
+  watchReloads() {
+    let last = this.meta.reload;
+    const tick = async () => {
+      let meta;
+      try {
+        meta = await api.get("/v1/meta");
+      } catch {
+        return; // the server restarting; try again on the next tick
+      }
+      const now = meta.reload;
+      if (!now || (now.version === last.version && now.ok === last.ok)) return;
+      last = now;
+      this.meta = meta;
+      document.getElementById("agent-name").textContent = meta.agent;
+      let info = null;
+      try {
+        info = await this.info(true);
+      } catch {
+        /* reported by info() */
+      }
+      this.loadCommands();
+      if (this.active === "agent") this.agent.load();
+      this.showReload(now, info?.reload);
+    };
+    this.reloadTimer = setInterval(tick, 1000);
+  }
+
+  showReload(state, detail) {
+    if (state.ok) {
+      this.banner(null);
+      toast(`Agent reloaded: version ${state.version}`);
+      return;
+    }
+    const first = (detail?.errors || [])[0];
+    const why = first ? ` ${first.file}: ${first.message}` : "";
+    this.banner(`The last change does not load; still serving version ${state.version}.${why}`);
   }
 
   async loadMeta() {

@@ -46,7 +46,7 @@ pub(crate) async fn cost(
     SessionPath(id): SessionPath,
 ) -> Result<Json<Cost>, ApiError> {
     let events = agent.host.events(&id, 0, caller.read_scope()).await?;
-    let report = session_cost(&events, agent.host.prices());
+    let report = session_cost(&events, &agent.host.prices());
     Ok(Json(Cost {
         ok: True,
         session_id: id,

@@ -783,6 +783,28 @@ pub(crate) struct Info {
     diagnostics: Vec<Diagnostic>,
     /// MCP connections that could not start or list their tools.
     connection_errors: Option<Vec<ConnectionError>>,
+    /// Only while a watcher reloads the agent as its folder changes (`bdk
+    /// dev`): how the last reload went.
+    reload: Option<InfoReload>,
+}
+
+/// The reload status of an agent under `bdk dev`.
+// Mirrors `crate::state::Reload`.
+#[derive(JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct InfoReload {
+    /// The version served: 1 as started, one more per reload.
+    version: u64,
+    /// False when the folder's last change did not load (the version above
+    /// is still served).
+    ok: bool,
+    /// When the watcher last looked at a change.
+    at: chrono::DateTime<chrono::Utc>,
+    /// Why the last change did not load, when `ok` is false.
+    errors: Vec<Diagnostic>,
+    /// Parts that changed but apply only after a restart (`MCP
+    /// connections`, `channels`, `hooks`, `schedules`, `max_running_turns`).
+    needs_restart: Vec<String>,
 }
 
 /// A result gate as `bdk info` lists it.

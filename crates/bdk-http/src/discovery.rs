@@ -63,6 +63,20 @@ pub(crate) struct Meta {
     playground: bool,
     /// The server's version.
     version: &'static str,
+    /// Only while a watcher reloads the agent (`bdk dev`): the version
+    /// served and whether the folder's last change loaded, so a client can
+    /// notice a reload with this cheap call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reload: Option<MetaReload>,
+}
+
+/// `reload` of `/v1/meta`.
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct MetaReload {
+    /// The version served: 1 as started, one more per reload.
+    version: u64,
+    /// False when the folder's last change did not load.
+    ok: bool,
 }
 
 /// `GET /v1/meta`: what a browser client needs before its first call, no auth.
@@ -78,6 +92,13 @@ pub(crate) async fn meta(State(agent): State<Arc<Agent>>) -> Json<Meta> {
         auth: agent.shared.auth.name(),
         playground: agent.shared.playground,
         version: env!("CARGO_PKG_VERSION"),
+        reload: agent.reload.as_ref().map(|status| {
+            let r = status.get();
+            MetaReload {
+                version: r.version,
+                ok: r.ok,
+            }
+        }),
     })
 }
 
@@ -93,10 +114,13 @@ pub(crate) struct Info(#[schemars(with = "described::Info")] Value);
 /// manifest tools.
 pub(crate) async fn info(State(agent): State<Arc<Agent>>, _caller: Caller) -> Json<Info> {
     let project = agent.host.project();
-    let mut surface = surface(project, &agent.diagnostics);
-    add_tools(&mut surface, project, &agent.host.tool_sources());
+    let mut surface = surface(&project, &agent.diagnostics());
+    add_tools(&mut surface, &project, &agent.host.tool_sources());
     add_gates(&mut surface, &agent.host.gates());
     surface["connectionErrors"] = json!(agent.host.connection_errors());
+    if let Some(status) = &agent.reload {
+        surface["reload"] = json!(status.get());
+    }
     Json(Info(surface))
 }
 

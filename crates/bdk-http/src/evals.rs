@@ -305,7 +305,7 @@ pub(crate) async fn start(
     }
     let target = HostTarget::new(evals.host.clone()).with_principal(caller.principal.clone());
     let runner = Runner::new(suite.config.clone(), Arc::new(target))
-        .judges(bdk_evals::project_judges(evals.host.project().clone()));
+        .judges(bdk_evals::project_judges((*evals.host.project()).clone()));
     let finished = evals.finished.clone();
     let progress = Snapshot {
         history: Arc::clone(&history),

@@ -81,7 +81,7 @@ pub use server::{
     Connections, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_SHUTDOWN_GRACE, MAX_DEFAULT_CONNECTIONS, default_max_connections, serve, serve_with,
 };
-pub use state::Mount;
+pub use state::{Mount, Reload, ReloadStatus};
 pub use stream::open_streams;
 
 /// Settings of the whole app.
@@ -319,6 +319,7 @@ fn agent_router(
         slug: mount.slug,
         prefix,
         diagnostics: mount.diagnostics,
+        reload: mount.reload,
         shared: Arc::clone(shared),
     });
 

@@ -45,6 +45,7 @@ async fn each_principal_sees_its_own_sessions_figures() {
             slug: None,
             host,
             diagnostics: Vec::new(),
+            reload: None,
         }],
         config,
     )

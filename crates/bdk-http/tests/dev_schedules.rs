@@ -90,6 +90,7 @@ fn mount(host: &Host) -> Mount {
         slug: None,
         host: host.clone(),
         diagnostics: Vec::new(),
+        reload: None,
     }
 }
 

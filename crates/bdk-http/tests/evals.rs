@@ -489,7 +489,7 @@ async fn persisted_runs_survive_a_restart() {
     // A second host over the same state root, as after a restart.
     let state = agent.dir.path().join("state");
     let store = Arc::new(FsStore::open(&state).unwrap());
-    let host = Host::builder(agent.host.project().clone(), store)
+    let host = Host::builder((*agent.host.project()).clone(), store)
         .build()
         .await
         .unwrap();
@@ -498,6 +498,7 @@ async fn persisted_runs_survive_a_restart() {
             slug: None,
             host,
             diagnostics: Vec::new(),
+            reload: None,
         }],
         Config::default(),
     )

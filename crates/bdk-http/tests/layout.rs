@@ -158,8 +158,8 @@ async fn single_mode_discovery_logs_and_playground_urls() {
         .await
         .unwrap();
     // ...with the host's own tools (native ones here) beside the manifests.
-    let mut expected = surface(a.host.project(), &[warning]);
-    add_tools(&mut expected, a.host.project(), &a.host.tool_sources());
+    let mut expected = surface(&a.host.project(), &[warning]);
+    add_tools(&mut expected, &a.host.project(), &a.host.tool_sources());
     assert_eq!(info, expected);
     assert!(
         info["tools"]

@@ -711,6 +711,7 @@ async fn multi_agent_layout_serves_every_documented_operation() {
         slug: Some("solo".to_owned()),
         host,
         diagnostics,
+        reload: None,
     };
     let config = Config {
         playground: true,
@@ -771,6 +772,7 @@ async fn single_layout_serves_every_documented_operation() {
         slug: None,
         host,
         diagnostics,
+        reload: None,
     };
     let config = Config {
         playground: true,

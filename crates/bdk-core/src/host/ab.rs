@@ -21,6 +21,7 @@ use crate::agent::AgentSpec;
 
 use super::Host;
 use super::error::{HostResult, session_error};
+use super::loaded::Loaded;
 use super::slots::Slot;
 
 impl Host {
@@ -31,7 +32,7 @@ impl Host {
         slot: &Slot,
         id: &SessionId,
     ) -> HostResult<Arc<Vec<AbAssigned>>> {
-        if self.inner.arms.is_empty() {
+        if self.inner.loaded().arms.is_empty() {
             return Ok(Arc::default());
         }
         if let Some(arms) = slot.state().arms.clone() {
@@ -52,10 +53,14 @@ impl Host {
     /// `spec` (the root agent) with the overrides of `arms` applied, in
     /// experiment order: overlays appended to the instructions in turn, the
     /// last model and effort set winning.
-    pub(super) fn with_arms(&self, mut spec: AgentSpec, arms: &[AbAssigned]) -> AgentSpec {
+    pub(super) fn with_arms(
+        loaded: &Loaded,
+        mut spec: AgentSpec,
+        arms: &[AbAssigned],
+    ) -> AgentSpec {
         let mut overlays = Vec::new();
         for a in arms {
-            let Some(o) = self.inner.arms.get(&(a.experiment.clone(), a.arm.clone())) else {
+            let Some(o) = loaded.arms.get(&(a.experiment.clone(), a.arm.clone())) else {
                 tracing::debug!(experiment = %a.experiment, arm = %a.arm, "the session's arm is no longer declared; the agent runs as it is");
                 continue;
             };
@@ -71,7 +76,7 @@ impl Host {
         if !overlays.is_empty() {
             // The overlay joins the instructions, before the skill and
             // script catalogs that follow them in the system prompt.
-            let split = self.inner.instructions_len.min(spec.system.len());
+            let split = loaded.instructions_len.min(spec.system.len());
             let (head, tail) = spec.system.split_at(split);
             let mut system = head.to_owned();
             for o in overlays {
@@ -99,7 +104,8 @@ impl Host {
             }
         }))
         .buffer_unordered(8);
-        let mut fold = AbFold::new(&self.inner.project, &self.inner.prices, limit);
+        let loaded = self.inner.loaded();
+        let mut fold = AbFold::new(&loaded.project, &loaded.prices, limit);
         while let Some((record, events)) = reads.next().await {
             match events {
                 Ok(events) => fold.add(&record.id, record.created_at, &events),

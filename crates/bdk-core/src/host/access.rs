@@ -23,6 +23,7 @@ use bdk_models::replay::Recording;
 
 use super::build::merged_tools;
 use super::error::{HostError, HostResult, check_owner, session_error};
+use super::loaded::Loaded;
 use super::slots::{MemoryStats, REASON_PREEMPT, REASON_STOP, SlotRef};
 use super::types::{Approval, CallOrigin};
 use super::{Host, WeakHost};
@@ -76,13 +77,14 @@ impl Host {
 
     /// How the agent's programs run: channels and handlers run theirs
     /// through it too (see [`crate::containment`]).
-    pub fn containment(&self) -> &Containment {
-        &self.inner.containment
+    pub fn containment(&self) -> Containment {
+        self.inner.loaded().containment.clone()
     }
 
-    /// The project served.
-    pub fn project(&self) -> &Project {
-        &self.inner.project
+    /// The project served, as the current version of the agent read it
+    /// (see [`Host::reload`]).
+    pub fn project(&self) -> Arc<Project> {
+        Arc::clone(&self.inner.loaded().project)
     }
 
     /// The agent's MCP connections (`host.mcp`), when it has any.
@@ -103,26 +105,33 @@ impl Host {
     /// since the last look (a listing finished or a server sent
     /// `tools/list_changed`).
     pub(super) fn current_tools(&self) -> Arc<BTreeMap<String, ToolEntry>> {
-        let inner = &self.inner;
+        self.tools_of(&self.inner.loaded())
+    }
+
+    /// The tool map of version `loaded` of the agent, rebuilt first when
+    /// the MCP catalog changed since the last look.
+    pub(super) fn tools_of(&self, loaded: &Loaded) -> Arc<BTreeMap<String, ToolEntry>> {
+        let mcp = self.inner.mcp.as_deref();
         {
-            let current = inner.tools.read().unwrap_or_else(|p| p.into_inner());
-            match &inner.mcp {
+            let current = loaded.tools.read().unwrap_or_else(|p| p.into_inner());
+            match mcp {
                 Some(mcp) if mcp.generation() != current.0 => {}
                 _ => return Arc::clone(&current.1),
             }
         }
-        let (generation, tools) = merged_tools(&inner.base_tools, inner.mcp.as_deref());
+        let (generation, tools) = merged_tools(&loaded.base_tools, mcp);
         let tools = Arc::new(tools);
-        let mut current = inner.tools.write().unwrap_or_else(|p| p.into_inner());
+        let mut current = loaded.tools.write().unwrap_or_else(|p| p.into_inner());
         *current = (generation, Arc::clone(&tools));
         tools
     }
 
-    /// The root agent with the current tool map (subagents included), so a
-    /// turn sees MCP tools listed after the host was built.
-    pub(super) fn current_root(&self) -> AgentSpec {
-        let tools = self.current_tools();
-        let root = &self.inner.root;
+    /// The root agent of version `loaded` with its current tool map
+    /// (subagents included), so a turn sees MCP tools listed after the
+    /// version was built.
+    pub(super) fn root_of(&self, loaded: &Loaded) -> AgentSpec {
+        let tools = self.tools_of(loaded);
+        let root = &loaded.root;
         if Arc::ptr_eq(&root.tools, &tools) {
             return root.clone();
         }
@@ -205,7 +214,8 @@ impl Host {
         approval: Approval,
     ) -> Option<HostError> {
         let remote = origin != CallOrigin::Agent;
-        if remote && self.inner.builtins.contains(name) && !self.inner.exposed.contains(name) {
+        let loaded = self.inner.loaded();
+        if remote && loaded.builtins.contains(name) && !loaded.exposed.contains(name) {
             return Some(HostError::ToolNotExposed(name.to_owned()));
         }
         if spec.needs_approval {
@@ -227,23 +237,23 @@ impl Host {
 
     /// Specs of agent-execution tools (workspace scripts).
     pub fn agent_tools(&self) -> Vec<ToolSpec> {
-        self.inner.agent_tools.values().cloned().collect()
+        self.inner.loaded().agent_tools.values().cloned().collect()
     }
 
     /// The root agent's system prompt.
-    pub fn system_prompt(&self) -> &str {
-        &self.inner.root.system
+    pub fn system_prompt(&self) -> String {
+        self.inner.loaded().root.system.clone()
     }
 
     /// The root agent's model id.
-    pub fn model_id(&self) -> &str {
-        self.inner.root.model.id()
+    pub fn model_id(&self) -> String {
+        self.inner.loaded().root.model.id().to_owned()
     }
 
     /// Prices for cost estimates: the built-in table with the project's
     /// `[prices]` overrides.
-    pub fn prices(&self) -> &PriceTable {
-        &self.inner.prices
+    pub fn prices(&self) -> PriceTable {
+        self.inner.loaded().prices.clone()
     }
 
     /// The recording model steps go to, when the host was built with

@@ -61,7 +61,8 @@ impl Host {
             .unwrap_or_else(new_http_token);
         // Drawn (or pinned) before anything is stored, so a bad pin refuses
         // the start cleanly.
-        let arms = super::arms::enroll(&self.inner.project, &id, &token, &opts.arms)?;
+        let project = self.project();
+        let arms = super::arms::enroll(&project, &id, &token, &opts.arms)?;
         let record = SessionRecord {
             id: id.clone(),
             mode: opts.mode,
@@ -78,7 +79,7 @@ impl Host {
         };
         self.inner.store.create_session(record.clone()).await?;
         let workspace = self.inner.store.workspace_dir(&id);
-        if let Err(e) = workspace::materialize(&workspace, &self.inner.project).await {
+        if let Err(e) = workspace::materialize(&workspace, &project).await {
             tracing::warn!(session_id = %id, error = %e, "failed to prepare the session workspace");
         }
         if let Err(e) = workspace::write_files(&workspace, &opts.workspace_files).await {
@@ -95,7 +96,7 @@ impl Host {
                 purpose: opts.purpose.clone(),
                 dry_run: opts.dry_run,
                 as_of: opts.as_of,
-                agent: Some(self.inner.project.name.clone()),
+                agent: Some(project.name.clone()),
             }
             .into(),
         ];

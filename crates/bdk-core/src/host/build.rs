@@ -34,7 +34,9 @@ use bdk_models::resolve::Misconfigured;
 use bdk_models::{Model, ModelError};
 
 use super::error::{HostError, HostResult};
+use super::loaded::{Loaded, Recipe, needs_restart};
 use super::slots::{DEFAULT_SESSION_CACHE_BYTES, REASON_SHUTDOWN, SlotTable, wait_done};
+use super::types::Reloaded;
 use super::{Host, Inner};
 use bdk_models::{DEFAULT_MODEL, split_model};
 
@@ -197,273 +199,65 @@ impl HostBuilder {
     /// Builds the host and recovers interrupted turns. Must run inside a Tokio runtime.
     pub async fn build(self) -> HostResult<Host> {
         let project = Arc::new(self.project);
-        let config = &project.config;
-        if let Some((place, name)) = crate::handler::native_names(&project)
-            .into_iter()
-            .find(|(_, name)| !self.handlers.contains_key(name))
-        {
-            return Err(HostError::InvalidRequest(format!(
-                "{place} runs native handler `{name}`, which this program did not register (HostBuilder::handler); `bdk serve` has no native handlers, so give it a program: `handler = [\"python3\", \"run.py\"]`"
-            )));
-        }
-        let tool_timeout = config
-            .tool_timeout_ms
-            .map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_millis);
-
-        let containment = Containment::new(self.sandbox, config.sandbox.clone());
-        if containment.sandbox().is_none() && project.has_programs() {
-            tracing::warn!(
-                agent = %project.name,
-                "the agent's programs run without a sandbox: no launcher was given to the host (HostBuilder::sandbox)"
-            );
-        }
-        let lib = project.lib_dir();
-        let mut tools: BTreeMap<String, ToolEntry> = BTreeMap::new();
-        let mut agent_tools = BTreeMap::new();
-        let add = |tool: Arc<dyn Tool>, tools: &mut BTreeMap<String, ToolEntry>| {
-            let name = tool.spec().name.clone();
-            if tools.insert(name.clone(), ToolEntry::new(tool)).is_some() {
-                tracing::debug!(tool = %name, "tool replaces an earlier one of the same name");
-            }
-        };
-        let mut builtin_names: HashSet<String> = HashSet::new();
-        let builtins = &config.builtin_tools;
-        if builtins.workspace {
-            for t in builtin::workspace_tools() {
-                add(t, &mut tools);
-            }
-        }
-        if builtins.shell {
-            add(builtin::shell_tool(containment.clone()), &mut tools);
-        }
-        if builtins.artifacts {
-            add(builtin::tag_artifact_tool(), &mut tools);
-        }
-        for extension in &self.extensions {
-            for t in extension.tools(&project) {
-                add(t, &mut tools);
-            }
-        }
-        if !project.skills.is_empty() {
-            add(builtin::load_skill_tool(), &mut tools);
-        }
-        builtin_names.extend(tools.keys().cloned());
-        for manifest in &project.tools {
-            match subprocess::from_manifest(manifest, tool_timeout, &containment, lib.as_deref()) {
-                Some(tool) => {
-                    builtin_names.remove(&manifest.spec.name);
-                    add(tool, &mut tools);
-                }
-                None => {
-                    agent_tools.insert(manifest.spec.name.clone(), manifest.spec.clone());
-                }
-            }
-        }
-        for tool in self.tools {
-            builtin_names.remove(&tool.spec().name);
-            add(tool, &mut tools);
-        }
-        let exposed: HashSet<String> = config.builtin_tools.direct.iter().cloned().collect();
-        tools.remove(TASK_TOOL);
-        let base_tools = tools;
-        let (generation, tools) = merged_tools(&base_tools, self.mcp.as_deref());
-        let tools = Arc::new(tools);
-
-        let root_model = config
-            .model
-            .clone()
-            .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
-        // `replay/<file>` models are loaded here, before the synchronous
-        // resolver runs, so reading a recording never blocks the runtime.
-        let mut replays: HashMap<String, Result<Arc<dyn Model>, String>> = HashMap::new();
-        // The names are collected (not a chain of closures over the
-        // project) because the loop awaits: a closure adapter held across
-        // the await would make the build future fail the `Send` check.
-        let mut named: Vec<String> = project
-            .subagents
-            .iter()
-            .filter_map(|s| s.config.model.clone())
-            .collect();
-        for e in &project.experiments {
-            named.extend(e.arms.iter().filter_map(|a| a.model.clone()));
-        }
-        for m in std::iter::once(&root_model).chain(named.iter()) {
-            let (provider, file) = split_model(m);
-            if provider == "replay" && !replays.contains_key(m) {
-                let replay = load_replay(&project, m, file).await;
-                replays.insert(m.clone(), replay);
-            }
-        }
+        check_handlers(&project, &self.handlers)?;
         let recording = match &self.record_to {
             Some(path) => Some(Recording::open(path).await.map_err(|e| {
                 HostError::InvalidRequest(format!("cannot record model steps: {e}"))
             })?),
             None => None,
         };
-        let mut model_cache: HashMap<String, Arc<dyn Model>> = HashMap::new();
-        let mut model_for = |m: &str| -> Arc<dyn Model> {
-            model_cache
-                .entry(m.to_owned())
-                .or_insert_with(|| {
-                    let resolved = match replays.get(m) {
-                        Some(replay) => replay.clone(),
-                        None => self.models.resolve(m, &project).map_err(|e| match e {
-                            // `Misconfigured` answers with `ModelError::Config`
-                            // again: keep only the inner text, so the turn
-                            // failure does not repeat the prefix.
-                            ModelError::Config(message) => message,
-                            other => other.to_string(),
-                        }),
-                    };
-                    let model: Arc<dyn Model> = match resolved {
-                        Ok(model) => model,
-                        Err(message) => Arc::new(Misconfigured::new(m, message)),
-                    };
-                    match &recording {
-                        Some(r) => Arc::new(RecordingModel::new(model, Arc::clone(r))),
-                        None => model,
-                    }
-                })
-                .clone()
+        let recipe = Recipe {
+            tools: self.tools,
+            gates: self.gates,
+            models: self.models,
+            sandbox: self.sandbox,
         };
-        // Every step's request is fitted to the model's context window (see
-        // `bdk_models::context`); the window follows the id the model reports, so
-        // a replay is budgeted like the model it recorded.
-        let budgeted = |model: Arc<dyn Model>, configured: Option<u64>| -> Arc<dyn Model> {
-            let window = context_window(model.id(), configured);
-            Arc::new(BudgetedModel::new(model, window))
-        };
-
-        let catalog = skill_catalog(&project);
-        let mut subagents = BTreeMap::new();
-        for sub in &project.subagents {
-            let model = sub
-                .config
-                .model
-                .clone()
-                .unwrap_or_else(|| root_model.clone());
-            subagents.insert(
-                sub.name.clone(),
-                AgentSpec {
-                    name: sub.name.clone(),
-                    system: format!("{}{catalog}", sub.instructions.trim_end()),
-                    // A subagent on the root's model also takes the root's
-                    // `context_window`; one on its own model only its own.
-                    model: budgeted(
-                        model_for(&model),
-                        sub.config.context_window.or(if sub.config.model.is_none() {
-                            config.context_window
-                        } else {
-                            None
-                        }),
-                    ),
-                    model_name: split_model(&model).1.to_owned(),
-                    effort: sub.config.effort.clone().or_else(|| config.effort.clone()),
-                    // A tool choice names the subagent's own tools, so it is
-                    // never inherited; an output cap is.
-                    tool_choice: sub.config.tool_choice.clone(),
-                    max_output_tokens: sub.config.max_output_tokens.or(config.max_output_tokens),
-                    max_steps: sub.config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
-                    tool_timeout,
-                    tools: Arc::clone(&tools),
-                    task: None,
-                    gates: Arc::from(Vec::new()),
-                },
-            );
-        }
-        let task = (!subagents.is_empty()).then(|| {
-            let list: Vec<(String, String)> = project
-                .subagents
-                .iter()
-                .map(|s| (s.name.clone(), s.description.clone()))
-                .collect();
-            (builtin::task_spec(&list), Arc::new(subagents))
-        });
-        let mut system = project.instructions.trim_end().to_owned();
-        let instructions_len = system.len();
-        system.push_str(&catalog);
-        if !agent_tools.is_empty() {
-            system.push_str(
-                "\n\n## Workspace scripts\n\nSome tools are scripts in your workspace; `AGENTS.md` there lists them and how to run them.",
-            );
-        }
-        let mut gates: BTreeMap<String, Arc<dyn ResultGate>> = BTreeMap::new();
-        for manifest in &project.gates {
-            let gate = ProgramGate::new(manifest, &containment, lib.as_deref());
-            gates.insert(manifest.spec.name.clone(), Arc::new(gate));
-        }
-        let native_gates = self.gates.iter().map(|g| g.spec().clone()).collect();
-        for gate in self.gates {
-            gates.insert(gate.spec().name.clone(), gate);
-        }
-        let root = AgentSpec {
-            name: project.name.clone(),
-            system,
-            model: budgeted(model_for(&root_model), config.context_window),
-            model_name: split_model(&root_model).1.to_owned(),
-            effort: config.effort.clone(),
-            tool_choice: config.tool_choice.clone(),
-            max_output_tokens: config.max_output_tokens,
-            max_steps: config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
-            tool_timeout,
-            tools: Arc::clone(&tools),
-            task,
-            gates: gates.into_values().collect(),
-        };
-
-        // An arm on another model takes that model's own window.
-        let arms = super::arms::prepare(&project, |m| budgeted(model_for(m), None));
-
+        let loaded = load(
+            Arc::clone(&project),
+            &recipe,
+            &self.extensions,
+            self.mcp.as_deref(),
+            recording.as_ref(),
+            1,
+        )
+        .await;
+        let config = &project.config;
         let mut hooks = self.hooks;
         let state_root = self.store.state_root();
+        let lib = project.lib_dir();
         for manifest in &project.hooks {
             hooks.push(Arc::new(ManifestHook::new(
                 manifest,
                 &state_root,
-                containment.clone(),
+                loaded.containment.clone(),
                 lib.as_deref(),
             )));
         }
         let turn_slots = config
             .max_running_turns
             .map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
-        let skills = project
-            .skills
-            .iter()
-            .map(|s| (s.name.clone(), s.body.clone()))
-            .collect();
         let endpoint = Endpoint::new(Arc::clone(&self.store), self.extensions.clone());
-        let prices = PriceTable::with_overrides(&config.prices);
         let hooks = HookBus::start(hooks, Some(Arc::clone(&self.store)));
+        let native_gates = recipe.gates.iter().map(|g| g.spec().clone()).collect();
         let inner = Arc::new(Inner {
-            project,
             store: self.store,
-            root,
-            base_tools,
-            tools: RwLock::new((generation, tools)),
+            loaded: RwLock::new(Arc::new(loaded)),
+            recipe,
             mcp: self.mcp,
-            agent_tools,
             hooks,
             slots: SlotTable::new(self.session_cache),
             turn_slots,
             queued: AtomicU64::new(0),
             approvals: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
-            skills,
             endpoint,
-            prices,
             recording,
             clock: self.clock,
             extensions: self.extensions,
             handlers: self.handlers,
             coordination: self.coordination,
             coordination_wait: self.coordination_wait,
-            containment,
-            builtins: builtin_names,
-            exposed,
             native_gates,
-            arms,
-            instructions_len,
         });
         let host = Host { inner };
         let controls = host.join_cluster().await?;
@@ -484,6 +278,259 @@ impl HostBuilder {
                 .await?;
         }
         Ok(host)
+    }
+}
+
+/// Fails when the agent names a native handler the program did not
+/// register.
+pub(super) fn check_handlers(
+    project: &Project,
+    handlers: &BTreeMap<String, Arc<dyn NativeHandler>>,
+) -> HostResult<()> {
+    match crate::handler::native_names(project)
+        .into_iter()
+        .find(|(_, name)| !handlers.contains_key(name))
+    {
+        Some((place, name)) => Err(HostError::InvalidRequest(format!(
+            "{place} runs native handler `{name}`, which this program did not register (HostBuilder::handler); `bdk serve` has no native handlers, so give it a program: `handler = [\"python3\", \"run.py\"]`"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Builds version `version` of the agent from `project`: its tools,
+/// models, subagents, gates and arms.
+pub(super) async fn load(
+    project: Arc<Project>,
+    recipe: &Recipe,
+    extensions: &[Arc<dyn HostExtension>],
+    mcp: Option<&dyn McpHub>,
+    recording: Option<&Arc<Recording>>,
+    version: u64,
+) -> Loaded {
+    let config = &project.config;
+    let tool_timeout = config
+        .tool_timeout_ms
+        .map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_millis);
+
+    let containment = Containment::new(recipe.sandbox.clone(), config.sandbox.clone());
+    if containment.sandbox().is_none() && project.has_programs() {
+        tracing::warn!(
+            agent = %project.name,
+            "the agent's programs run without a sandbox: no launcher was given to the host (HostBuilder::sandbox)"
+        );
+    }
+    let lib = project.lib_dir();
+    let mut tools: BTreeMap<String, ToolEntry> = BTreeMap::new();
+    let mut agent_tools = BTreeMap::new();
+    let add = |tool: Arc<dyn Tool>, tools: &mut BTreeMap<String, ToolEntry>| {
+        let name = tool.spec().name.clone();
+        if tools.insert(name.clone(), ToolEntry::new(tool)).is_some() {
+            tracing::debug!(tool = %name, "tool replaces an earlier one of the same name");
+        }
+    };
+    let mut builtin_names: HashSet<String> = HashSet::new();
+    let builtins = &config.builtin_tools;
+    if builtins.workspace {
+        for t in builtin::workspace_tools() {
+            add(t, &mut tools);
+        }
+    }
+    if builtins.shell {
+        add(builtin::shell_tool(containment.clone()), &mut tools);
+    }
+    if builtins.artifacts {
+        add(builtin::tag_artifact_tool(), &mut tools);
+    }
+    for extension in extensions {
+        for t in extension.tools(&project) {
+            add(t, &mut tools);
+        }
+    }
+    if !project.skills.is_empty() {
+        add(builtin::load_skill_tool(), &mut tools);
+    }
+    builtin_names.extend(tools.keys().cloned());
+    for manifest in &project.tools {
+        match subprocess::from_manifest(manifest, tool_timeout, &containment, lib.as_deref()) {
+            Some(tool) => {
+                builtin_names.remove(&manifest.spec.name);
+                add(tool, &mut tools);
+            }
+            None => {
+                agent_tools.insert(manifest.spec.name.clone(), manifest.spec.clone());
+            }
+        }
+    }
+    for tool in &recipe.tools {
+        let tool = Arc::clone(tool);
+        builtin_names.remove(&tool.spec().name);
+        add(tool, &mut tools);
+    }
+    let exposed: HashSet<String> = config.builtin_tools.direct.iter().cloned().collect();
+    tools.remove(TASK_TOOL);
+    let base_tools = tools;
+    let (generation, tools) = merged_tools(&base_tools, mcp);
+    let tools = Arc::new(tools);
+
+    let root_model = config
+        .model
+        .clone()
+        .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+    // `replay/<file>` models are loaded here, before the synchronous
+    // resolver runs, so reading a recording never blocks the runtime.
+    let mut replays: HashMap<String, Result<Arc<dyn Model>, String>> = HashMap::new();
+    // The names are collected (not a chain of closures over the
+    // project) because the loop awaits: a closure adapter held across
+    // the await would make the build future fail the `Send` check.
+    let mut named: Vec<String> = project
+        .subagents
+        .iter()
+        .filter_map(|s| s.config.model.clone())
+        .collect();
+    for e in &project.experiments {
+        named.extend(e.arms.iter().filter_map(|a| a.model.clone()));
+    }
+    for m in std::iter::once(&root_model).chain(named.iter()) {
+        let (provider, file) = split_model(m);
+        if provider == "replay" && !replays.contains_key(m) {
+            let replay = load_replay(&project, m, file).await;
+            replays.insert(m.clone(), replay);
+        }
+    }
+    let mut model_cache: HashMap<String, Arc<dyn Model>> = HashMap::new();
+    let mut model_for = |m: &str| -> Arc<dyn Model> {
+        model_cache
+            .entry(m.to_owned())
+            .or_insert_with(|| {
+                let resolved = match replays.get(m) {
+                    Some(replay) => replay.clone(),
+                    None => recipe.models.resolve(m, &project).map_err(|e| match e {
+                        // `Misconfigured` answers with `ModelError::Config`
+                        // again: keep only the inner text, so the turn
+                        // failure does not repeat the prefix.
+                        ModelError::Config(message) => message,
+                        other => other.to_string(),
+                    }),
+                };
+                let model: Arc<dyn Model> = match resolved {
+                    Ok(model) => model,
+                    Err(message) => Arc::new(Misconfigured::new(m, message)),
+                };
+                match recording {
+                    Some(r) => Arc::new(RecordingModel::new(model, Arc::clone(r))),
+                    None => model,
+                }
+            })
+            .clone()
+    };
+    // Every step's request is fitted to the model's context window (see
+    // `bdk_models::context`); the window follows the id the model reports, so
+    // a replay is budgeted like the model it recorded.
+    let budgeted = |model: Arc<dyn Model>, configured: Option<u64>| -> Arc<dyn Model> {
+        let window = context_window(model.id(), configured);
+        Arc::new(BudgetedModel::new(model, window))
+    };
+
+    let catalog = skill_catalog(&project);
+    let mut subagents = BTreeMap::new();
+    for sub in &project.subagents {
+        let model = sub
+            .config
+            .model
+            .clone()
+            .unwrap_or_else(|| root_model.clone());
+        subagents.insert(
+            sub.name.clone(),
+            AgentSpec {
+                name: sub.name.clone(),
+                system: format!("{}{catalog}", sub.instructions.trim_end()),
+                // A subagent on the root's model also takes the root's
+                // `context_window`; one on its own model only its own.
+                model: budgeted(
+                    model_for(&model),
+                    sub.config.context_window.or(if sub.config.model.is_none() {
+                        config.context_window
+                    } else {
+                        None
+                    }),
+                ),
+                model_name: split_model(&model).1.to_owned(),
+                effort: sub.config.effort.clone().or_else(|| config.effort.clone()),
+                // A tool choice names the subagent's own tools, so it is
+                // never inherited; an output cap is.
+                tool_choice: sub.config.tool_choice.clone(),
+                max_output_tokens: sub.config.max_output_tokens.or(config.max_output_tokens),
+                max_steps: sub.config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
+                tool_timeout,
+                tools: Arc::clone(&tools),
+                task: None,
+                gates: Arc::from(Vec::new()),
+            },
+        );
+    }
+    let task = (!subagents.is_empty()).then(|| {
+        let list: Vec<(String, String)> = project
+            .subagents
+            .iter()
+            .map(|s| (s.name.clone(), s.description.clone()))
+            .collect();
+        (builtin::task_spec(&list), Arc::new(subagents))
+    });
+    let mut system = project.instructions.trim_end().to_owned();
+    let instructions_len = system.len();
+    system.push_str(&catalog);
+    if !agent_tools.is_empty() {
+        system.push_str(
+            "\n\n## Workspace scripts\n\nSome tools are scripts in your workspace; `AGENTS.md` there lists them and how to run them.",
+        );
+    }
+    let mut gates: BTreeMap<String, Arc<dyn ResultGate>> = BTreeMap::new();
+    for manifest in &project.gates {
+        let gate = ProgramGate::new(manifest, &containment, lib.as_deref());
+        gates.insert(manifest.spec.name.clone(), Arc::new(gate));
+    }
+    for gate in &recipe.gates {
+        gates.insert(gate.spec().name.clone(), Arc::clone(gate));
+    }
+    let root = AgentSpec {
+        name: project.name.clone(),
+        system,
+        model: budgeted(model_for(&root_model), config.context_window),
+        model_name: split_model(&root_model).1.to_owned(),
+        effort: config.effort.clone(),
+        tool_choice: config.tool_choice.clone(),
+        max_output_tokens: config.max_output_tokens,
+        max_steps: config.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
+        tool_timeout,
+        tools: Arc::clone(&tools),
+        task,
+        gates: gates.into_values().collect(),
+    };
+
+    // An arm on another model takes that model's own window.
+    let arms = super::arms::prepare(&project, |m| budgeted(model_for(m), None));
+
+    let skills = project
+        .skills
+        .iter()
+        .map(|s| (s.name.clone(), s.body.clone()))
+        .collect();
+    let prices = PriceTable::with_overrides(&config.prices);
+    Loaded {
+        version,
+        project,
+        root,
+        base_tools,
+        tools: RwLock::new((generation, tools)),
+        agent_tools,
+        skills,
+        prices,
+        containment,
+        builtins: builtin_names,
+        exposed,
+        arms,
+        instructions_len,
     }
 }
 
@@ -578,5 +625,54 @@ impl Host {
         if let Some(mcp) = &self.inner.mcp {
             mcp.shutdown().await;
         }
+    }
+
+    /// Serves the agent as `project` now describes it (the same folder,
+    /// discovered again): turns that start from now on take the new
+    /// version, while running turns finish on the one they started with.
+    /// Sessions, their event streams, parked approvals and queued
+    /// follow-ups are untouched. What is wired around the host (MCP
+    /// connections, channels, hooks, schedules, `max_running_turns`) keeps
+    /// its old form until the process starts again; the outcome names the
+    /// parts of that kind that changed.
+    pub async fn reload(&self, project: Project) -> HostResult<Reloaded> {
+        let old = self.inner.loaded();
+        if project.root != old.project.root {
+            return Err(HostError::InvalidRequest(format!(
+                "a reload reads the same project again; {} is not {}",
+                project.root.display(),
+                old.project.root.display()
+            )));
+        }
+        check_handlers(&project, &self.inner.handlers)?;
+        let needs_restart = needs_restart(&old.project, &project);
+        drop(old);
+        let mut loaded = load(
+            Arc::new(project),
+            &self.inner.recipe,
+            &self.inner.extensions,
+            self.inner.mcp.as_deref(),
+            self.inner.recording.as_ref(),
+            0,
+        )
+        .await;
+        let version = {
+            let mut current = self.inner.loaded.write().unwrap_or_else(|p| p.into_inner());
+            loaded.version = current.version + 1;
+            let version = loaded.version;
+            *current = Arc::new(loaded);
+            version
+        };
+        tracing::info!(version, "agent reloaded");
+        Ok(Reloaded {
+            version,
+            needs_restart: needs_restart.into_iter().map(str::to_owned).collect(),
+        })
+    }
+
+    /// The version of the agent new turns take: 1 as built, one more per
+    /// [`Host::reload`].
+    pub fn version(&self) -> u64 {
+        self.inner.loaded().version
     }
 }

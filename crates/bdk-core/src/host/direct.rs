@@ -39,7 +39,7 @@ impl Host {
     pub async fn call_tool(&self, call: DirectCall) -> HostResult<DirectOutcome> {
         let tools = self.current_tools();
         let Some(entry) = tools.get(&call.name).cloned() else {
-            if let Some(spec) = self.inner.agent_tools.get(&call.name)
+            if let Some(spec) = self.inner.loaded().agent_tools.get(&call.name)
                 && spec.execution == Execution::Agent
             {
                 return Err(HostError::ToolNotCallable(call.name));
@@ -164,7 +164,7 @@ impl Host {
         };
         let workspace = self.inner.store.workspace_dir(&id);
         let mut scratch = None;
-        if let Err(e) = workspace::materialize(&workspace, &self.inner.project).await {
+        if let Err(e) = workspace::materialize(&workspace, &self.project()).await {
             match spec.effect {
                 Effect::Write => return Err(HostError::WorkspaceUnavailable(e.to_string())),
                 Effect::Read => {
@@ -246,7 +246,7 @@ impl Host {
                     &entry.tool,
                     call.input.clone(),
                     ctx,
-                    spec.timeout(self.inner.root.tool_timeout),
+                    spec.timeout(self.inner.loaded().root.tool_timeout),
                 )
                 .await,
                 false,
@@ -337,7 +337,10 @@ impl Host {
                 principal,
             })),
         };
-        let timeout = entry.tool.spec().timeout(self.inner.root.tool_timeout);
+        let timeout = entry
+            .tool
+            .spec()
+            .timeout(self.inner.loaded().root.tool_timeout);
         let started = Instant::now();
         let out = agent::call_with_timeout(&entry.tool, call.input, ctx, timeout).await;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -366,8 +366,11 @@ impl Host {
         }
         // The root agent of this turn: the current tools, and the session's
         // A/B arms (as its log records them) applied.
+        // The version of the agent current now: the turn keeps it to its
+        // end, whatever a reload does meanwhile.
+        let loaded = self.inner.loaded();
         let root = match self.session_arms(slot, id).await {
-            Ok(arms) => self.with_arms(self.current_root(), &arms),
+            Ok(arms) => Host::with_arms(&loaded, self.root_of(&loaded), &arms),
             Err(e) => {
                 let message = format!("failed to read the session's A/B arms: {e}");
                 let _ = self

@@ -113,11 +113,12 @@ impl Host {
                 None
             }
         };
+        let loaded = self.inner.loaded();
         let stdin = Value::Object(request).to_string().into_bytes();
         let result = handler::run(Run {
             command,
-            containment: &self.inner.containment,
-            lib: self.inner.project.lib_dir(),
+            containment: &loaded.containment,
+            lib: loaded.project.lib_dir(),
             state_root: &state_root,
             write: Vec::new(),
             call_id: &call_id,

@@ -41,7 +41,7 @@ pub(super) struct Services {
 #[async_trait]
 impl ToolServices for Services {
     fn skill(&self, name: &str) -> Option<String> {
-        self.host.inner.skills.get(name).cloned()
+        self.host.inner.loaded().skills.get(name).cloned()
     }
 
     fn mcp(&self) -> Option<Arc<dyn McpHub>> {
@@ -293,26 +293,14 @@ impl Services {
     ) -> Result<String, ServiceError> {
         let named = channel.is_some();
         let channel = channel.unwrap_or_else(|| ctx.session.channel.clone());
-        let known = channel == SCHEDULE_CHANNEL
-            || self
-                .host
-                .inner
-                .project
-                .channels
-                .iter()
-                .any(|c| c.name == channel);
+        let project = self.host.project();
+        let known =
+            channel == SCHEDULE_CHANNEL || project.channels.iter().any(|c| c.name == channel);
         if known {
             return Ok(channel);
         }
         let channels: Vec<&str> = std::iter::once(SCHEDULE_CHANNEL)
-            .chain(
-                self.host
-                    .inner
-                    .project
-                    .channels
-                    .iter()
-                    .map(|c| c.name.as_str()),
-            )
+            .chain(project.channels.iter().map(|c| c.name.as_str()))
             .collect();
         Err(ServiceError::invalid(if named {
             format!(

@@ -208,3 +208,15 @@ pub struct TurnResult {
     /// Usage; `None` when not known.
     pub usage: Option<Usage>,
 }
+
+/// What [`Host::reload`](super::Host::reload) did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reloaded {
+    /// The version new turns now take (the host starts at 1).
+    pub version: u64,
+    /// Parts of the project that changed but apply only after a restart
+    /// (`MCP connections`, `channels`, `hooks`, `schedules`,
+    /// `max_running_turns`).
+    pub needs_restart: Vec<String>,
+}

@@ -159,6 +159,7 @@ impl Agent {
             slug: slug.map(str::to_owned),
             host: self.host.clone(),
             diagnostics: self.diagnostics.clone(),
+            reload: None,
         }
     }
 }
