@@ -17,6 +17,9 @@ mod common;
 const SERVER_PY: &str = r#"
 import json, sys
 
+sys.stderr.write("shouter 0.1: listening on stdio (a banner)\n")
+sys.stderr.flush()
+
 def send(message):
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -107,6 +110,42 @@ fn info_reports_a_broken_connection_and_the_rest_still_works() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(out["isError"], false, "{out}");
     assert_eq!(out["result"], json!("HELLO"));
+}
+
+#[test]
+fn a_stdio_servers_stderr_goes_to_the_debug_log_not_to_bdks_stderr() {
+    let dir = project();
+    let call = |log: &str| {
+        Command::cargo_bin("bdk")
+            .unwrap()
+            .env_remove("BDK_STATE_ROOT")
+            .env("BDK_LOG", log)
+            .args([
+                "call",
+                "shout",
+                "--input",
+                r#"{"text":"hi"}"#,
+                "--json",
+                "--dir",
+            ])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let quiet = call("info");
+    assert!(quiet.status.success());
+    let stderr = String::from_utf8_lossy(&quiet.stderr);
+    assert!(!stderr.contains("a banner"), "{stderr}");
+
+    let debug = call("bdk_mcp=debug");
+    assert!(debug.status.success());
+    let stderr = String::from_utf8_lossy(&debug.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("a banner"))
+        .unwrap_or_else(|| panic!("no banner in the debug log:\n{stderr}"));
+    assert!(line.contains("MCP server stderr"), "{line}");
+    assert!(line.contains("shouter"), "{line}");
 }
 
 /// The MCP reference server's entry point (installed by `.ci/test-deps`

@@ -199,10 +199,13 @@ impl Conn {
                     .envs(env)
                     .current_dir(&cwd)
                     .kill_on_drop(true);
-                let (transport, _stderr) = TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::inherit())
+                let (transport, stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(std::process::Stdio::piped())
                     .spawn()
                     .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(log_stderr(self.manifest.name.clone(), stderr));
+                }
                 handler
                     .serve(transport)
                     .await
@@ -587,5 +590,47 @@ impl McpHub for McpConnections {
         self.shared.tasks.close();
         self.shared.tasks.wait().await;
         futures::future::join_all(self.conns.values().map(|c| c.close())).await;
+    }
+}
+
+/// The longest stderr line of a stdio server kept in the log; the rest of
+/// the line is dropped.
+const STDERR_LINE_BYTES: usize = 4096;
+
+/// Sends what a stdio server writes on stderr (start-up banners, its own
+/// logs) to bdk's log at debug level, one entry per line, instead of
+/// letting it through to bdk's own stderr.
+async fn log_stderr(connection: String, stderr: tokio::process::ChildStderr) {
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(stderr);
+    // One line at a time, never more than the cap in memory: bytes past it
+    // are skipped up to the end of the line.
+    let mut line = Vec::new();
+    loop {
+        let chunk = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(chunk) => chunk,
+        };
+        let (part, ends) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => (&chunk[..i], Some(i + 1)),
+            None => (chunk, None),
+        };
+        let room = STDERR_LINE_BYTES.saturating_sub(line.len());
+        line.extend_from_slice(&part[..part.len().min(room)]);
+        let used = ends.unwrap_or(chunk.len());
+        reader.consume(used);
+        if ends.is_some() {
+            log_line(&connection, &line);
+            line.clear();
+        }
+    }
+    log_line(&connection, &line);
+}
+
+fn log_line(connection: &str, line: &[u8]) {
+    let line = String::from_utf8_lossy(line);
+    let line = line.trim_end();
+    if !line.is_empty() {
+        tracing::debug!(connection = %connection, stderr = %line, "MCP server stderr");
     }
 }
