@@ -253,7 +253,14 @@ GET /v1/info and in the playground, and the last good version keeps serving.")]
     },
     /// Serve the agent as an MCP server on stdin/stdout (`ask`, `check` and
     /// its server tools), for desktop MCP clients. Logs go to stderr.
+    /// `bdk mcp login NAME` signs in to a connection that uses OAuth.
+    #[command(args_conflicts_with_subcommands = true)]
+    #[command(after_help = "Examples:
+  bdk mcp --dir examples/weather         serve over stdio
+  bdk mcp login linear                   sign in to the `linear` connection")]
     Mcp {
+        #[command(subcommand)]
+        command: Option<McpCommand>,
         #[command(flatten)]
         project: ProjectArgs,
     },
@@ -303,5 +310,22 @@ GET /v1/info and in the playground, and the last good version keeps serving.")]
         /// Print JSON (also what a pipe gets; a terminal gets text).
         #[arg(long)]
         json: bool,
+    },
+}
+
+/// `bdk mcp` subcommands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum McpCommand {
+    /// Sign in to an HTTP MCP connection that declares `[oauth]` and store
+    /// its tokens under the state root (`<state root>/mcp-auth/NAME.json`).
+    Login {
+        /// The connection (its manifest's file stem under
+        /// `agent/mcp-connections/`).
+        name: String,
+        #[command(flatten)]
+        project: ProjectArgs,
+        /// Print the sign-in URL without trying to open a browser.
+        #[arg(long)]
+        no_browser: bool,
     },
 }

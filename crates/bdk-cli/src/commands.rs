@@ -157,9 +157,24 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
         Command::Slack(args) => Ok(crate::slack::run(args).await),
         Command::Completions { shell } => crate::generate::completions(shell).map(|()| 0),
         Command::Man { out_dir } => crate::generate::man(out_dir.as_deref()).map(|()| 0),
-        Command::Mcp { project } => {
+        Command::Mcp {
+            command: None,
+            project,
+        } => {
             let dir = project.dir(None);
             crate::mcp::run(&dir, &project.state_root(&dir)).await
+        }
+        Command::Mcp {
+            command:
+                Some(crate::args::McpCommand::Login {
+                    name,
+                    project,
+                    no_browser,
+                }),
+            ..
+        } => {
+            let dir = project.dir(None);
+            crate::mcp::login::run(&dir, &project.state_root(&dir), &name, !no_browser).await
         }
         Command::Sessions { project, json } => {
             let dir = project.dir(None);

@@ -11,6 +11,8 @@ use bdk_mcp::server::{McpServer, Principal, Surface};
 
 use crate::support::{OK, open_host};
 
+pub(crate) mod login;
+
 /// How long running turns get to finish once the client has gone.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 

@@ -380,7 +380,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         locks.push(held);
         // Advertised MCP tools are listed in the background: serving starts
         // at once and the tools join the catalog as their servers answer.
-        let hub = crate::support::mcp_hub(&project, false, sandbox.as_ref()).await;
+        let hub = crate::support::mcp_hub(&project, &root, false, sandbox.as_ref()).await;
         // Under --dev reminders stay armed but fire only through
         // POST /v1/dev/reminders/:id, like schedules.
         let mut builder = Host::builder(project, store)

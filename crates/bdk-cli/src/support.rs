@@ -109,6 +109,7 @@ pub(crate) fn parse_session_id(id: &str) -> std::result::Result<SessionId, u8> {
 /// see the whole catalog.
 pub(crate) async fn mcp_hub(
     project: &Project,
+    state_root: &Path,
     wait: bool,
     sandbox: Option<&bdk_core::containment::Sandbox>,
 ) -> Option<Arc<dyn bdk_core::mcp::McpHub>> {
@@ -118,7 +119,7 @@ pub(crate) async fn mcp_hub(
     }
     let containment =
         bdk_core::containment::Containment::new(sandbox.cloned(), project.config.sandbox.clone());
-    let hub = bdk_mcp::client::McpConnections::start_contained(project, containment);
+    let hub = bdk_mcp::client::McpConnections::start_in(project, containment, state_root);
     if wait {
         hub.ready().await;
     }
@@ -182,7 +183,7 @@ async fn build_host(
         .with_context(|| format!("failed to open the state root {}", state_root.display()))?;
     let protected = crate::sandbox::Protected(vec![project.root.clone(), state_root.to_path_buf()]);
     let sandbox = crate::sandbox::for_project(&project, &protected, false)?;
-    let hub = mcp_hub(&project, true, sandbox.as_ref()).await;
+    let hub = mcp_hub(&project, state_root, true, sandbox.as_ref()).await;
     // Reminders fire while the process runs (a `bdk run` that ends takes
     // its timer with it; the reminders stay stored and armed).
     let mut builder = Host::builder(project, Arc::new(store))

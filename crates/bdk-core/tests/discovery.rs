@@ -241,6 +241,7 @@ fn full_fixture_discovers_every_form_without_diagnostics() {
             url: "https://mcp.example.com/mcp".into(),
             headers: BTreeMap::from([("X-Client".into(), "bdk".into())]),
             bearer_token_env: Some("REMOTE_TOKEN".into()),
+            oauth: None,
         }
     );
 
@@ -1301,4 +1302,85 @@ fn tools_named_like_built_ins_are_errors_with_the_fix() {
         "{}",
         show(&found.diagnostics)
     );
+}
+
+#[test]
+fn mcp_oauth_tables_are_read_and_checked() {
+    use bdk_core::project::McpOAuth;
+    let dir = bdk_testkit::AgentFolder::new()
+        .rules("[[rules]]\nreply = \"x\"\n")
+        .file(
+            "agent/mcp-connections/signed.toml",
+            "url = \"https://mcp.example/mcp\"\n\n[oauth]\nclient_id = \"abc\"\nscopes = [\"read\", \"write\"]\n",
+        )
+        .file(
+            "agent/mcp-connections/plain.toml",
+            "url = \"https://mcp.example/mcp\"\n\n[oauth]\n",
+        )
+        .file(
+            "agent/mcp-connections/both.toml",
+            "url = \"https://mcp.example/mcp\"\nbearer_token_env = \"TOKEN\"\n\n[oauth]\n",
+        )
+        .file("agent/mcp-connections/local.toml", "command = \"srv\"\n\n[oauth]\n")
+        .file(
+            "agent/mcp-connections/typo.toml",
+            "url = \"https://mcp.example/mcp\"\n\n[oauth]\nclientid = \"abc\"\n",
+        )
+        .write();
+    let d = bdk_core::discover(dir.path());
+    let said = |file: &str| -> Vec<(Severity, String)> {
+        d.diagnostics
+            .iter()
+            .filter(|x| x.file == format!("agent/mcp-connections/{file}.toml"))
+            .map(|x| (x.severity, x.message.clone()))
+            .collect()
+    };
+    assert!(
+        said("signed").is_empty() && said("plain").is_empty(),
+        "{:?}",
+        d.diagnostics
+    );
+    assert_eq!(said("both").len(), 1);
+    assert_eq!(said("both")[0].0, Severity::Error);
+    assert!(
+        said("both")[0]
+            .1
+            .contains("both `bearer_token_env` and `[oauth]`")
+    );
+    assert_eq!(
+        said("local"),
+        [(
+            Severity::Warning,
+            "`oauth` is ignored for a stdio connection".to_owned()
+        )]
+    );
+    assert_eq!(said("typo")[0].0, Severity::Warning);
+    assert!(
+        said("typo")[0].1.contains("unknown key `oauth.clientid`"),
+        "{:?}",
+        said("typo")
+    );
+    // The project is not served with an error in it; read the good ones
+    // from a folder without the bad one.
+    std::fs::remove_file(dir.path().join("agent/mcp-connections/both.toml")).unwrap();
+    let p = bdk_core::discover(dir.path()).project.unwrap();
+    let oauth_of = |name: &str| match &p
+        .mcp_connections
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap()
+        .transport
+    {
+        McpTransport::Http { oauth, .. } => oauth.clone(),
+        McpTransport::Stdio { .. } => None,
+    };
+    assert_eq!(
+        oauth_of("signed"),
+        Some(McpOAuth {
+            client_id: Some("abc".into()),
+            scopes: vec!["read".into(), "write".into()],
+        })
+    );
+    assert_eq!(oauth_of("plain"), Some(McpOAuth::default()));
+    assert_eq!(oauth_of("local"), None);
 }

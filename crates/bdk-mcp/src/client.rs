@@ -32,6 +32,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::oauth;
+
 /// The per-call timeout when a manifest sets none.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -80,10 +82,13 @@ struct Conn {
     tools: Mutex<Vec<rmcp::model::Tool>>,
     /// Why the last start or listing failed, cleared by the next success.
     error: Mutex<Option<String>>,
+    /// Where the OAuth tokens of `[oauth]` connections are kept.
+    tokens: oauth::TokenStore,
     shared: Arc<Shared>,
 }
 
 /// Receives server notifications for one connection.
+#[derive(Clone)]
 struct Handler {
     conn: Weak<Conn>,
 }
@@ -215,6 +220,7 @@ impl Conn {
                 url,
                 headers,
                 bearer_token_env,
+                oauth,
             } => {
                 let mut custom = HashMap::new();
                 for (k, v) in headers {
@@ -233,11 +239,40 @@ impl Conn {
                     config = config.auth_header(token);
                 }
                 let client = bdk_models::net::http_client().map_err(|e| e.to_string())?;
-                let transport = StreamableHttpClientTransport::with_client(client, config);
-                handler
-                    .serve(transport)
+                if oauth.is_none() {
+                    let transport = StreamableHttpClientTransport::with_client(client, config);
+                    return handler
+                        .serve(transport)
+                        .await
+                        .map_err(|e| format!("initialization failed: {e}"));
+                }
+                // An OAuth connection: the stored token, refreshed when it
+                // has expired, and once more when the server refuses it.
+                let name = &self.manifest.name;
+                let token = oauth::fresh_token(&client, &self.tokens, name, false)
                     .await
-                    .map_err(|e| format!("initialization failed: {e}"))
+                    .map_err(|e| e.to_string())?;
+                let first = StreamableHttpClientTransport::with_client(
+                    client.clone(),
+                    config.clone().auth_header(token),
+                );
+                match handler.clone().serve(first).await {
+                    Ok(session) => Ok(session),
+                    Err(e) => {
+                        tracing::debug!(connection = %name, error = %e, "MCP connect with the stored token failed; refreshing it");
+                        let token = oauth::fresh_token(&client, &self.tokens, name, true)
+                            .await
+                            .map_err(|r| format!("initialization failed: {e}; {r}"))?;
+                        let again = StreamableHttpClientTransport::with_client(
+                            client,
+                            config.auth_header(token),
+                        );
+                        handler
+                            .serve(again)
+                            .await
+                            .map_err(|e| format!("initialization failed: {e}"))
+                    }
+                }
             }
         }
     }
@@ -460,6 +495,13 @@ impl McpConnections {
     /// namespace that dies with the server, without privileges. Their
     /// filesystem is not confined: an MCP server manages files of its own.
     pub fn start_contained(project: &Project, containment: Containment) -> Arc<Self> {
+        Self::start_in(project, containment, &project.root.join(".bdk"))
+    }
+
+    /// Like [`McpConnections::start_contained`], with the agent's state
+    /// root, where the OAuth tokens `bdk mcp login` stores are read.
+    pub fn start_in(project: &Project, containment: Containment, state_root: &Path) -> Arc<Self> {
+        let tokens = oauth::TokenStore::under(state_root);
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(1),
             tasks: TaskTracker::new(),
@@ -477,6 +519,7 @@ impl McpConnections {
                     session: tokio::sync::Mutex::new(None),
                     tools: Mutex::new(Vec::new()),
                     error: Mutex::new(None),
+                    tokens: tokens.clone(),
                     shared: Arc::clone(&shared),
                 });
                 (m.name.clone(), conn)

@@ -311,7 +311,22 @@ pub enum McpTransport {
         headers: BTreeMap<String, String>,
         /// Name of the environment variable holding a bearer token.
         bearer_token_env: Option<String>,
+        /// `[oauth]`: the server wants an OAuth access token, obtained once
+        /// with `bdk mcp login <name>` and kept under the state root.
+        oauth: Option<McpOAuth>,
     },
+}
+
+/// `[oauth]` of an HTTP MCP connection (the MCP authorization flow:
+/// protected-resource metadata, authorization-server discovery, PKCE,
+/// refresh).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct McpOAuth {
+    /// A client id registered with the authorization server; without one,
+    /// `bdk mcp login` registers a client dynamically.
+    pub client_id: Option<String>,
+    /// Scopes to ask for; none asks for the server's defaults.
+    pub scopes: Vec<String>,
 }
 
 /// An MCP connection manifest (`mcp-connections/<name>.toml`).

@@ -15,7 +15,7 @@ use super::util::{
 use crate::project::{
     ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
     DEFAULT_EVENT_BACKOFF, HookEvents, HookManifest, HookTarget, MAX_EVENT_ATTEMPTS, McpConnection,
-    McpTransport, RouteAuth, RouteHandler, RouteMethod, default_token_env,
+    McpOAuth, McpTransport, RouteAuth, RouteHandler, RouteMethod, default_token_env,
 };
 use bdk_events::{Admission, SessionMode};
 
@@ -67,6 +67,7 @@ const MCP_KEYS: &[&str] = &[
     "url",
     "headers",
     "bearer_token_env",
+    "oauth",
     "advertise_tools",
     "timeout_ms",
 ];
@@ -111,7 +112,7 @@ fn mcp_transport(d: &mut Diags, path: &Path, table: &Table) -> Option<McpTranspo
     let f = Fields::new(table, path);
     f.unknown_keys(d, MCP_KEYS);
     let stdio_only = ["args", "env", "cwd"];
-    let http_only = ["headers", "bearer_token_env"];
+    let http_only = ["headers", "bearer_token_env", "oauth"];
     match (f.has("command"), f.has("url")) {
         (true, true) => {
             d.error(
@@ -171,10 +172,27 @@ fn mcp_transport(d: &mut Diags, path: &Path, table: &Table) -> Option<McpTranspo
             }
             let headers = f.string_map(d, "headers").unwrap_or_default();
             let bearer_token_env = f.nonempty_string(d, "bearer_token_env");
+            let oauth = f.table(d, "oauth").map(|t| {
+                let o = Fields::nested(t, path, "oauth.");
+                o.unknown_keys(d, &["client_id", "scopes"]);
+                McpOAuth {
+                    client_id: o.nonempty_string(d, "client_id"),
+                    scopes: o.strings(d, "scopes").unwrap_or_default(),
+                }
+            });
+            if oauth.is_some() && bearer_token_env.is_some() {
+                d.error(
+                    path,
+                    "both `bearer_token_env` and `[oauth]` are set",
+                    "keep `[oauth]` for a server that signs you in with OAuth (`bdk mcp login`), or `bearer_token_env` for a fixed token",
+                );
+                return None;
+            }
             Some(McpTransport::Http {
                 url,
                 headers,
                 bearer_token_env,
+                oauth,
             })
         }
     }
