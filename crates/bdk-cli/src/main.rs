@@ -46,6 +46,7 @@ mod slack;
 mod store;
 mod support;
 mod telemetry;
+mod trace;
 
 fn main() -> ExitCode {
     // This executable is also the sandbox launcher of the tools it runs: a
