@@ -123,6 +123,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             };
             crate::serve::run(opts, logs).await
         }
+        Command::Chat(args) => crate::chat::run(args).await,
         Command::Evals(args) => crate::evals::run(args).await,
         Command::Github(args) => Ok(crate::github::run(args).await),
         Command::Slack(args) => Ok(crate::slack::run(args).await),

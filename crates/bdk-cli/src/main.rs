@@ -27,6 +27,7 @@ pub(crate) const VERSION: &str = concat!(
 );
 
 mod args;
+mod chat;
 mod commands;
 mod cost;
 mod evals;
