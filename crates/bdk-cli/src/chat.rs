@@ -99,6 +99,14 @@ pub(crate) async fn run(args: ChatArgs) -> Result<u8> {
             (backend, Some(root.join(HISTORY_FILE)))
         }
     };
+    let who = match backend.describe().await {
+        Ok(who) => who,
+        Err(e) => {
+            errln!("error: {e:#}");
+            backend.close().await;
+            return Ok(crate::support::FAILED);
+        }
+    };
     // A session to continue must exist and be readable; its next event's
     // index is where following its first turn starts.
     let session = match session {
@@ -117,6 +125,7 @@ pub(crate) async fn run(args: ChatArgs) -> Result<u8> {
             history,
             session,
             reasoning: args.reasoning,
+            who,
         };
         interactive::run(backend, opts).await
     } else {

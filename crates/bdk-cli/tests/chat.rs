@@ -530,7 +530,7 @@ fn a_pipe_denies_approvals_and_exits_1_when_a_turn_fails() {
 #[test]
 fn url_and_a_server_holding_the_state_root_go_through_the_http_api() {
     let (_tmp, dir) = ops();
-    let server = Server::start(&[], &[&dir]);
+    let mut server = Server::start(&[], &[&dir]);
     let url = format!("{}/ops", server.base);
 
     // The state root is the server's: `bdk chat DIR` goes through it too.
@@ -539,7 +539,12 @@ fn url_and_a_server_holding_the_state_root_go_through_the_http_api() {
     assert!(out.starts_with("deploy said: call denied"), "{out}");
     assert!(err.contains("going through its API"), "{err}");
 
-    // --url, at a terminal: an approval answered over HTTP, then a stop.
+    // Pipe mode with --url.
+    let (code, out, err) = piped(&["--url", &url], "deploy it\n");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("deploy said: call denied"), "{out}");
+
+    // --url at a terminal: an approval answered over HTTP, then a stop.
     let pane = Pane::start(&["chat", "--url", &url], &[]);
     let banner = pane.wait_prompt();
     assert!(
@@ -554,22 +559,30 @@ fn url_and_a_server_holding_the_state_root_go_through_the_http_api() {
     pane.line("please wait");
     pane.wait_for("⚙ wait_a_while {}");
     pane.keys(&["Escape"]);
-    let screen = pane.wait_for("stopped");
+    pane.wait_for("stopped");
     pane.wait_prompt();
     pane.line("/trace");
-    let screen_after = pane.wait_for("trace: ");
+    let screen = pane.wait_for("trace: ");
     assert!(
-        screen_after.contains(&format!("trace: {url}/v1/session/")),
-        "{screen_after}"
+        screen.contains(&format!("trace: {url}/v1/session/")),
+        "{screen}"
     );
-    assert!(screen_after.contains("→ cancelled"), "{screen_after}");
-    pane.keys(&["C-d"]);
-    assert_eq!(pane.wait_exit(), 0, "{screen}");
+    assert!(screen.contains("→ cancelled"), "{screen}");
+    pane.wait_prompt();
 
-    // Pipe mode with --url.
-    let (code, out, err) = piped(&["--url", &url], "deploy it\n");
-    assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("deploy said: call denied"), "{out}");
+    // The server goes away: the message fails, the conversation does not.
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    pane.line("deploy it");
+    pane.wait_for("is the server still running?");
+    pane.wait_prompt();
+    pane.keys(&["C-d"]);
+    assert_eq!(pane.wait_exit(), 0, "{}", pane.screen());
+
+    // Nobody there at all: said at once, exit 1.
+    let (code, _, err) = piped(&["--url", &url], "hi\n");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is the server still running?"), "{err}");
 }
 
 #[test]

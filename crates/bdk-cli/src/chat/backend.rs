@@ -79,21 +79,33 @@ fn session_id(id: &str) -> Answer<SessionId> {
 }
 
 impl Backend {
-    /// Who answers, for the banner: the agent's name and model.
-    pub(crate) async fn describe(&self) -> String {
+    /// Who answers, for the banner: the agent's name and model. Through
+    /// `--url` this is also the check that a server answers there and
+    /// admits the caller, before anything is typed.
+    pub(crate) async fn describe(&self) -> Result<String> {
         match self {
             Backend::Local { host, .. } => {
-                format!("{} ({})", host.project().name, host.model_id())
+                Ok(format!("{} ({})", host.project().name, host.model_id()))
             }
-            Backend::Remote { remote, .. } => match remote.get("/v1/info").await {
-                Ok(a) if a.status == 200 => format!(
+            Backend::Remote { remote, .. } => {
+                let answer = remote.get("/v1/info").await?;
+                if answer.status != 200 {
+                    let refusal = Refusal::of_body(&answer.body);
+                    return Err(anyhow!(
+                        "no agent answers at {} (GET /v1/info: {} {}: {})",
+                        remote.base(),
+                        answer.status,
+                        refusal.code,
+                        refusal.message
+                    ));
+                }
+                Ok(format!(
                     "{} ({}) at {}",
-                    a.body["name"].as_str().unwrap_or("agent"),
-                    a.body["model"].as_str().unwrap_or("default model"),
+                    answer.body["name"].as_str().unwrap_or("agent"),
+                    answer.body["model"].as_str().unwrap_or("default model"),
                     remote.base()
-                ),
-                _ => remote.base().to_owned(),
-            },
+                ))
+            }
         }
     }
 
@@ -239,20 +251,18 @@ impl Backend {
     /// Every recorded event of the session, or why it cannot be read (it
     /// does not exist, it is not the caller's, it is damaged).
     pub(crate) async fn events(&self, session: &str) -> Result<Answer<Vec<Envelope>>> {
+        let id = match session_id(session) {
+            Ok(id) => id,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
         match self {
-            Backend::Local { host, .. } => {
-                let id = match session_id(session) {
-                    Ok(id) => id,
-                    Err(refusal) => return Ok(Err(refusal)),
-                };
-                Ok(host
-                    .events(&id, 0, None)
-                    .await
-                    .map_err(|e| Refusal::of_host(&e)))
-            }
+            Backend::Local { host, .. } => Ok(host
+                .events(&id, 0, None)
+                .await
+                .map_err(|e| Refusal::of_host(&e))),
             Backend::Remote { remote, .. } => {
                 let answer = remote
-                    .get(&format!("/v1/session/{session}/events?format=json"))
+                    .get(&format!("/v1/session/{id}/events?format=json"))
                     .await?;
                 if !(200..300).contains(&answer.status) {
                     return Ok(Err(Refusal::of_body(&answer.body)));

@@ -25,6 +25,8 @@ pub(crate) struct Options {
     pub(crate) session: Option<(String, u64)>,
     /// Show the model's reasoning.
     pub(crate) reasoning: bool,
+    /// Who answers (the agent, its model, where), for the banner.
+    pub(crate) who: String,
 }
 
 const PROMPT: &str = "› ";
@@ -51,9 +53,9 @@ async fn converse(backend: &Backend, opts: Options) -> Result<()> {
     let style = Style::for_stream(std::io::stdout().is_terminal());
     let mut printer = Printer::new(Mode::Chat, style, opts.reasoning);
     let mut prompt = Prompt::new(opts.history)?;
-    let who = backend.describe().await;
     printer.note(&format!(
-        "bdk chat with {who} · /help lists the commands · Esc stops a reply · Ctrl-D leaves"
+        "bdk chat with {} · /help lists the commands · Esc stops a reply · Ctrl-D leaves",
+        opts.who
     ));
     let mut chat = Conversation {
         session: None,
@@ -91,19 +93,31 @@ async fn converse(backend: &Backend, opts: Options) -> Result<()> {
         let message = match parse(&line) {
             Input::Message(message) => message,
             Input::Command(slash) => {
-                if command(backend, &mut chat, &mut printer, slash).await? {
-                    return Ok(());
+                match command(backend, &mut chat, &mut printer, slash).await {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => {}
+                    // The conversation goes on: the next line may work
+                    // (the server is back, the disk has room).
+                    Err(e) => failure(&mut printer, &e),
                 }
                 printer.flush();
                 continue;
             }
         };
-        match exchange(backend, &mut chat, &mut printer, &mut signals, &message).await? {
-            Exchange::Done => {}
-            Exchange::Stopped => armed = true,
-            Exchange::Leave => return Ok(()),
+        match exchange(backend, &mut chat, &mut printer, &mut signals, &message).await {
+            Ok(Exchange::Done) => {}
+            Ok(Exchange::Stopped) => armed = true,
+            Ok(Exchange::Leave) => return Ok(()),
+            Err(e) => failure(&mut printer, &e),
         }
     }
+}
+
+/// Shows an error that ends an exchange but not the conversation.
+fn failure(printer: &mut Printer, e: &anyhow::Error) {
+    let text = printer.style().red(&format!("✗ {e:#}"));
+    printer.line(&text);
+    printer.flush();
 }
 
 /// How one message went, for the prompt loop.
