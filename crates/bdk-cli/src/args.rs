@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use crate::support::ProjectArgs;
-use crate::{evals, github, serve, slack};
+use crate::{chat, evals, github, serve, slack};
 
 /// Build, run and inspect BDK agents.
 #[derive(Parser, Debug)]
@@ -106,6 +106,17 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Talk with the agent in the terminal: replies stream as they are
+    /// written, tool calls show inline, Esc stops a reply.
+    #[command(after_help = "Examples:
+  bdk chat                                       the project here
+  bdk chat examples/weather --reasoning
+  bdk chat --session ses_...                     continue a conversation
+  bdk chat --url http://127.0.0.1:3000/weather   a running server's agent
+  echo \"What's the weather in Paris?\" | bdk chat examples/weather
+
+At the prompt: /new, /session ID, /trace, /reasoning, /help, /quit.")]
+    Chat(chat::ChatArgs),
     /// Call a server tool without a model turn.
     #[command(after_help = "Examples:
   bdk call get_weather -i '{\"city\": \"Paris\"}'

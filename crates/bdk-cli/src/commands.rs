@@ -10,7 +10,7 @@ use bdk_core::project::info::{add_tools, surface};
 use bdk_core::trajectory::summarize;
 use bdk_core::{Project, discover};
 use bdk_events::view::session_state;
-use bdk_events::{Envelope, SessionId, SessionMode};
+use bdk_events::{SessionId, SessionMode};
 use bdk_store::{FsStore, Store};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
@@ -21,6 +21,7 @@ use crate::support::{
     FAILED, OK, Opened, UNUSABLE, counts, open_host_or_remote, parse_session_id, print_diagnostics,
     print_json,
 };
+use crate::trace::{write_trace, write_trace_to};
 
 /// Runs one command and returns the process exit code.
 pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
@@ -152,6 +153,7 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             };
             crate::serve::run(opts, logs).await
         }
+        Command::Chat(args) => crate::chat::run(args).await,
         Command::Evals(args) => crate::evals::run(args).await,
         Command::Github(args) => Ok(crate::github::run(args).await),
         Command::Slack(args) => Ok(crate::slack::run(args).await),
@@ -606,25 +608,6 @@ fn parse_as_of(s: &str) -> std::result::Result<DateTime<Utc>, String> {
         .map_err(|e| {
             format!("must be an RFC 3339 timestamp with a zone, like 2026-01-15T09:00:00Z ({e})")
         })
-}
-
-async fn write_trace(store: &dyn Store, id: &SessionId, events: &[Envelope]) -> Result<PathBuf> {
-    write_trace_to(&store.traces_dir(), id.as_str(), events).await
-}
-
-async fn write_trace_to(dir: &Path, id: &str, events: &[Envelope]) -> Result<PathBuf> {
-    let dir = dir.to_path_buf();
-    tokio::fs::create_dir_all(&dir).await?;
-    let path = dir.join(format!("{id}.ndjson"));
-    let mut buf = Vec::new();
-    for e in events {
-        bdk_events::ndjson::encode_into(e, &mut buf)?;
-    }
-    // Write then rename, so a reader never sees half a trace.
-    let tmp = dir.join(format!(".{id}.ndjson.tmp"));
-    tokio::fs::write(&tmp, &buf).await?;
-    tokio::fs::rename(&tmp, &path).await?;
-    Ok(path)
 }
 
 fn host_error(e: &HostError) -> Result<u8> {

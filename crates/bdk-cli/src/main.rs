@@ -27,6 +27,7 @@ pub(crate) const VERSION: &str = concat!(
 );
 
 mod args;
+mod chat;
 mod commands;
 mod cost;
 mod dev;
@@ -47,6 +48,7 @@ mod slack;
 mod store;
 mod support;
 mod telemetry;
+mod trace;
 
 fn main() -> ExitCode {
     // This executable is also the sandbox launcher of the tools it runs: a

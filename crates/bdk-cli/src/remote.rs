@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, anyhow, bail};
 use bdk_events::Envelope;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use serde_json::Value;
 
 use crate::lock::{self, Acquired, StateLock};
@@ -75,6 +76,18 @@ impl Remote {
         })
     }
 
+    /// The agent served at `url`, its base URL as `bdk serve` prints it
+    /// (`http://127.0.0.1:3000/weather`), with the bearer token in
+    /// `BDK_TOKEN` when that is set.
+    pub fn connect(url: &str) -> Result<Remote> {
+        let parsed = reqwest::Url::parse(url)
+            .with_context(|| format!("`{url}` is not a URL (expected http://HOST:PORT/AGENT)"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            bail!("`{url}` is not an http:// or https:// URL");
+        }
+        Remote::new(url, std::env::var(TOKEN_ENV).ok())
+    }
+
     /// The agent's base URL.
     pub fn base(&self) -> &str {
         &self.base
@@ -113,6 +126,79 @@ impl Remote {
             .await
             .with_context(|| format!("{what} failed; is the server still running?"))?;
         self.answer(&what, resp).await
+    }
+
+    /// `GET path`, read as JSON.
+    pub async fn get(&self, path: &str) -> Result<Answer> {
+        let what = format!("GET {}{path}", self.base);
+        let resp = self
+            .request(reqwest::Method::GET, path)
+            .send()
+            .await
+            .with_context(|| format!("{what} failed; is the server still running?"))?;
+        self.answer(&what, resp).await
+    }
+
+    /// The session's events from index `from` on, then each new one as it
+    /// is recorded, until the server ends the stream. A refusal (no such
+    /// session, not the caller's) is the error, with the server's message.
+    pub async fn follow(
+        &self,
+        session: &str,
+        from: u64,
+    ) -> Result<BoxStream<'static, Result<Envelope>>> {
+        let path = format!("/v1/session/{session}/stream?startIndex={from}");
+        let what = format!("GET {}{path}", self.base);
+        let resp = self
+            .request(reqwest::Method::GET, &path)
+            .send()
+            .await
+            .with_context(|| format!("{what} failed; is the server still running?"))?;
+        if !resp.status().is_success() {
+            let answer = self.answer(&what, resp).await?;
+            let message = answer.body["message"].as_str().unwrap_or("no message");
+            bail!("{what} answered {}: {message}", answer.status);
+        }
+        struct Reading<S> {
+            body: S,
+            buf: Vec<u8>,
+            what: String,
+            done: bool,
+        }
+        let state = Reading {
+            body: resp.bytes_stream(),
+            buf: Vec::new(),
+            what,
+            done: false,
+        };
+        let events = futures::stream::unfold(state, |mut r| async move {
+            if r.done {
+                return None;
+            }
+            loop {
+                if let Some(nl) = r.buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = r.buf.drain(..=nl).collect();
+                    // Heartbeats are blank lines.
+                    if line.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    let event = serde_json::from_slice::<Envelope>(&line)
+                        .map_err(|e| anyhow!("{}: a line is not an event: {e}", r.what));
+                    r.done = event.is_err();
+                    return Some((event, r));
+                }
+                match r.body.next().await {
+                    Some(Ok(chunk)) => r.buf.extend_from_slice(&chunk),
+                    Some(Err(e)) => {
+                        r.done = true;
+                        let broke = anyhow!("{}: the event stream broke: {e}", r.what);
+                        return Some((Err(broke), r));
+                    }
+                    None => return None,
+                }
+            }
+        });
+        Ok(events.boxed())
     }
 
     /// Follows the session's stream until `turn` has ended and the session
