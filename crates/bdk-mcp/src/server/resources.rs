@@ -146,7 +146,7 @@ async fn events(
     for envelope in &envelopes {
         bdk_events::ndjson::encode_into(envelope, &mut buf).map_err(|e| internal(raw, &e))?;
         if buf.len() as u64 > MAX_READ_BYTES {
-            return Err(too_large(raw, "read it with GET /v1/session/{id}/events"));
+            return Err(too_large(raw, "read it with GET /v1/session/:sessionId/events"));
         }
     }
     let text = String::from_utf8(buf).map_err(|e| internal(raw, &e))?;
@@ -178,7 +178,7 @@ async fn artifact_contents(
     if record.size > MAX_READ_BYTES {
         return Err(too_large(
             raw,
-            "download it with GET /v1/artifacts/{id}/content",
+            "download it with GET /v1/artifacts/:id/content",
         ));
     }
     let bytes = store
