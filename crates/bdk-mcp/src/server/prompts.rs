@@ -26,6 +26,10 @@ const MAX_PLACEHOLDER: usize = 80;
 /// How much of a name from outside an error message repeats.
 const ECHO_CHARS: usize = 80;
 
+/// The largest filled-in prompt served: a value repeated by many
+/// placeholders must not turn one request into a huge answer.
+pub(crate) const MAX_PROMPT_BYTES: usize = 4 * 1024 * 1024;
+
 /// Every skill as a prompt.
 pub(crate) fn list(skills: &[Skill]) -> Vec<Prompt> {
     skills.iter().map(prompt).collect()
@@ -116,7 +120,16 @@ pub(crate) fn get(
             (name, given.get(name).copied().unwrap_or(""))
         })
         .collect();
-    let text = substitute(&skill.body, &values);
+    let text = substitute(&skill.body, &values, MAX_PROMPT_BYTES).ok_or_else(|| {
+        ErrorData::invalid_params(
+            format!(
+                "prompt `{}` filled in with these values is larger than {} MiB",
+                skill.name,
+                MAX_PROMPT_BYTES / (1024 * 1024)
+            ),
+            None,
+        )
+    })?;
     Ok(
         GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
             .with_description(skill.description.clone()),
@@ -183,11 +196,19 @@ fn echo(raw: &str) -> String {
 }
 
 /// Replaces each `{{name}}` (or `{{ name }}`) whose name is a key of
-/// `values`; everything else is copied as written.
-pub(crate) fn substitute(body: &str, values: &BTreeMap<&str, &str>) -> String {
-    let mut out = String::with_capacity(body.len());
+/// `values`; everything else is copied as written. `None` once the text
+/// would grow past `limit` bytes.
+pub(crate) fn substitute(
+    body: &str,
+    values: &BTreeMap<&str, &str>,
+    limit: usize,
+) -> Option<String> {
+    let mut out = String::with_capacity(body.len().min(limit));
     let mut rest = body;
     while let Some(open) = rest.find("{{") {
+        if out.len() > limit {
+            return None;
+        }
         let after = &rest[open + 2..];
         let close = after
             .as_bytes()
@@ -213,7 +234,7 @@ pub(crate) fn substitute(body: &str, values: &BTreeMap<&str, &str>) -> String {
         }
     }
     out.push_str(rest);
-    out
+    (out.len() <= limit).then_some(out)
 }
 
 #[cfg(test)]
@@ -290,14 +311,26 @@ mod tests {
             ("", ""),
         ];
         for (body, want) in cases {
-            assert_eq!(substitute(body, &values), want, "{body:?}");
+            assert_eq!(
+                substitute(body, &values, 1000).as_deref(),
+                Some(want),
+                "{body:?}"
+            );
         }
         // One pass: a value is never expanded again.
         let tricky = BTreeMap::from([("a", "{{b}}"), ("b", "B")]);
-        assert_eq!(substitute("{{a}} {{b}}", &tricky), "{{b}} B");
+        assert_eq!(
+            substitute("{{a}} {{b}}", &tricky, 1000).as_deref(),
+            Some("{{b}} B")
+        );
         // A brace run with no close nearby is copied, not scanned forever.
         let long = format!("{{{{{}", "x".repeat(10_000));
-        assert_eq!(substitute(&long, &values), long);
+        assert_eq!(substitute(&long, &values, 100_000), Some(long));
+        // A value repeated by many placeholders stops at the limit.
+        let big = "v".repeat(1000);
+        let many = BTreeMap::from([("pr", big.as_str())]);
+        assert_eq!(substitute(&"{{pr}}".repeat(100), &many, 10_000), None);
+        assert!(substitute(&"{{pr}}".repeat(10), &many, 10_000).is_some());
     }
 
     #[test]

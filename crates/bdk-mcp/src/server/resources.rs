@@ -146,7 +146,10 @@ async fn events(
     for envelope in &envelopes {
         bdk_events::ndjson::encode_into(envelope, &mut buf).map_err(|e| internal(raw, &e))?;
         if buf.len() as u64 > MAX_READ_BYTES {
-            return Err(too_large(raw, "read it with GET /v1/session/:sessionId/events"));
+            return Err(too_large(
+                raw,
+                "read it with GET /v1/session/:sessionId/events",
+            ));
         }
     }
     let text = String::from_utf8(buf).map_err(|e| internal(raw, &e))?;
