@@ -775,6 +775,19 @@ fn skill_arguments_are_read_from_frontmatter_and_generated_skills() {
     assert_eq!(by_name("greet").arguments[0].name, "who");
     assert!(!by_name("greet").arguments[0].required);
     assert!(by_name("plain").arguments.is_empty());
+
+    // `bdk info` shows the arguments of the skills that declare some.
+    let info = bdk_core::project::info::surface(&p, &[]);
+    let skills = info["skills"].as_array().unwrap();
+    let shown = |name: &str| skills.iter().find(|s| s["name"] == name).unwrap();
+    assert_eq!(
+        shown("review")["arguments"],
+        json!([
+            {"name": "pr", "description": "The pull request number", "required": true},
+            {"name": "depth", "required": false, "values": ["quick", "thorough"]}
+        ])
+    );
+    assert!(shown("plain").get("arguments").is_none(), "{info}");
 }
 
 #[test]
