@@ -156,6 +156,62 @@ fn check_report(report: &Value) {
             .starts_with("session_not_found:"),
         "{report}"
     );
+
+    // The skill as a prompt, the session's events as a resource.
+    let context = &report["context"];
+    assert_eq!(
+        context["prompts"],
+        serde_json::json!(["forecast-style"]),
+        "{report}"
+    );
+    let prompt = &context["prompt"];
+    assert_eq!(prompt["role"], "user", "{report}");
+    assert!(
+        prompt["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Use when the user asks for a forecast"),
+        "{report}"
+    );
+    assert!(
+        prompt["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("# Forecast write-up"),
+        "{report}"
+    );
+    let session = ask["sessionId"].as_str().unwrap();
+    let events_uri = format!("bdk://sessions/{session}/events");
+    assert!(
+        context["resources"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from(events_uri.as_str())),
+        "{report}"
+    );
+    assert_eq!(
+        context["templates"].as_array().unwrap().len(),
+        3,
+        "{report}"
+    );
+    let events = &context["events"];
+    assert_eq!(events["uri"], events_uri.as_str(), "{report}");
+    assert_eq!(events["mimeType"], "application/x-ndjson", "{report}");
+    assert_eq!(events["types"][0], "session.started", "{report}");
+    assert!(
+        events["types"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from("turn.completed")),
+        "{report}"
+    );
+    assert!(
+        context["completion"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from(session)),
+        "{report}"
+    );
 }
 
 #[tokio::test]
@@ -204,11 +260,13 @@ async fn python_sdk_talks_to_bdk_mcp_over_stdio() {
     assert_eq!(direct["value"]["city"], "Lima", "{report}");
 }
 
-/// The scenarios of the suite that concern what these endpoints implement
+/// The scenarios of the suite that concern what both endpoints implement
 /// (the lifecycle, ping, listing and calling tools, tool errors, and Host
-/// header checks). The suite's other scenarios need fixture tools of its
-/// own (`test_image_content`, ...) or features these endpoints do not
-/// offer (resources, prompts, logging, completion, sampling, elicitation).
+/// header checks). The suite's other scenarios need fixtures of its own
+/// (tools such as `test_image_content`, prompts such as
+/// `test_prompt_with_arguments`, resources such as `test://static-text`)
+/// or features these endpoints do not offer (logging, subscriptions,
+/// sampling, elicitation).
 const REQUIRED: &[&str] = &[
     "server-initialize",
     "ping",
@@ -216,6 +274,10 @@ const REQUIRED: &[&str] = &[
     "tools-call-error",
     "dns-rebinding-protection",
 ];
+
+/// What `/v1/mcp` passes besides: listing prompts (the agent's skills) and
+/// resources (its sessions' events). `/v1/mcp/tools` serves tools only.
+const REQUIRED_AGENT: &[&str] = &["prompts-list", "resources-list"];
 
 /// `scenario -> (passed, failed)` from the suite's summary lines
 /// (`✓ name: 1 passed, 0 failed`).
@@ -281,7 +343,12 @@ async fn conformance_suite_passes_the_tool_scenarios_on_both_endpoints() {
         for (name, (p, f)) in &results {
             eprintln!("  {name}: {p} passed, {f} failed");
         }
-        for name in REQUIRED {
+        let agent_only: &[&str] = if path == "/v1/mcp" {
+            REQUIRED_AGENT
+        } else {
+            &[]
+        };
+        for name in REQUIRED.iter().chain(agent_only) {
             let (p, f) = results
                 .get(*name)
                 .unwrap_or_else(|| panic!("scenario {name} did not run for {url}:\n{text}"));

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use bdk_core::project::{
     Diagnostic, Discovery, HookEvents, HookTarget, McpTransport, RouteAuth, ScheduleAction,
-    Severity, SkillForm, ToolRunner, discover,
+    Severity, SkillArgument, SkillForm, ToolRunner, discover,
 };
 use bdk_core::tool::{Effect, Execution};
 use bdk_models::scripted::{RulesFile, ScriptedModel};
@@ -737,6 +737,150 @@ fn hostile_generated_skill_paths_are_rejected() {
         );
         assert!(found.project.unwrap().skills.is_empty(), "{bad}");
     }
+}
+
+#[test]
+fn skill_arguments_are_read_from_frontmatter_and_generated_skills() {
+    let flat = "---\ndescription: Use when a pull request needs a review.\narguments:\n  - name: pr\n    description: The pull request number\n    required: true\n  - name: depth\n    values: [quick, thorough]\n---\nReview {{pr}} ({{ depth }}).\n";
+    let generated = "description = \"Generated.\"\nmarkdown = \"Hi {{who}}\"\narguments = [{ name = \"who\", required = false }]\n";
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        ("agent/skills/review.md", flat.as_bytes()),
+        ("agent/skills/greet.toml", generated.as_bytes()),
+        ("agent/skills/plain.md", b"# Plain\nNo arguments.\n"),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+    let p = found.project.unwrap();
+    let by_name = |name: &str| p.skills.iter().find(|s| s.name == name).unwrap();
+    assert_eq!(
+        by_name("review").arguments,
+        [
+            SkillArgument {
+                name: "pr".to_owned(),
+                description: Some("The pull request number".to_owned()),
+                required: true,
+                values: vec![],
+            },
+            SkillArgument {
+                name: "depth".to_owned(),
+                description: None,
+                required: false,
+                values: vec!["quick".to_owned(), "thorough".to_owned()],
+            },
+        ]
+    );
+    // The body keeps its placeholders: only the MCP server fills them in.
+    assert_eq!(by_name("review").body, "Review {{pr}} ({{ depth }}).\n");
+    assert_eq!(by_name("greet").arguments[0].name, "who");
+    assert!(!by_name("greet").arguments[0].required);
+    assert!(by_name("plain").arguments.is_empty());
+
+    // `bdk info` shows the arguments of the skills that declare some.
+    let info = bdk_core::project::info::surface(&p, &[]);
+    let skills = info["skills"].as_array().unwrap();
+    let shown = |name: &str| skills.iter().find(|s| s["name"] == name).unwrap();
+    assert_eq!(
+        shown("review")["arguments"],
+        json!([
+            {"name": "pr", "description": "The pull request number", "required": true},
+            {"name": "depth", "required": false, "values": ["quick", "thorough"]}
+        ])
+    );
+    assert!(shown("plain").get("arguments").is_none(), "{info}");
+}
+
+#[test]
+fn bad_skill_arguments_are_errors_that_name_the_argument() {
+    let cases = [
+        (
+            "arguments: pr",
+            "`arguments` must be a list, found a string",
+        ),
+        ("arguments:\n  - pr", "`arguments[0]` must be a mapping"),
+        (
+            "arguments:\n  - description: x",
+            "`arguments[0]` has no `name`",
+        ),
+        (
+            "arguments:\n  - name: 7",
+            "`arguments[0].name` must be a string",
+        ),
+        (
+            "arguments:\n  - name: \"a b\"",
+            "argument name `a b` in `arguments[0]` is invalid",
+        ),
+        (
+            "arguments:\n  - name: pr\n    required: \"yes\"",
+            "`required` of argument `pr` must be true or false",
+        ),
+        (
+            "arguments:\n  - name: pr\n    values: [1, 2]",
+            "`values` of argument `pr` must be a list of strings",
+        ),
+        (
+            "arguments:\n  - name: pr\n    values: low",
+            "`values` of argument `pr` must be a list of strings, found a string",
+        ),
+        (
+            "arguments:\n  - name: pr\n    description: [x]",
+            "`description` of argument `pr` must be a string",
+        ),
+        (
+            "arguments:\n  - name: pr\n    default: 1",
+            "unknown key `default` in `arguments[0]`",
+        ),
+        (
+            "arguments:\n  - name: pr\n  - name: pr",
+            "argument `pr` is declared more than once",
+        ),
+    ];
+    for (yaml, message) in cases {
+        let text = format!("---\ndescription: Use it.\n{yaml}\n---\nBody {{{{pr}}}}.\n");
+        let dir = project(&[
+            ("agent/instructions.md", b"Hi."),
+            ("agent/skills/review.md", text.as_bytes()),
+        ]);
+        let found = discover(dir.path());
+        let d = only(&found);
+        assert_eq!(d.severity, Severity::Error, "{yaml}");
+        assert_eq!(d.file, "agent/skills/review.md", "{yaml}");
+        assert!(d.message.contains(message), "{yaml}: {}", d.message);
+        assert!(found.project.unwrap().skills.is_empty(), "{yaml}");
+    }
+    // The same rules hold for a packaged skill and a generated one.
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/skills/pack/SKILL.md",
+            b"---\ndescription: Use it.\narguments: {pr: 1}\n---\nBody.\n",
+        ),
+        (
+            "agent/skills/gen.toml",
+            b"description = \"d\"\nmarkdown = \"m\"\narguments = [\"pr\"]\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    let messages: Vec<(&str, &str)> = found
+        .diagnostics
+        .iter()
+        .map(|d| (d.file.as_str(), d.message.as_str()))
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            (
+                "agent/skills/gen.toml",
+                "`arguments[0]` must be a mapping, found a string"
+            ),
+            (
+                "agent/skills/pack/SKILL.md",
+                "`arguments` must be a list, found a mapping"
+            ),
+        ]
+    );
 }
 
 #[test]

@@ -189,6 +189,7 @@ fn project(agent_dir: &Path) -> Project {
             form: SkillForm::Packaged,
             path: agent_dir.join("skills/research/SKILL.md"),
             files: skill_files,
+            arguments: vec![],
         }],
         subagents: vec![],
         mcp_connections: vec![],

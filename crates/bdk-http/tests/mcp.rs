@@ -1,15 +1,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! The agent's MCP endpoints over real HTTP (`/v1/mcp`, `/v1/mcp/tools`):
 //! JSON-RPC through the app's auth chain, the stateless transport's 405s,
-//! ownership of sessions started with `ask`, and malformed JSON-RPC
-//! answered with JSON-RPC errors rather than server failures.
+//! ownership of sessions started with `ask`, malformed JSON-RPC answered
+//! with JSON-RPC errors rather than server failures, and the skills as
+//! prompts, sessions' events, artifacts and workspace files as resources
+//! (with their ownership and confinement), and completion.
 
 mod common;
 
+use std::collections::BTreeMap;
+
+use bdk_core::host::StartSession;
 use bdk_http::{Auth, BearerToken, Config};
+use bdk_store::ArtifactRecord;
 use serde_json::{Value, json};
 
-use common::{DEADLINE, client, post, single};
+use common::{DEADLINE, Single, client, post, single, single_with};
 
 /// Posts one JSON-RPC request and returns the status and the JSON body.
 async fn rpc(http: &reqwest::Client, url: &str, bearer: Option<&str>, body: Value) -> (u16, Value) {
@@ -416,4 +422,640 @@ async fn malformed_json_rpc_gets_json_rpc_errors() {
         assert!(status < 500, "{status}: {body}");
         assert!(body["error"]["code"].is_i64(), "{body}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Prompts, resources and completion.
+
+/// Two skills: `review` with a required and an optional argument (with
+/// suggested values), `style` with none.
+const SKILLS: &[(&str, &str)] = &[
+    (
+        "agent/skills/review.md",
+        "---\ndescription: Use when a pull request needs a review.\narguments:\n  - name: pr\n    description: The pull request number.\n    required: true\n  - name: depth\n    values: [quick, thorough, Thoughtful]\n---\nReview pull request {{pr}} with a {{ depth }} pass.\n",
+    ),
+    (
+        "agent/skills/style.md",
+        "---\ndescription: Use when writing for people.\n---\nShort sentences. Keep {{braces}} as written.\n",
+    ),
+];
+
+fn request(id: u64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// The JSON-RPC error of an answer that must be one (never a 5xx).
+fn rpc_error(status: u16, body: &Value) -> (i64, String) {
+    assert!(status < 500, "{status}: {body}");
+    assert!(body.get("result").is_none(), "{body}");
+    let code = body["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no error: {body}"));
+    let message = body["error"]["message"].as_str().unwrap().to_owned();
+    (code, message)
+}
+
+#[tokio::test]
+async fn initialize_advertises_what_each_endpoint_implements() {
+    let s = single_with(Config::default(), SKILLS).await;
+    let init = json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                      "clientInfo": {"name": "test", "version": "0"}});
+    let (_, body) = rpc(
+        &s.http,
+        &format!("{}/v1/mcp", s.base),
+        None,
+        request(1, "initialize", init.clone()),
+    )
+    .await;
+    let caps = &body["result"]["capabilities"];
+    assert!(caps["tools"].is_object(), "{body}");
+    assert!(caps["prompts"].is_object(), "{body}");
+    assert!(caps["completions"].is_object(), "{body}");
+    assert!(caps["resources"].is_object(), "{body}");
+    // Stateless: nothing to subscribe to, no list that announces changes.
+    assert!(caps["resources"].get("subscribe").is_none(), "{body}");
+    assert!(caps["resources"].get("listChanged").is_none(), "{body}");
+    assert!(caps["prompts"].get("listChanged").is_none(), "{body}");
+
+    // The tools endpoint is tools only, and says so when asked for more.
+    let url = format!("{}/v1/mcp/tools", s.base);
+    let (_, body) = rpc(&s.http, &url, None, request(1, "initialize", init)).await;
+    let caps = body["result"]["capabilities"].as_object().unwrap();
+    assert_eq!(caps.keys().collect::<Vec<_>>(), ["tools"], "{body}");
+    for (method, params) in [
+        ("prompts/list", json!({})),
+        ("prompts/get", json!({"name": "style"})),
+        ("resources/list", json!({})),
+        ("resources/templates/list", json!({})),
+        (
+            "resources/read",
+            json!({"uri": "bdk://sessions/ses_x/events"}),
+        ),
+        (
+            "completion/complete",
+            json!({"ref": {"type": "ref/prompt", "name": "review"},
+                   "argument": {"name": "depth", "value": ""}}),
+        ),
+    ] {
+        let (status, body) = rpc(&s.http, &url, None, request(2, method, params)).await;
+        let (code, _) = rpc_error(status, &body);
+        assert_eq!(code, -32601, "{method}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn skills_are_prompts_with_their_arguments() {
+    let s = single_with(Config::default(), SKILLS).await;
+    let url = format!("{}/v1/mcp", s.base);
+    let (_, body) = rpc(&s.http, &url, None, request(1, "prompts/list", json!({}))).await;
+    assert_eq!(
+        body["result"]["prompts"],
+        json!([
+            {"name": "review", "description": "Use when a pull request needs a review.",
+             "arguments": [
+                 {"name": "pr", "description": "The pull request number.", "required": true},
+                 {"name": "depth", "required": false}
+             ]},
+            {"name": "style", "description": "Use when writing for people."}
+        ]),
+        "{body}"
+    );
+
+    let get = |id, params| request(id, "prompts/get", params);
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        None,
+        get(
+            2,
+            json!({"name": "review", "arguments": {"pr": "42", "depth": "quick"}}),
+        ),
+    )
+    .await;
+    let result = &body["result"];
+    assert_eq!(
+        result["description"], "Use when a pull request needs a review.",
+        "{body}"
+    );
+    assert_eq!(
+        result["messages"],
+        json!([{"role": "user", "content": {"type": "text",
+                 "text": "Review pull request 42 with a quick pass.\n"}}]),
+        "{body}"
+    );
+    // An optional argument left out is empty; a prompt without arguments
+    // is served as written.
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        None,
+        get(3, json!({"name": "review", "arguments": {"pr": "7"}})),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["messages"][0]["content"]["text"], "Review pull request 7 with a  pass.\n",
+        "{body}"
+    );
+    let (_, body) = rpc(&s.http, &url, None, get(4, json!({"name": "style"}))).await;
+    assert_eq!(
+        body["result"]["messages"][0]["content"]["text"],
+        "Short sentences. Keep {{braces}} as written.\n",
+        "{body}"
+    );
+
+    for (params, message) in [
+        (
+            json!({"name": "review"}),
+            "prompt `review` needs the argument `pr`",
+        ),
+        (
+            json!({"name": "review", "arguments": {"depth": "quick"}}),
+            "needs the argument `pr`",
+        ),
+        (
+            json!({"name": "review", "arguments": {"pr": 42}}),
+            "must be a string",
+        ),
+        (
+            json!({"name": "review", "arguments": {"pr": "1", "extra": "x"}}),
+            "has no argument `extra`",
+        ),
+        (json!({"name": "nope"}), "unknown prompt `nope`"),
+    ] {
+        let (status, body) = rpc(&s.http, &url, None, get(5, params.clone())).await;
+        let (code, text) = rpc_error(status, &body);
+        assert_eq!(code, -32602, "{params}: {body}");
+        assert!(text.contains(message), "{params}: {text}");
+    }
+    // Hostile shapes are JSON-RPC errors too: invalid request, or, for
+    // params rmcp cannot read, unknown method.
+    for params in [
+        json!({}),
+        json!({"name": 7}),
+        json!({"name": "review", "arguments": [1]}),
+        json!("x"),
+    ] {
+        let (status, body) = rpc(&s.http, &url, None, get(6, params.clone())).await;
+        let (code, _) = rpc_error(status, &body);
+        assert!([-32600, -32601, -32602].contains(&code), "{params}: {body}");
+    }
+}
+
+/// A session of alice's (bearer auth) with a finished turn, workspace
+/// files, a symlink out of its workspace, and a text and a binary artifact.
+async fn alice_session(s: &Single) -> String {
+    let host = &s.agent.host;
+    let started = host
+        .start_session(StartSession {
+            message: Some("hello".to_owned()),
+            principal: Some("alice".to_owned()),
+            title: Some("Alice's review".to_owned()),
+            workspace_files: BTreeMap::from([
+                (
+                    "notes/today.md".to_owned(),
+                    "# Today\nShip it.\n".to_owned(),
+                ),
+                ("a b.txt".to_owned(), "spaced\n".to_owned()),
+            ]),
+            ..StartSession::default()
+        })
+        .await
+        .unwrap();
+    bdk_testkit::session::wait_turn(host, &started).await;
+    let id = started.session_id;
+    let workspace = host.store().workspace_dir(&id);
+    let secret = s.agent.dir.path().join("secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    std::os::unix::fs::symlink(&secret, workspace.join("leak.txt")).unwrap();
+    std::os::unix::fs::symlink(s.agent.dir.path(), workspace.join("up")).unwrap();
+    for (artifact, name, content_type, bytes) in [
+        (
+            "art_text",
+            "report.md",
+            "text/markdown",
+            b"# Report\n".to_vec(),
+        ),
+        (
+            "art_png",
+            "chart.png",
+            "image/png",
+            vec![0x89, 0x50, 0x4e, 0x47, 0x00, 0xff],
+        ),
+    ] {
+        host.store()
+            .artifact_put(
+                ArtifactRecord {
+                    id: artifact.to_owned(),
+                    session_id: Some(id.clone()),
+                    principal: Some("alice".to_owned()),
+                    kind: "report".to_owned(),
+                    name: name.to_owned(),
+                    content_type: content_type.to_owned(),
+                    size: bytes.len() as u64,
+                    metadata: Value::Null,
+                    created_at: chrono::Utc::now(),
+                },
+                bytes,
+            )
+            .await
+            .unwrap();
+    }
+    id.to_string()
+}
+
+async fn read(s: &Single, bearer: &str, uri: &str) -> (u16, Value) {
+    rpc(
+        &s.http,
+        &format!("{}/v1/mcp", s.base),
+        Some(bearer),
+        request(1, "resources/read", json!({ "uri": uri })),
+    )
+    .await
+}
+
+/// The one content item of a successful read.
+async fn read_ok(s: &Single, bearer: &str, uri: &str) -> Value {
+    let (status, body) = read(s, bearer, uri).await;
+    assert_eq!(status, 200, "{uri}: {body}");
+    let contents = body["result"]["contents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{uri}: {body}"));
+    assert_eq!(contents.len(), 1, "{body}");
+    assert_eq!(contents[0]["uri"], uri, "{body}");
+    contents[0].clone()
+}
+
+/// Asserts `-32002` and returns the message.
+async fn read_refused(s: &Single, bearer: &str, uri: &str) -> String {
+    let (status, body) = read(s, bearer, uri).await;
+    let (code, message) = rpc_error(status, &body);
+    assert_eq!(code, -32002, "{uri}: {body}");
+    assert!(message.starts_with("resource not found: "), "{message}");
+    message
+}
+
+#[tokio::test]
+async fn resources_serve_events_artifacts_and_workspace_files_to_their_owner() {
+    let s = single_with(bearer(), SKILLS).await;
+    let url = format!("{}/v1/mcp", s.base);
+    let id = alice_session(&s).await;
+    let base = format!("bdk://sessions/{id}");
+
+    // Templates and the bounded list.
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        request(1, "resources/templates/list", json!({})),
+    )
+    .await;
+    let templates: Vec<&str> = body["result"]["resourceTemplates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["uriTemplate"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        templates,
+        [
+            "bdk://sessions/{sessionId}/events",
+            "bdk://sessions/{sessionId}/artifacts/{artifactId}",
+            "bdk://sessions/{sessionId}/workspace/{+path}",
+        ],
+        "{body}"
+    );
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        request(2, "resources/list", json!({})),
+    )
+    .await;
+    let listed = body["result"]["resources"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{body}");
+    assert_eq!(listed[0]["uri"], format!("{base}/events"), "{body}");
+    assert_eq!(listed[0]["mimeType"], "application/x-ndjson", "{body}");
+    assert_eq!(listed[0]["title"], "Alice's review", "{body}");
+    assert!(body["result"].get("nextCursor").is_none(), "{body}");
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("bob-secret"),
+        request(3, "resources/list", json!({})),
+    )
+    .await;
+    assert_eq!(body["result"]["resources"], json!([]), "{body}");
+
+    // The events, as NDJSON.
+    let events = read_ok(&s, "alice-secret", &format!("{base}/events")).await;
+    assert_eq!(events["mimeType"], "application/x-ndjson", "{events}");
+    let lines = common::parse_ndjson(events["text"].as_str().unwrap());
+    assert_eq!(lines[0]["type"], "session.started", "{events}");
+    assert!(
+        lines.iter().all(|e| e["sessionId"] == id.as_str()),
+        "{events}"
+    );
+    assert!(
+        lines.iter().any(|e| e["type"] == "message.received"),
+        "{events}"
+    );
+
+    // Artifacts: text as text, anything else as base64.
+    let text = read_ok(&s, "alice-secret", &format!("{base}/artifacts/art_text")).await;
+    assert_eq!(text["mimeType"], "text/markdown", "{text}");
+    assert_eq!(text["text"], "# Report\n", "{text}");
+    let png = read_ok(&s, "alice-secret", &format!("{base}/artifacts/art_png")).await;
+    assert_eq!(png["mimeType"], "image/png", "{png}");
+    assert_eq!(png["blob"], "iVBORwD/", "{png}");
+    assert!(png.get("text").is_none(), "{png}");
+
+    // Workspace files, percent-encoded as the template's reserved
+    // expansion writes them.
+    let file = read_ok(
+        &s,
+        "alice-secret",
+        &format!("{base}/workspace/notes/today.md"),
+    )
+    .await;
+    assert_eq!(file["text"], "# Today\nShip it.\n", "{file}");
+    assert_eq!(file["mimeType"], "text/markdown", "{file}");
+    let spaced = read_ok(&s, "alice-secret", &format!("{base}/workspace/a%20b.txt")).await;
+    assert_eq!(spaced["text"], "spaced\n", "{spaced}");
+
+    // Another principal gets what a missing session gets.
+    let missing = "ses_00000000000000000000000000";
+    for tail in ["events", "artifacts/art_text", "workspace/notes/today.md"] {
+        let theirs = read_refused(&s, "bob-secret", &format!("{base}/{tail}")).await;
+        let none = read_refused(
+            &s,
+            "bob-secret",
+            &format!("bdk://sessions/{missing}/{tail}"),
+        )
+        .await;
+        assert!(theirs.ends_with(": no such session"), "{theirs}");
+        assert!(none.ends_with(": no such session"), "{none}");
+    }
+    // An artifact of another session, or none at all, is not found either.
+    let message = read_refused(&s, "alice-secret", &format!("{base}/artifacts/art_nope")).await;
+    assert!(
+        message.ends_with("no such artifact in this session"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn workspace_reads_refuse_traversal_and_hostile_uris() {
+    let s = single_with(bearer(), SKILLS).await;
+    let id = alice_session(&s).await;
+    let base = format!("bdk://sessions/{id}");
+    for (tail, why) in [
+        ("workspace/../session.json", "leads outside the workspace"),
+        (
+            "workspace/notes/../../session.json",
+            "leads outside the workspace",
+        ),
+        (
+            "workspace/%2e%2e/session.json",
+            "leads outside the workspace",
+        ),
+        (
+            "workspace/%2E%2E%2F%2E%2E%2Fsecret.txt",
+            "leads outside the workspace",
+        ),
+        ("workspace//etc/passwd", "must be relative"),
+        ("workspace/%2Fetc%2Fpasswd", "must be relative"),
+        ("workspace/leak.txt", "leads outside the workspace"),
+        ("workspace/up/secret.txt", "leads outside the workspace"),
+        ("workspace/notes%00.md", "NUL"),
+        ("workspace/..%5Csecret.txt", "separator"),
+        ("workspace/notes", "no such file"),
+        ("workspace/nope.txt", "no such file"),
+        ("workspace/", "empty"),
+        ("workspace/a?b", "query"),
+        ("workspace/%ff", "UTF-8"),
+        ("artifacts/../events", "not an artifact id"),
+        ("artifacts/%2e%2e", "not an artifact id"),
+        ("events/../artifacts/art_text", "a session offers"),
+        ("nope", "a session offers"),
+    ] {
+        let message = read_refused(&s, "alice-secret", &format!("{base}/{tail}")).await;
+        assert!(message.contains(why), "{tail}: {message}");
+        assert!(!message.contains("top secret"), "{tail}: {message}");
+    }
+    for uri in [
+        String::new(),
+        "file:///etc/passwd".to_owned(),
+        "bdk://sessions/../../etc/passwd".to_owned(),
+        format!("bdk://sessions/{id}/workspace/{}", "a/".repeat(5000)),
+        "bdk://sessions/\u{0}/events".to_owned(),
+    ] {
+        read_refused(&s, "alice-secret", &uri).await;
+    }
+    // Shapes that are not a read request at all.
+    let url = format!("{}/v1/mcp", s.base);
+    for params in [json!({}), json!({"uri": 7}), json!(null), json!([])] {
+        let (status, body) = rpc(
+            &s.http,
+            &url,
+            Some("alice-secret"),
+            request(9, "resources/read", params.clone()),
+        )
+        .await;
+        let (code, _) = rpc_error(status, &body);
+        assert!([-32600, -32601, -32602].contains(&code), "{params}: {body}");
+    }
+    // A cursor this server never handed out is invalid params.
+    for cursor in ["garbage", "../x", ""] {
+        let (status, body) = rpc(
+            &s.http,
+            &url,
+            Some("alice-secret"),
+            request(10, "resources/list", json!({ "cursor": cursor })),
+        )
+        .await;
+        let (code, message) = rpc_error(status, &body);
+        assert_eq!(code, -32602, "{cursor}: {body}");
+        assert!(message.contains("invalid cursor"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn resources_list_pages_through_sessions_newest_first() {
+    let s = single_with(Config::default(), SKILLS).await;
+    let mut ids = Vec::new();
+    for _ in 0..53 {
+        let started = s
+            .agent
+            .host
+            .start_session(StartSession::default())
+            .await
+            .unwrap();
+        ids.push(started.session_id.to_string());
+    }
+    ids.reverse();
+    let url = format!("{}/v1/mcp", s.base);
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        let (_, body) = rpc(&s.http, &url, None, request(1, "resources/list", params)).await;
+        let page = body["result"]["resources"].as_array().unwrap();
+        assert!(page.len() <= 50, "{body}");
+        seen.extend(page.iter().map(|r| {
+            r["uri"]
+                .as_str()
+                .unwrap()
+                .trim_start_matches("bdk://sessions/")
+                .trim_end_matches("/events")
+                .to_owned()
+        }));
+        match body["result"]["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids);
+}
+
+#[tokio::test]
+async fn completion_offers_argument_values_and_the_callers_sessions() {
+    let s = single_with(bearer(), SKILLS).await;
+    let url = format!("{}/v1/mcp", s.base);
+    let id = alice_session(&s).await;
+    let complete = |r: Value, name: &str, value: &str| {
+        request(
+            1,
+            "completion/complete",
+            json!({"ref": r, "argument": {"name": name, "value": value}}),
+        )
+    };
+    let prompt = json!({"type": "ref/prompt", "name": "review"});
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        complete(prompt.clone(), "depth", "th"),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["completion"]["values"],
+        json!(["thorough", "Thoughtful"]),
+        "{body}"
+    );
+    assert_eq!(body["result"]["completion"]["total"], 2, "{body}");
+    assert_eq!(body["result"]["completion"]["hasMore"], false, "{body}");
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        complete(prompt.clone(), "pr", ""),
+    )
+    .await;
+    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
+    let (status, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        complete(prompt, "nope", ""),
+    )
+    .await;
+    assert_eq!(rpc_error(status, &body).0, -32602, "{body}");
+
+    // Session ids: the caller's own, by prefix.
+    let events = json!({"type": "ref/resource", "uri": "bdk://sessions/{sessionId}/events"});
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        complete(events.clone(), "sessionId", "ses_"),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["completion"]["values"],
+        json!([id]),
+        "{body}"
+    );
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        complete(events.clone(), "sessionId", "zzz"),
+    )
+    .await;
+    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("bob-secret"),
+        complete(events, "sessionId", ""),
+    )
+    .await;
+    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
+
+    // With the session in the context: its artifacts and workspace paths.
+    let with_session = |template: &str, name: &str, value: &str, session: &str| {
+        request(
+            2,
+            "completion/complete",
+            json!({
+                "ref": {"type": "ref/resource", "uri": template},
+                "argument": {"name": name, "value": value},
+                "context": {"arguments": {"sessionId": session}}
+            }),
+        )
+    };
+    let artifacts = "bdk://sessions/{sessionId}/artifacts/{artifactId}";
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        with_session(artifacts, "artifactId", "art_t", &id),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["completion"]["values"],
+        json!(["art_text"]),
+        "{body}"
+    );
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("bob-secret"),
+        with_session(artifacts, "artifactId", "", &id),
+    )
+    .await;
+    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
+    let files = "bdk://sessions/{sessionId}/workspace/{+path}";
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        with_session(files, "path", "notes/", &id),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["completion"]["values"],
+        json!(["notes/today.md"]),
+        "{body}"
+    );
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        with_session(files, "path", "../", &id),
+    )
+    .await;
+    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
+
+    let (status, body) = rpc(
+        &s.http,
+        &url,
+        Some("alice-secret"),
+        with_session("bdk://nope/{x}", "x", "", &id),
+    )
+    .await;
+    assert_eq!(rpc_error(status, &body).0, -32602, "{body}");
 }

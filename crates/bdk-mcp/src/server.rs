@@ -1,13 +1,28 @@
 //! The agent's own MCP endpoints: the handlers behind `/v1/mcp` (the
-//! conversational tools `ask`, `check` and `call_tool`), `/v1/mcp/tools`
-//! (every deterministic server tool as an MCP tool) and `bdk mcp` over stdio
-//! (both sets together).
+//! conversational tools `ask`, `check` and `call_tool`, the skills as
+//! prompts, sessions' events, artifacts and workspace files as resources,
+//! and completion), `/v1/mcp/tools` (every deterministic server tool as an
+//! MCP tool, and nothing else) and `bdk mcp` over stdio (all of it).
 //!
 //! Every handler is a thin view over a [`Host`] plus the [`Principal`] the
 //! caller authenticated as. Nothing lives in memory between requests: a
 //! session's state is read back from its event stream, so any replica can
 //! answer any request and the HTTP surface runs rmcp's stateless streamable
-//! HTTP mode, building one handler per request.
+//! HTTP mode, building one handler per request. For the same reason there
+//! are no resource subscriptions.
+//!
+//! Files: `principal.rs` (who calls and what it may read), `prompts.rs`
+//! (skills as prompts), `uri.rs` (resource URIs), `resources.rs` (reading
+//! them) and `completion.rs` (the shape of completion answers); this file
+//! holds the tools and the `ServerHandler` that dispatches to the others.
+
+mod completion;
+mod principal;
+mod prompts;
+mod resources;
+mod uri;
+
+pub use principal::Principal;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,9 +36,14 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ContentBlock,
-    Implementation, JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, Tool, ToolAnnotations,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage,
+    CompleteRequestMethod, CompleteRequestParams, CompleteResult, ContentBlock,
+    GetPromptRequestMethod, GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject,
+    ListPromptsRequestMethod, ListPromptsResult, ListResourceTemplatesRequestMethod,
+    ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestMethod, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Reference, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -41,42 +61,27 @@ const RECENT_TOOL_CALLS: usize = 10;
 /// The channel recorded on sessions that `ask` creates.
 const CHANNEL: &str = "mcp";
 
-/// Who is calling: the owner of the sessions `ask` creates.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Principal {
-    /// The principal name sessions are owned by.
-    pub name: String,
-    /// Reads (`check`) may see every session, not only the caller's own
-    /// (dev mode on loopback, anonymous auth, the local stdio user).
-    pub sees_all: bool,
-}
-
-impl Principal {
-    /// The local operator of `bdk mcp`: principal `local`, sees every session.
-    pub fn local() -> Self {
-        Self {
-            name: "local".to_owned(),
-            sees_all: true,
-        }
-    }
-
-    fn read_scope(&self) -> Option<&str> {
-        (!self.sees_all).then_some(self.name.as_str())
-    }
-}
-
 /// Which tool set a handler serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Surface {
     /// `/v1/mcp`: `ask`, `check` and (when the agent has server tools)
-    /// `call_tool`.
+    /// `call_tool`; prompts, resources and completion.
     Agent,
-    /// `/v1/mcp/tools`: every server tool under its own name.
+    /// `/v1/mcp/tools`: every server tool under its own name, and nothing
+    /// else, so that a client which only wants tools sees only tools.
     Tools,
     /// `bdk mcp`: `ask`, `check` and every server tool under its own name
     /// (a server tool named `ask` or `check` is left out, since the
-    /// conversational tools take those names).
+    /// conversational tools take those names); prompts, resources and
+    /// completion.
     Local,
+}
+
+impl Surface {
+    /// Prompts, resources and completion are served here.
+    fn has_context(self) -> bool {
+        matches!(self, Surface::Agent | Surface::Local)
+    }
 }
 
 /// Errors of serving MCP over stdio.
@@ -341,20 +346,144 @@ impl McpServer {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        let instructions = match self.surface {
-            Surface::Tools => {
-                "Each tool runs one of the agent's deterministic server tools directly, with no model involved."
-            }
-            Surface::Agent | Surface::Local => {
-                "Use `ask` to talk to the agent (pass back sessionId and continuationToken to continue a conversation) and `check` to poll a session whose reply was not ready yet."
-            }
+        let (capabilities, instructions) = match self.surface {
+            Surface::Tools => (
+                ServerCapabilities::builder().enable_tools().build(),
+                "Each tool runs one of the agent's deterministic server tools directly, with no model involved.",
+            ),
+            // No `subscribe` and no `listChanged`: the endpoint is
+            // stateless, so there is no stream to notify on.
+            Surface::Agent | Surface::Local => (
+                ServerCapabilities::builder()
+                    .enable_completions()
+                    .enable_prompts()
+                    .enable_resources()
+                    .enable_tools()
+                    .build(),
+                "Use `ask` to talk to the agent (pass back sessionId and continuationToken to continue a conversation) and `check` to poll a session whose reply was not ready yet. The agent's skills are prompts; sessions' events (bdk://sessions/{sessionId}/events), artifacts and workspace files are resources.",
+            ),
         };
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(
                 self.host.project().name.clone(),
                 env!("CARGO_PKG_VERSION"),
             ))
             .with_instructions(instructions)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        if !self.surface.has_context() {
+            return Err(ErrorData::method_not_found::<ListPromptsRequestMethod>());
+        }
+        Ok(ListPromptsResult::with_all_items(prompts::list(
+            &self.host.project().skills,
+        )))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        if !self.surface.has_context() {
+            return Err(ErrorData::method_not_found::<GetPromptRequestMethod>());
+        }
+        let project = self.host.project();
+        prompts::get(&project.skills, &request.name, request.arguments.as_ref()).map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        if !self.surface.has_context() {
+            return Err(ErrorData::method_not_found::<ListResourcesRequestMethod>());
+        }
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        let (items, next) = resources::list(&self.host, &self.principal, cursor).await?;
+        let mut result =
+            ListResourcesResult::with_all_items(items).with_cache_scope(CacheScope::Private);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        if !self.surface.has_context() {
+            return Err(ErrorData::method_not_found::<
+                ListResourceTemplatesRequestMethod,
+            >());
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(
+            resources::templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        if !self.surface.has_context() {
+            return Err(ErrorData::method_not_found::<ReadResourceRequestMethod>());
+        }
+        let contents = resources::read(&self.host, &self.principal, &request.uri).await?;
+        let mut result = ReadResourceResult::new(vec![contents]);
+        // What a read returns depends on who asks and changes as the
+        // session runs: nobody else may reuse it.
+        result.cache_scope = Some(CacheScope::Private);
+        Ok(result.into())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        if !self.surface.has_context() {
+            return Err(ErrorData::method_not_found::<CompleteRequestMethod>());
+        }
+        let argument = &request.argument;
+        let completion = match &request.r#ref {
+            Reference::Prompt(prompt) => prompts::complete(
+                &self.host.project().skills,
+                &prompt.name,
+                &argument.name,
+                &argument.value,
+            )?,
+            Reference::Resource(template) => {
+                let session = request
+                    .context
+                    .as_ref()
+                    .and_then(|c| c.get_argument("sessionId"))
+                    .map(String::as_str);
+                resources::complete(
+                    &self.host,
+                    &self.principal,
+                    &template.uri,
+                    &argument.name,
+                    &argument.value,
+                    session,
+                )
+                .await?
+            }
+            // A kind of reference newer than this server.
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "completion answers prompt (ref/prompt) and resource template (ref/resource) arguments",
+                    None,
+                ));
+            }
+        };
+        Ok(CompleteResult::new(completion))
     }
 
     async fn list_tools(
@@ -686,15 +815,5 @@ mod tests {
         let text = wire["content"][0]["text"].as_str().unwrap();
         assert!(text.starts_with("forbidden: "), "{text}");
         assert_eq!(wire["structuredContent"]["error"], "forbidden");
-    }
-
-    #[test]
-    fn the_local_principal_reads_every_session() {
-        assert_eq!(Principal::local().read_scope(), None);
-        let alice = Principal {
-            name: "alice".to_owned(),
-            sees_all: false,
-        };
-        assert_eq!(alice.read_scope(), Some("alice"));
     }
 }

@@ -4,8 +4,10 @@ Usage: mcp_client.py http <url>      (streamable HTTP, e.g. .../v1/mcp)
        mcp_client.py stdio <bdk> <project dir> <state root>   (`bdk mcp`)
 
 It lists the tools, asks the weather question, checks the session and makes
-a direct tool call, then prints one JSON object with what it saw. Any
-protocol failure raises, so the process exits non-zero.
+a direct tool call; then it reads the agent's skill as a prompt and the
+asked session's events as a resource (and completes its id), and prints
+one JSON object with what it saw. Any protocol failure raises, so the
+process exits non-zero.
 """
 
 import asyncio
@@ -13,6 +15,7 @@ import contextlib
 import json
 import sys
 
+import mcp.types as types
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -39,7 +42,9 @@ async def exercise(session, direct_name):
     else:
         called = await session.call_tool("get_weather", {"city": "Lima"})
     missing = await session.call_tool("check", {"sessionId": "ses_doesnotexist"})
+    context = await read_context(session, answer["sessionId"])
     return {
+        "context": context,
         "tools": sorted(tools),
         "readOnly": {
             name: bool(t.annotations and t.annotations.read_only_hint)
@@ -49,6 +54,38 @@ async def exercise(session, direct_name):
         "check": {"isError": bool(checked.is_error), **state},
         "direct": {"isError": bool(called.is_error), "value": structured(called)},
         "missing": {"isError": bool(missing.is_error), "text": missing.content[0].text},
+    }
+
+
+async def read_context(session, session_id):
+    """Prompts, resources and completion, as issue 21 asks of the server."""
+    prompts = await session.list_prompts()
+    prompt = await session.get_prompt("forecast-style")
+    listed = await session.list_resources()
+    templates = await session.list_resource_templates()
+    uri = f"bdk://sessions/{session_id}/events"
+    read = await session.read_resource(uri)
+    contents = read.contents[0]
+    events = [json.loads(line) for line in contents.text.splitlines() if line.strip()]
+    completed = await session.complete(
+        types.ResourceTemplateReference(type="ref/resource", uri="bdk://sessions/{sessionId}/events"),
+        {"name": "sessionId", "value": session_id[:6]},
+    )
+    return {
+        "prompts": [p.name for p in prompts.prompts],
+        "prompt": {
+            "description": prompt.description,
+            "role": prompt.messages[0].role,
+            "text": prompt.messages[0].content.text,
+        },
+        "resources": [str(r.uri) for r in listed.resources],
+        "templates": [t.uri_template for t in templates.resource_templates],
+        "events": {
+            "uri": str(contents.uri),
+            "mimeType": contents.mime_type,
+            "types": [e["type"] for e in events],
+        },
+        "completion": completed.completion.values,
     }
 
 

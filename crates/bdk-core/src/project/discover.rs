@@ -21,6 +21,7 @@ mod gates;
 mod github;
 mod handler;
 mod schedules;
+mod skill_arguments;
 mod skills;
 mod slack;
 mod surfaces;

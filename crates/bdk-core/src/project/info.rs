@@ -163,13 +163,21 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
             tool["file"] = json!(rel(&t.path));
             tool
         }).collect::<Vec<_>>(),
-        "skills": project.skills.iter().map(|s| json!({
-            "name": s.name,
-            "description": s.description,
-            "form": s.form,
-            "file": rel(&s.path),
-            "files": s.files.keys().collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
+        "skills": project.skills.iter().map(|s| {
+            let mut skill = json!({
+                "name": s.name,
+                "description": s.description,
+                "form": s.form,
+                "file": rel(&s.path),
+                "files": s.files.keys().collect::<Vec<_>>(),
+            });
+            // Only skills served with arguments say so, which keeps the
+            // report of every other agent as it was.
+            if !s.arguments.is_empty() {
+                skill["arguments"] = json!(s.arguments);
+            }
+            skill
+        }).collect::<Vec<_>>(),
         "subagents": project.subagents.iter().map(|s| json!({
             "name": s.name,
             "description": s.description,

@@ -271,6 +271,26 @@ pub struct Skill {
     pub path: PathBuf,
     /// Sibling files: path relative to the skill folder -> content.
     pub files: BTreeMap<String, Vec<u8>>,
+    /// The arguments a client fills in when it asks for the skill as an MCP
+    /// prompt (frontmatter `arguments`), in the order they are declared.
+    pub arguments: Vec<SkillArgument>,
+}
+
+/// An argument of a skill served as an MCP prompt. The body names it as
+/// `{{name}}`; the MCP server substitutes the value a client gives. The
+/// model's `load_skill` reads the body as written.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SkillArgument {
+    /// The argument name: 1-64 letters, digits, `_` or `-`.
+    pub name: String,
+    /// What the argument means, shown by MCP clients.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// A prompt request without this argument is refused.
+    pub required: bool,
+    /// Suggested values, offered by completion; other values are accepted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
 }
 
 /// A subagent (`subagents/<name>/`).

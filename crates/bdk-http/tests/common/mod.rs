@@ -106,8 +106,13 @@ pub fn tools() -> Vec<Arc<dyn Tool>> {
 
 /// A project on disk and its discovery result.
 pub fn project(name: &str) -> (TempDir, Project, Vec<Diagnostic>) {
+    project_with(name, &[])
+}
+
+/// [`project`] with more files (relative path, content) in its folder.
+pub fn project_with(name: &str, extra: &[(&str, &str)]) -> (TempDir, Project, Vec<Diagnostic>) {
     let dir = tempfile::tempdir().unwrap();
-    let files = [
+    let mut files = vec![
         (
             "agent/agent.toml".to_owned(),
             format!(
@@ -125,6 +130,11 @@ pub fn project(name: &str) -> (TempDir, Project, Vec<Diagnostic>) {
             "#!/bin/sh\necho ok\n".to_owned(),
         ),
     ];
+    files.extend(
+        extra
+            .iter()
+            .map(|(path, content)| ((*path).to_owned(), (*content).to_owned())),
+    );
     bdk_testkit::write_files(dir.path(), &files);
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
@@ -139,7 +149,12 @@ pub struct Agent {
 }
 
 pub async fn agent(name: &str) -> Agent {
-    let (dir, project, diagnostics) = project(name);
+    agent_with(name, &[]).await
+}
+
+/// [`agent`] over [`project_with`].
+pub async fn agent_with(name: &str, extra: &[(&str, &str)]) -> Agent {
+    let (dir, project, diagnostics) = project_with(name, extra);
     // As `bdk serve` builds it: with reminders.
     let host = bdk_testkit::host_over(project, &dir.path().join("state"), |b| {
         let b = b.extension(Arc::new(bdk_scheduler::Reminders::new()));
@@ -196,7 +211,12 @@ pub struct Single {
 }
 
 pub async fn single(config: Config) -> Single {
-    let agent = agent("solo").await;
+    single_with(config, &[]).await
+}
+
+/// [`single`] over an agent with more files (see [`project_with`]).
+pub async fn single_with(config: Config, extra: &[(&str, &str)]) -> Single {
+    let agent = agent_with("solo", extra).await;
     let base = serve(vec![agent.mount(None)], config).await;
     Single {
         agent,

@@ -1,5 +1,6 @@
 //! `skills/`: flat `<name>.md`, packaged `<name>/SKILL.md` with sibling
-//! files, and generated `<name>.toml`.
+//! files, and generated `<name>.toml`. Each may declare `arguments`
+//! (`skill_arguments.rs`) for clients that ask for it as an MCP prompt.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,16 +8,17 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::frontmatter;
+use super::skill_arguments;
 use super::util::{
     Diags, Fields, Kind, is_safe_relpath, is_slug, list_dir, read_bytes, read_text, read_toml,
-    report_other,
+    report_other, toml_to_json,
 };
 use crate::project::{Skill, SkillForm};
 
 /// Largest sibling file a packaged skill may carry.
 const MAX_SKILL_FILE_BYTES: u64 = 1024 * 1024;
 
-const GENERATED_KEYS: &[&str] = &["description", "markdown", "files"];
+const GENERATED_KEYS: &[&str] = &["description", "markdown", "files", "arguments"];
 
 /// Discovers the skills in `dir`, sorted by name.
 pub(crate) fn discover(d: &mut Diags, dir: &Path) -> Vec<Skill> {
@@ -135,6 +137,7 @@ fn flat(d: &mut Diags, path: &Path, name: String) -> Option<Skill> {
             }
         }
     };
+    let arguments = skill_arguments::read(d, path, fm.data.get("arguments"))?;
     Some(Skill {
         name,
         description,
@@ -142,6 +145,7 @@ fn flat(d: &mut Diags, path: &Path, name: String) -> Option<Skill> {
         form: SkillForm::Flat,
         path: path.to_owned(),
         files: BTreeMap::new(),
+        arguments,
     })
 }
 
@@ -177,6 +181,7 @@ fn packaged(d: &mut Diags, dir: &Path, name: String) -> Option<Skill> {
         );
         return None;
     };
+    let arguments = skill_arguments::read(d, &skill_md, fm.data.get("arguments"));
     if d.error_count() > errors_before {
         return None;
     }
@@ -187,6 +192,7 @@ fn packaged(d: &mut Diags, dir: &Path, name: String) -> Option<Skill> {
         form: SkillForm::Packaged,
         path: skill_md,
         files,
+        arguments: arguments?,
     })
 }
 
@@ -258,6 +264,8 @@ fn generated(d: &mut Diags, path: &Path, name: String) -> Option<Skill> {
             files.insert(rel, content.into_bytes());
         }
     }
+    let arguments =
+        skill_arguments::read(d, path, table.get("arguments").map(toml_to_json).as_ref());
     if d.error_count() > errors_before {
         return None;
     }
@@ -268,5 +276,6 @@ fn generated(d: &mut Diags, path: &Path, name: String) -> Option<Skill> {
         form: SkillForm::Generated,
         path: path.to_owned(),
         files,
+        arguments: arguments?,
     })
 }
