@@ -20,7 +20,7 @@ use bdk_core::discover;
 use bdk_core::host::Host;
 use bdk_http::{Config, Mount};
 use bdk_store::{FsStore, Store};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 
@@ -111,7 +111,14 @@ async fn serve_weather(dir: &Path, state: &Path, shutdown: &CancellationToken) -
 
 /// Runs the Python client script and returns the JSON it prints.
 async fn python_client(args: &[&str]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_client.py");
+    python_script("mcp_client.py", args).await
+}
+
+/// Runs a Python SDK script of `tests/peers` and returns the JSON it prints.
+async fn python_script(name: &str, args: &[&str]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/peers")
+        .join(name);
     let output = tokio::time::timeout(
         DEADLINE,
         tokio::process::Command::new(python())
@@ -236,6 +243,121 @@ async fn python_sdk_talks_to_the_agent_over_streamable_http() {
 }
 
 #[tokio::test]
+async fn ask_reports_progress_and_log_messages_to_a_caller_that_asks_for_them() {
+    let (_tmp, dir, state) = weather();
+    let shutdown = CancellationToken::new();
+    let base = serve_weather(&dir, &state, &shutdown).await;
+    let url = format!("{base}/v1/mcp");
+    let report = python_script("mcp_progress.py", &[&url]).await;
+    assert_eq!(report["streamed"]["status"], "completed", "{report}");
+    assert!(
+        report["streamed"]["reply"]
+            .as_str()
+            .unwrap()
+            .contains("Paris"),
+        "{report}"
+    );
+    let messages: Vec<&str> = report["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "step 1",
+            "calling get_weather",
+            messages[2],
+            "step 2",
+            "reply ready"
+        ],
+        "{report}"
+    );
+    assert!(
+        messages[2].starts_with("get_weather answered in "),
+        "{report}"
+    );
+    let values: Vec<f64> = report["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["progress"].as_f64().unwrap())
+        .collect();
+    assert!(
+        values.windows(2).all(|w| w[0] < w[1]),
+        "progress increases: {values:?}"
+    );
+    // The same steps as log messages, with the events behind them.
+    let logs = report["logs"].as_array().unwrap();
+    assert_eq!(logs.len(), messages.len(), "{report}");
+    assert!(logs.iter().all(|l| l["logger"] == "bdk.turn"), "{report}");
+    assert_eq!(logs[1]["data"]["type"], "actions.requested", "{report}");
+    assert_eq!(logs[1]["data"]["data"]["name"], "get_weather", "{report}");
+    assert_eq!(logs[4]["data"]["type"], "turn.completed", "{report}");
+    // An ask without a progress token hears nothing and still answers.
+    assert_eq!(report["quiet"]["status"], "completed", "{report}");
+    assert_eq!(report["progressAfterQuiet"], 0, "{report}");
+    assert_eq!(logs.len(), 5, "no log messages for the quiet ask: {report}");
+
+    // On the wire: a call without a token is answered as plain JSON; with
+    // one, as an event stream that carries the notifications first.
+    bdk_models::net::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let call = |meta: Value| {
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": "ask", "arguments": {"message": "What's the weather in Rome?"}, "_meta": meta}})
+    };
+    let plain = http
+        .post(&url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&call(json!({})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plain.headers()["content-type"], "application/json");
+    let answer: Value = plain.json().await.unwrap();
+    assert_eq!(
+        answer["result"]["structuredContent"]["status"], "completed",
+        "{answer}"
+    );
+    let streamed = http
+        .post(&url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&call(json!({"progressToken": "p-1"})))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        streamed.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let body = streamed.text().await.unwrap();
+    let frames: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    let progress = frames
+        .iter()
+        .position(|f| f["method"] == "notifications/progress")
+        .unwrap_or_else(|| panic!("no progress notification: {body}"));
+    let result = frames
+        .iter()
+        .position(|f| f["id"] == 7)
+        .unwrap_or_else(|| panic!("no result: {body}"));
+    assert!(progress < result, "{body}");
+    assert_eq!(frames[progress]["params"]["progressToken"], "p-1", "{body}");
+    assert_eq!(
+        frames[result]["result"]["structuredContent"]["status"],
+        "completed"
+    );
+    shutdown.cancel();
+}
+
+#[tokio::test]
 async fn python_sdk_talks_to_bdk_mcp_over_stdio() {
     let (_tmp, dir, state) = weather();
     let report = python_client(&[
@@ -276,8 +398,10 @@ const REQUIRED: &[&str] = &[
 ];
 
 /// What `/v1/mcp` passes besides: listing prompts (the agent's skills) and
-/// resources (its sessions' events). `/v1/mcp/tools` serves tools only.
-const REQUIRED_AGENT: &[&str] = &["prompts-list", "resources-list"];
+/// resources (its sessions' events), and accepting a log level (the turn's
+/// log messages go to an `ask` with a progress token). `/v1/mcp/tools`
+/// serves tools only.
+const REQUIRED_AGENT: &[&str] = &["prompts-list", "resources-list", "logging-set-level"];
 
 /// `scenario -> (passed, failed)` from the suite's summary lines
 /// (`✓ name: 1 passed, 0 failed`).

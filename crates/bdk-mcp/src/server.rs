@@ -18,6 +18,7 @@
 
 mod completion;
 mod principal;
+mod progress;
 mod prompts;
 mod resources;
 mod uri;
@@ -56,6 +57,9 @@ use serde_json::{Value, json};
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
 /// The longest wait `ask` accepts; larger values are clamped to it.
 pub const MAX_WAIT_MS: u64 = 120_000;
+/// How long a finished `ask` waits for its progress report to send the
+/// turn's last events.
+const REPORT_CATCH_UP: Duration = Duration::from_millis(500);
 /// How many of the latest tool calls `check` reports.
 const RECENT_TOOL_CALLS: usize = 10;
 /// The channel recorded on sessions that `ask` creates.
@@ -181,9 +185,16 @@ impl McpServer {
         out
     }
 
-    async fn dispatch(&self, name: &str, args: Value) -> Result<Value, Failure> {
+    async fn dispatch(
+        &self,
+        name: &str,
+        args: Value,
+        reporter: Option<progress::Reporter>,
+    ) -> Result<Value, Failure> {
         match (self.surface, name) {
-            (Surface::Agent | Surface::Local, "ask") => self.ask(parse(name, args)?).await,
+            (Surface::Agent | Surface::Local, "ask") => {
+                self.ask(parse(name, args)?, reporter).await
+            }
             (Surface::Agent | Surface::Local, "check") => self.check(parse(name, args)?).await,
             (Surface::Agent, "call_tool") => self.passthrough(parse(name, args)?).await,
             (Surface::Tools | Surface::Local, _) => self.direct(name, args).await,
@@ -194,7 +205,11 @@ impl McpServer {
         }
     }
 
-    async fn ask(&self, args: AskArgs) -> Result<Value, Failure> {
+    async fn ask(
+        &self,
+        args: AskArgs,
+        reporter: Option<progress::Reporter>,
+    ) -> Result<Value, Failure> {
         let wait = Duration::from_millis(args.wait_ms.unwrap_or(DEFAULT_WAIT_MS).min(MAX_WAIT_MS));
         let (session_id, token, turn, from) = match &args.session_id {
             None => {
@@ -252,11 +267,24 @@ impl McpServer {
             return Ok(out);
         };
         out["turnId"] = json!(turn.as_str());
-        let waited = tokio::time::timeout(
-            wait,
-            self.host
-                .wait_turn_from(&session_id, &turn, from.unwrap_or(0)),
-        )
+        let from = from.unwrap_or(0);
+        let waited = tokio::time::timeout(wait, async {
+            let ended = self.host.wait_turn_from(&session_id, &turn, from);
+            let Some(reporter) = reporter else {
+                return ended.await;
+            };
+            // The report ends with the turn; the answer waits for the last
+            // notification so the stream carries the end before the result.
+            let report = reporter.follow(&self.host, &session_id, &turn, from);
+            tokio::pin!(ended, report);
+            tokio::select! {
+                result = &mut ended => {
+                    let _ = tokio::time::timeout(REPORT_CATCH_UP, &mut report).await;
+                    result
+                }
+                () = &mut report => ended.await,
+            }
+        })
         .await;
         if let Ok(result) = waited {
             let result = result?;
@@ -345,6 +373,9 @@ impl McpServer {
 }
 
 impl ServerHandler for McpServer {
+    // `enable_logging`: see `set_level`; rmcp marks logging deprecated for the
+    // coming protocol revision, and clients of today use it.
+    #[allow(deprecated)]
     fn get_info(&self) -> ServerConfig {
         let (capabilities, instructions) = match self.surface {
             Surface::Tools => (
@@ -356,6 +387,7 @@ impl ServerHandler for McpServer {
             Surface::Agent | Surface::Local => (
                 ServerCapabilities::builder()
                     .enable_completions()
+                    .enable_logging()
                     .enable_prompts()
                     .enable_resources()
                     .enable_tools()
@@ -498,13 +530,34 @@ impl ServerHandler for McpServer {
         self.tool_catalog().into_iter().find(|t| t.name == name)
     }
 
+    /// Accepted for clients that set a level before they ask. The endpoint
+    /// is stateless, so no level outlives its request: an `ask` that
+    /// carries a progress token gets the turn's messages at every level
+    /// (info for steps and tool calls, notice for approval waits, warning
+    /// for a failed tool call, error for a failed turn).
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let args = Value::Object(request.arguments.unwrap_or_default());
-        let result = match self.dispatch(&request.name, args).await {
+        // A caller that sends a progress token hears how `ask` advances:
+        // the answer then comes as an event stream (rmcp switches to SSE
+        // at the first notification); without one it stays plain JSON.
+        let reporter = context
+            .meta
+            .get_progress_token()
+            .map(|token| progress::Reporter::new(context.peer.clone(), token));
+        let result = match self.dispatch(&request.name, args, reporter).await {
             Ok(value) => success(value),
             Err(failure) => failure.into_result(),
         };
