@@ -382,6 +382,115 @@ async fn python_sdk_talks_to_bdk_mcp_over_stdio() {
     assert_eq!(direct["value"]["city"], "Lima", "{report}");
 }
 
+/// An agent whose `deploy` tool needs approval, asked to deploy.
+fn deploy_agent() -> (TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("deployer");
+    bdk_testkit::AgentFolder::new()
+        .rules(
+            r#"
+[[rules]]
+user_contains = "deploy"
+tool_calls = [{ name = "deploy", input = { env = "production" } }]
+
+[[rules]]
+tool_result = "deploy"
+reply = "deploy said: {{ result_text }}"
+
+[[rules]]
+reply = "ok"
+"#,
+        )
+        .tool(
+            "deploy",
+            "description = \"Deploys the build.\"\neffect = \"write\"\nneeds_approval = true\ncommand = [\"python3\", \"deploy.py\"]\n\n[input_schema]\ntype = \"object\"\n",
+        )
+        .tool_script("deploy.py", "print('deployed')\n")
+        .write_to(&dir);
+    let state = tmp.path().join("state");
+    (tmp, dir, state)
+}
+
+async fn elicit(choice: &str) -> (Value, Vec<Value>) {
+    let (_tmp, dir, state) = deploy_agent();
+    let report = python_script(
+        "mcp_elicit.py",
+        &[
+            env!("CARGO_BIN_EXE_bdk"),
+            dir.to_str().unwrap(),
+            state.to_str().unwrap(),
+            choice,
+        ],
+    )
+    .await;
+    let session = report["ask"]["sessionId"].as_str().unwrap().to_owned();
+    let store = FsStore::open(&state).unwrap();
+    let events = store
+        .read(&bdk_events::SessionId::parse(&session).unwrap(), 0)
+        .await
+        .unwrap();
+    let events = events
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .collect();
+    (report, events)
+}
+
+#[tokio::test]
+async fn a_parked_call_is_asked_as_an_elicitation_form_over_stdio() {
+    // Approved in the form: the call runs, recorded as approved by `local`.
+    let (report, events) = elicit("approve").await;
+    let forms = report["forms"].as_array().unwrap();
+    assert_eq!(forms.len(), 1, "{report}");
+    let message = forms[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`deploy`") && message.contains("production"),
+        "{report}"
+    );
+    assert_eq!(
+        forms[0]["schema"]["required"],
+        json!(["approve"]),
+        "{report}"
+    );
+    assert_eq!(report["ask"]["status"], "completed", "{report}");
+    assert_eq!(report["ask"]["reply"], "deploy said: deployed", "{report}");
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "action.approval_resolved")
+        .unwrap_or_else(|| panic!("{events:#?}"));
+    assert_eq!(resolved["data"]["approved"], true);
+    assert_eq!(resolved["data"]["by"], "local");
+    assert_eq!(resolved["data"]["reason"], "looks right");
+
+    // Denied: the model gets the denial, and nothing ran.
+    let (report, events) = elicit("deny").await;
+    assert_eq!(report["ask"]["status"], "completed", "{report}");
+    let resolved = events
+        .iter()
+        .find(|e| e["type"] == "action.approval_resolved")
+        .unwrap();
+    assert_eq!(resolved["data"]["approved"], false);
+    assert_eq!(resolved["data"]["reason"], "not today");
+    assert!(
+        !report["ask"]["reply"]
+            .as_str()
+            .unwrap()
+            .contains("deployed"),
+        "{report}"
+    );
+
+    // Dismissed: no decision; the call stays parked for the session API.
+    let (report, events) = elicit("dismiss").await;
+    assert_eq!(report["forms"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["ask"]["status"], "running", "{report}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "action.approval_resolved"),
+        "{events:#?}"
+    );
+}
+
 /// The conformance scenarios that pass against the fixture agent
 /// (`tests/fixtures/mcp-conformance`) on `/v1/mcp`, each for what it claims:
 /// the lifecycle, ping, listing tools, the Host-header check, the agent's

@@ -17,6 +17,7 @@
 //! holds the tools and the `ServerHandler` that dispatches to the others.
 
 mod completion;
+mod elicit;
 mod principal;
 mod progress;
 mod prompts;
@@ -57,6 +58,14 @@ use serde_json::{Value, json};
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
 /// The longest wait `ask` accepts; larger values are clamped to it.
 pub const MAX_WAIT_MS: u64 = 120_000;
+/// Who hears about an `ask` while it waits: the caller's progress token,
+/// and its client's forms for approvals.
+#[derive(Default)]
+struct Listeners {
+    reporter: Option<progress::Reporter>,
+    asker: Option<elicit::Asker>,
+}
+
 /// How long a finished `ask` waits for its progress report to send the
 /// turn's last events.
 const REPORT_CATCH_UP: Duration = Duration::from_millis(500);
@@ -189,11 +198,11 @@ impl McpServer {
         &self,
         name: &str,
         args: Value,
-        reporter: Option<progress::Reporter>,
+        listeners: Listeners,
     ) -> Result<Value, Failure> {
         match (self.surface, name) {
             (Surface::Agent | Surface::Local, "ask") => {
-                self.ask(parse(name, args)?, reporter).await
+                self.ask(parse(name, args)?, listeners).await
             }
             (Surface::Agent | Surface::Local, "check") => self.check(parse(name, args)?).await,
             (Surface::Agent, "call_tool") => self.passthrough(parse(name, args)?).await,
@@ -205,11 +214,7 @@ impl McpServer {
         }
     }
 
-    async fn ask(
-        &self,
-        args: AskArgs,
-        reporter: Option<progress::Reporter>,
-    ) -> Result<Value, Failure> {
+    async fn ask(&self, args: AskArgs, listeners: Listeners) -> Result<Value, Failure> {
         let wait = Duration::from_millis(args.wait_ms.unwrap_or(DEFAULT_WAIT_MS).min(MAX_WAIT_MS));
         let (session_id, token, turn, from) = match &args.session_id {
             None => {
@@ -270,12 +275,25 @@ impl McpServer {
         let from = from.unwrap_or(0);
         let waited = tokio::time::timeout(wait, async {
             let ended = self.host.wait_turn_from(&session_id, &turn, from);
-            let Some(reporter) = reporter else {
+            let Listeners { reporter, asker } = listeners;
+            if reporter.is_none() && asker.is_none() {
                 return ended.await;
-            };
-            // The report ends with the turn; the answer waits for the last
+            }
+            // Both end with the turn; the answer waits for the last
             // notification so the stream carries the end before the result.
-            let report = reporter.follow(&self.host, &session_id, &turn, from);
+            let report = async {
+                let report = async {
+                    if let Some(r) = reporter {
+                        r.follow(&self.host, &session_id, &turn, from).await;
+                    }
+                };
+                let approvals = async {
+                    if let Some(a) = asker {
+                        a.follow(&self.host, &session_id, &turn, from).await;
+                    }
+                };
+                tokio::join!(report, approvals);
+            };
             tokio::pin!(ended, report);
             tokio::select! {
                 result = &mut ended => {
@@ -557,7 +575,10 @@ impl ServerHandler for McpServer {
             .meta
             .get_progress_token()
             .map(|token| progress::Reporter::new(context.peer.clone(), token));
-        let result = match self.dispatch(&request.name, args, reporter).await {
+        // A client that can answer forms is asked about parked calls.
+        let asker = elicit::Asker::for_client(&context.peer, &self.principal.name);
+        let listeners = Listeners { reporter, asker };
+        let result = match self.dispatch(&request.name, args, listeners).await {
             Ok(value) => success(value),
             Err(failure) => failure.into_result(),
         };
