@@ -22,6 +22,7 @@ mod principal;
 mod progress;
 mod prompts;
 mod resources;
+mod turn;
 mod uri;
 
 pub use principal::Principal;

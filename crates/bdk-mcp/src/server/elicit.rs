@@ -9,7 +9,8 @@
 //! Without it, or when the client dismisses the form, the call stays
 //! parked for the session API, as before.
 //!
-//! A leaf: it names the host and rmcp, nothing of the server around it.
+//! It names the host, rmcp and the turn's event stream (`turn.rs`), nothing
+//! of the server around it.
 
 use bdk_core::host::Host;
 use bdk_events::{Event, SessionId, TurnId};
@@ -38,20 +39,12 @@ impl Asker {
     /// Follows `turn` from event index `from` until it ends, asking about
     /// each call it parks.
     pub(crate) async fn follow(self, host: &Host, session: &SessionId, turn: &TurnId, from: u64) {
-        let Ok(mut stream) = host.subscribe(session, from, None).await else {
-            return;
-        };
-        while let Some(Ok(envelope)) = stream.next().await {
-            if envelope.turn_id.as_ref() != Some(turn) {
-                continue;
-            }
-            match &envelope.event {
-                Event::ActionApprovalRequested(parked) => {
-                    self.ask(host, session, &parked.call_id, &parked.name, &parked.input)
-                        .await;
-                }
-                Event::TurnCompleted(_) | Event::TurnFailed(_) => return,
-                _ => {}
+        let events = super::turn::events(host, session, turn, from).await;
+        futures::pin_mut!(events);
+        while let Some(envelope) = events.next().await {
+            if let Event::ActionApprovalRequested(parked) = &envelope.event {
+                self.ask(host, session, &parked.call_id, &parked.name, &parked.input)
+                    .await;
             }
         }
     }

@@ -6,7 +6,8 @@
 //! back from JSON to SSE for that one request); the endpoint stays
 //! stateless, and a caller without a token gets plain JSON as before.
 //!
-//! A leaf: it names the host and rmcp, nothing of the server around it.
+//! It names the host, rmcp and the turn's event stream (`turn.rs`), nothing
+//! of the server around it.
 //!
 //! rmcp marks MCP logging deprecated (SEP-2577 drops it from the coming
 //! protocol revision); the protocol versions clients speak today have it,
@@ -51,13 +52,9 @@ impl Reporter {
         turn: &TurnId,
         from: u64,
     ) {
-        let Ok(mut stream) = host.subscribe(session, from, None).await else {
-            return;
-        };
-        while let Some(Ok(envelope)) = stream.next().await {
-            if envelope.turn_id.as_ref() != Some(turn) {
-                continue;
-            }
+        let events = super::turn::events(host, session, turn, from).await;
+        futures::pin_mut!(events);
+        while let Some(envelope) = events.next().await {
             let data = envelope.event.data_json().unwrap_or(Value::Null);
             let kind = envelope.event.kind().to_owned();
             match &envelope.event {
@@ -102,7 +99,6 @@ impl Reporter {
                 Event::TurnCompleted(_) => {
                     self.send(LoggingLevel::Info, "reply ready".to_owned(), &kind, data)
                         .await;
-                    return;
                 }
                 Event::TurnFailed(f) => {
                     self.send(
@@ -112,7 +108,6 @@ impl Reporter {
                         data,
                     )
                     .await;
-                    return;
                 }
                 _ => {}
             }
