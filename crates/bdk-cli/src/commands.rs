@@ -40,7 +40,10 @@ pub async fn dispatch(command: Command, logs: bdk_http::LogBuffer) -> ExitCode {
             path,
             project,
             json,
-        } => info(&project.dir(path.as_deref()), json).await,
+        } => {
+            let dir = project.dir(path.as_deref());
+            info(&dir, &project.state_root(&dir), json).await
+        }
         Command::Run {
             project,
             message,
@@ -226,7 +229,7 @@ fn validate(dir: &Path, json: bool) -> Result<u8> {
     Ok(if errors == 0 { OK } else { UNUSABLE })
 }
 
-async fn info(dir: &Path, json: bool) -> Result<u8> {
+async fn info(dir: &Path, state_root: &Path, json: bool) -> Result<u8> {
     let json = crate::support::wants_json(json);
     let discovery = discover(dir);
     let Some(project) = &discovery.project else {
@@ -234,7 +237,7 @@ async fn info(dir: &Path, json: bool) -> Result<u8> {
         return Ok(UNUSABLE);
     };
     let mut value = surface(project, &discovery.diagnostics);
-    let (connection_errors, mcp_tools) = mcp_listing(project).await;
+    let (connection_errors, mcp_tools) = mcp_listing(project, state_root).await;
     add_tools(&mut value, project, &mcp_tools);
     value["connectionErrors"] = json!(connection_errors);
     if json {
@@ -372,8 +375,10 @@ const INFO_MCP_WAIT: Duration = Duration::from_secs(15);
 /// Tries every MCP connection of `project` once, each bounded by
 /// [`INFO_MCP_WAIT`], and returns the ones that could not list their tools
 /// (each also said on stderr) and the advertised tools with their source.
+/// OAuth connections read their tokens under `state_root`.
 async fn mcp_listing(
     project: &Project,
+    state_root: &Path,
 ) -> (
     Vec<bdk_core::mcp::ConnectionError>,
     Vec<(bdk_core::tool::ToolSpec, bdk_core::tool::ToolSource)>,
@@ -382,7 +387,8 @@ async fn mcp_listing(
     if project.mcp_connections.is_empty() {
         return (Vec::new(), Vec::new());
     }
-    let hub = bdk_mcp::client::McpConnections::start(project);
+    let containment = bdk_core::containment::Containment::new(None, project.config.sandbox.clone());
+    let hub = bdk_mcp::client::McpConnections::start_in(project, containment, state_root);
     let names = hub.names();
     let listings = futures::future::join_all(names.iter().map(|name| {
         let hub = &hub;

@@ -436,6 +436,43 @@ async fn login_refuses_a_forged_redirect_and_a_server_without_pkce() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("PKCE"), "{stderr}");
 
+    // A stored token that expired, with a refresh token the server no
+    // longer honours: the connection says to sign in again. The tokens live
+    // under the state root given to the command.
+    let state = dir.path().join("elsewhere");
+    std::fs::create_dir_all(state.join("mcp-auth")).unwrap();
+    std::fs::write(
+        state.join("mcp-auth/remote.json"),
+        json!({
+            "access_token": "at-old",
+            "refresh_token": "rt-revoked",
+            "expires_at": "2020-01-01T00:00:00Z",
+            "token_endpoint": format!("{base}/auth/token"),
+            "client_id": "client-1",
+            "resource": format!("{base}/mcp"),
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let out = bdk(dir.path(), &["info", "--json"])
+        .env("BDK_STATE_ROOT", &state)
+        .output()
+        .unwrap();
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let message = info["connectionErrors"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("invalid_grant"), "{info}");
+    assert!(message.contains("bdk mcp login remote"), "{info}");
+    assert!(
+        fake.lock()
+            .unwrap()
+            .log
+            .iter()
+            .all(|l| !l.ends_with(":at-old")),
+        "the expired token was never sent"
+    );
+
     // A connection that does not use OAuth, or does not exist, is a usage error.
     let out = bdk(dir.path(), &["mcp", "login", "nope", "--no-browser"])
         .output()
