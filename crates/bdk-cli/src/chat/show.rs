@@ -13,6 +13,7 @@
 //! inputs and outputs in a tool line are shown on one line with their
 //! controls escaped, so no event can move the cursor or recolour the screen.
 
+use crate::logs::escape::is_unsafe;
 use std::collections::{HashMap, HashSet};
 
 use bdk_events::{Event, FailStatus, Verdict};
@@ -96,7 +97,7 @@ pub(crate) fn one_line(value: &Value, max: usize) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if unsafe_char(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c if is_unsafe(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
             c => out.push(c),
         }
     }
@@ -107,24 +108,8 @@ pub(crate) fn one_line(value: &Value, max: usize) -> String {
 /// line breaks and tabs stay.
 pub(crate) fn clean_text(text: &str) -> String {
     text.chars()
-        .filter(|c| matches!(c, '\n' | '\t') || !unsafe_char(*c))
+        .filter(|c| matches!(c, '\n' | '\t') || !is_unsafe(*c))
         .collect()
-}
-
-/// Control characters (C0, DEL, C1) and the marks that reorder or break
-/// what a reader sees (line and paragraph separators, bidirectional
-/// embeddings, overrides and isolates).
-fn unsafe_char(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{2028}'
-                | '\u{2029}'
-                | '\u{200e}'
-                | '\u{200f}'
-                | '\u{202a}'..='\u{202e}'
-                | '\u{2066}'..='\u{2069}'
-        )
 }
 
 /// Who reads the output.

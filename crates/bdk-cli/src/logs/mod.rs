@@ -17,7 +17,7 @@ use tracing_subscriber::{EnvFilter, Layer as _, Registry};
 
 use crate::telemetry::Telemetry;
 
-mod escape;
+pub(crate) mod escape;
 mod json;
 mod ring;
 mod text;
