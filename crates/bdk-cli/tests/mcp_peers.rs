@@ -513,14 +513,22 @@ const PASSING_AGENT: &[&str] = &[
 ];
 
 /// The same on `/v1/mcp/tools`, where the fixture's tools are served by
-/// name: a text result (`test_simple_text`) and a tool error
-/// (`test_error_handling`).
+/// name: a text result (`test_simple_text`), a tool error
+/// (`test_error_handling`), results of MCP content blocks (image, audio,
+/// embedded resource, all three with text), and a tool that reports
+/// progress and one that logs, through the host endpoint.
 const PASSING_TOOLS: &[&str] = &[
     "server-initialize",
     "ping",
     "tools-list",
     "tools-call-simple-text",
     "tools-call-error",
+    "tools-call-image",
+    "tools-call-audio",
+    "tools-call-embedded-resource",
+    "tools-call-mixed-content",
+    "tools-call-with-progress",
+    "tools-call-with-logging",
     "dns-rebinding-protection",
 ];
 

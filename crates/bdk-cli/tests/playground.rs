@@ -243,3 +243,47 @@ fn chat_and_trace_show_result_gate_verdicts() {
     let agent = format!("{}/gated", server.base);
     run_script("gates.mjs", &agent, &server);
 }
+
+/// A tool that answers with text, an image, audio and an embedded resource.
+const BLOCKS_PY: &str = r#"
+import base64, io, json, wave
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+buf = io.BytesIO()
+with wave.open(buf, "wb") as w:
+    w.setnchannels(1)
+    w.setsampwidth(2)
+    w.setframerate(8000)
+    w.writeframes(b"\0\0" * 800)
+print(json.dumps({"content": [
+    {"type": "text", "text": "Rendered the chart."},
+    {"type": "image", "data": PNG, "mimeType": "image/png"},
+    {"type": "audio", "data": base64.b64encode(buf.getvalue()).decode(), "mimeType": "audio/wav"},
+    {"type": "resource", "resource": {"uri": "chart://q3", "mimeType": "text/plain", "text": "Q3 went up."}},
+    {"type": "image", "data": PNG, "mimeType": "image/svg+xml"},
+]}))
+"#;
+
+#[test]
+fn tool_content_blocks_render_in_the_chat() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("charts");
+    bdk_testkit::write_files(
+        &dir,
+        &[
+            ("agent/agent.toml", "model = \"scripted\"\n"),
+            ("agent/instructions.md", "Draw charts.\n"),
+            (
+                "agent/scripted.toml",
+                "[[rules]]\nuser_contains = \"chart\"\ntool_calls = [{ name = \"chart\", input = {} }]\n\n[[rules]]\ntool_result = \"chart\"\nreply = \"Here it is.\"\n\n[[rules]]\nreply = \"ok\"\n",
+            ),
+            (
+                "agent/tools/chart.toml",
+                "description = \"Draws the chart.\"\neffect = \"read\"\ncommand = [\"python3\", \"chart.py\"]\n[input_schema]\ntype = \"object\"\n",
+            ),
+            ("agent/tools/chart.py", BLOCKS_PY),
+        ],
+    );
+    let server = serve(&dir, &[]);
+    let agent = format!("{}/charts", server.base);
+    run_script("blocks.mjs", &agent, &server);
+}

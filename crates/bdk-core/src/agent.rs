@@ -52,7 +52,9 @@ use tracing::field::Empty;
 
 use crate::gate::{GateAnswer, GateError, GateRequest, OnError, ResultGate, run_check};
 use crate::tool::schema::InputValidator;
-use crate::tool::{Effect, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec};
+use crate::tool::{
+    Effect, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices, ToolSpec, content,
+};
 use bdk_models::{
     Message, Model, ModelError, ModelEvent, ModelRequest, ToolCall, ToolChoice, ToolDefinition,
 };
@@ -694,6 +696,7 @@ impl Run<'_> {
                 name,
                 content: out.to_text(),
                 is_error: out.is_error,
+                images: content::images(&out.blocks),
             });
         }
         let completed = ActionsCompleted {
@@ -738,6 +741,7 @@ impl Run<'_> {
                 name: call.name.clone(),
                 is_error: true,
                 output: Value::String("not run: the turn ended before this call".to_owned()),
+                content: Vec::new(),
                 duration_ms: 0,
                 stubbed: false,
             };
@@ -792,6 +796,7 @@ impl Run<'_> {
             name: call.name.clone(),
             is_error: out.is_error,
             output: out.content.clone(),
+            content: out.blocks.clone(),
             duration_ms: elapsed_ms(started),
             stubbed,
         };
@@ -947,6 +952,7 @@ impl Run<'_> {
             approved_by,
             cancel: self.input.cancel.child_token(),
             services: env.services.clone(),
+            reporter: None,
         }
     }
 
@@ -1020,6 +1026,7 @@ impl Run<'_> {
         Ok(ToolOutput {
             content: Value::String(reply),
             is_error,
+            blocks: Vec::new(),
         })
     }
 }

@@ -40,8 +40,9 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::extension::{HostExtension, OperationCall, OperationError};
+use crate::tool::report::LOG_LEVELS;
 use crate::tool::services::{SendArgs, SessionArgs, ToolCallArgs};
-use crate::tool::{NewArtifact, ServiceError, ToolContext, ToolServices};
+use crate::tool::{NewArtifact, ServiceError, ToolContext, ToolNote, ToolServices};
 
 pub mod grant;
 
@@ -667,6 +668,8 @@ const BUILTIN_OPS: &[&str] = &[
     "mcp.names",
     "mcp.list_tools",
     "mcp.call_tool",
+    "report.progress",
+    "report.log",
 ];
 
 /// Every operation `shared` answers, for the `unknown_op` message.
@@ -747,6 +750,26 @@ struct KvPut {
     namespace: String,
     key: String,
     value: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReportProgress {
+    progress: f64,
+    #[serde(default)]
+    total: Option<f64>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReportLog {
+    level: String,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    data: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -907,6 +930,45 @@ async fn run_op(
             session_op(binding, op, args).await
         }
         "mcp.names" | "mcp.list_tools" | "mcp.call_tool" => mcp_op(binding, op, args).await,
+        "report.progress" => {
+            let a: ReportProgress = parse(op, args)?;
+            if !a.progress.is_finite() || a.total.is_some_and(|t| !t.is_finite()) {
+                return Err(OpError::InvalidArgs(
+                    "progress and total must be finite numbers".to_owned(),
+                ));
+            }
+            binding.ctx.report(ToolNote::Progress {
+                progress: a.progress,
+                total: a.total,
+                message: a.message,
+            });
+            Ok(json!({}))
+        }
+        "report.log" => {
+            let a: ReportLog = parse(op, args)?;
+            if !LOG_LEVELS.contains(&a.level.as_str()) {
+                return Err(OpError::InvalidArgs(format!(
+                    "unknown level `{}` (levels: {})",
+                    a.level,
+                    LOG_LEVELS.join(", ")
+                )));
+            }
+            let data = match (a.message, a.data) {
+                (Some(message), None) => Value::String(message),
+                (None, Some(data)) => data,
+                (Some(message), Some(data)) => json!({"message": message, "data": data}),
+                (None, None) => {
+                    return Err(OpError::InvalidArgs(
+                        "give a message, data, or both".to_owned(),
+                    ));
+                }
+            };
+            binding.ctx.report(ToolNote::Log {
+                level: a.level,
+                data,
+            });
+            Ok(json!({}))
+        }
         other => match shared
             .extensions
             .iter()
@@ -1012,7 +1074,11 @@ async fn mcp_op(binding: &Binding, op: &str, args: Value) -> Result<Value, OpErr
                 .call_tool(&a.connection, &a.tool, input)
                 .await
                 .map_err(|e| OpError::InvalidArgs(e.to_string()))?;
-            Ok(json!({"content": output.content, "isError": output.is_error}))
+            let mut answer = json!({"content": output.content, "isError": output.is_error});
+            if !output.blocks.is_empty() {
+                answer["blocks"] = Value::Array(output.blocks);
+            }
+            Ok(answer)
         }
     }
 }

@@ -80,6 +80,7 @@ fn ctx(workspace: &Path, services: Option<Arc<TestServices>>) -> ToolContext {
         approved_by: None,
         cancel: CancellationToken::new(),
         services: services.map(|s| s as Arc<dyn ToolServices>),
+        reporter: None,
     }
 }
 

@@ -1139,6 +1139,7 @@ fn result(name: &str, content: &str) -> Message {
         name: name.into(),
         content: content.into(),
         is_error: false,
+        images: Vec::new(),
     }
 }
 

@@ -894,3 +894,85 @@ async fn dry_run_calls_may_not_send() {
     assert_error(&a[0], "dry_run");
     assert_eq!(assert_ok(&a[1])["status"], json!("waiting"));
 }
+
+#[tokio::test]
+async fn a_tool_reports_progress_and_log_messages_to_a_listening_caller() {
+    use bdk_core::tool::{ToolNote, ToolReporter};
+    use std::sync::Mutex;
+
+    let (_dir, host) = setup().await;
+    let heard: Arc<Mutex<Vec<ToolNote>>> = Arc::default();
+    let sink = heard.clone();
+    let requests = json!([
+        {"op": "report.progress", "args": {"progress": 1, "total": 3, "message": "one"}},
+        {"op": "report.progress", "args": {"progress": 2}},
+        {"op": "report.log", "args": {"level": "warning", "message": "careful"}},
+        {"op": "report.log", "args": {"level": "debug", "data": {"rows": 7}}},
+        // Refused: a level MCP does not know, nothing to say, unknown keys.
+        {"op": "report.log", "args": {"level": "loud", "message": "x"}},
+        {"op": "report.log", "args": {"level": "info"}},
+        {"op": "report.progress", "args": {"progress": 1, "percent": 5}},
+        {"op": "report.progress", "args": {"progress": "half"}},
+    ]);
+    let out = host
+        .call_tool(DirectCall {
+            name: "client".into(),
+            input: json!({ "requests": requests }),
+            reporter: Some(ToolReporter::new(move |note| {
+                sink.lock().unwrap().push(note);
+            })),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{:?}", out.result);
+    let a = answers(&out);
+    for ok in &a[..4] {
+        assert_eq!(ok["ok"], true, "{ok}");
+    }
+    for refused in &a[4..] {
+        assert_eq!(refused["ok"], false, "{refused}");
+        assert_eq!(refused["error"], "invalid_args", "{refused}");
+    }
+    assert!(
+        a[4]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown level `loud`"),
+        "{}",
+        a[4]
+    );
+    assert_eq!(
+        *heard.lock().unwrap(),
+        vec![
+            ToolNote::Progress {
+                progress: 1.0,
+                total: Some(3.0),
+                message: Some("one".into())
+            },
+            ToolNote::Progress {
+                progress: 2.0,
+                total: None,
+                message: None
+            },
+            ToolNote::Log {
+                level: "warning".into(),
+                data: json!("careful")
+            },
+            ToolNote::Log {
+                level: "debug".into(),
+                data: json!({"rows": 7})
+            },
+        ]
+    );
+
+    // Nobody listening: the reports are accepted and go to the log.
+    let out = run_client(
+        &host,
+        None,
+        None,
+        json!([{"op": "report.progress", "args": {"progress": 1}}]),
+    )
+    .await;
+    assert_eq!(answers(&out)[0]["ok"], true);
+}

@@ -58,6 +58,7 @@ fn ctx(cancel: CancellationToken) -> ToolContext {
         approved_by: None,
         cancel,
         services: None,
+        reporter: None,
     }
 }
 

@@ -478,6 +478,7 @@ async fn openai_assembles_parallel_tool_calls_and_maps_the_conversation() {
                 name: "get_weather".into(),
                 content: "{\"temperatureC\":18}".into(),
                 is_error: false,
+                images: Vec::new(),
             },
             Message::Assistant {
                 text: "18 degrees.".into(),
@@ -1077,6 +1078,7 @@ async fn anthropic_thinking_tool_use_and_the_next_request() {
             name: "t".into(),
             content: content.into(),
             is_error: false,
+            images: Vec::new(),
         });
     }
     run_ok(&model, request).await;
@@ -1531,4 +1533,123 @@ async fn subagents_inherit_the_timeout_and_only_a_same_provider_base_url() {
     let seen = ollama.request().await;
     assert_eq!(seen.path, "/v1/chat/completions");
     assert_eq!(seen.body["model"], "small");
+}
+
+/// The model of every session: one Anthropic model at the fake.
+struct AtFake(Arc<dyn Model>);
+
+impl bdk_core::models::ModelResolver for AtFake {
+    fn resolve(
+        &self,
+        _model: &str,
+        _project: &bdk_core::Project,
+    ) -> Result<Arc<dyn Model>, ModelError> {
+        Ok(self.0.clone())
+    }
+}
+
+/// Anthropic's stream of one step that calls `tool` with no input.
+fn anthropic_call(id: &str, tool: &str) -> Vec<u8> {
+    let events = [
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": "claude-sonnet-4-5", "usage": {"input_tokens": 50, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": tool, "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{}"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 12}}),
+        json!({"type": "message_stop"}),
+    ];
+    let mut out = String::new();
+    for e in events {
+        out.push_str(&format!(
+            "event: {}\ndata: {e}\n\n",
+            e["type"].as_str().unwrap()
+        ));
+    }
+    out.into_bytes()
+}
+
+#[tokio::test]
+async fn a_tool_image_reaches_anthropic_as_an_image_block_and_the_log_keeps_the_blocks() {
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    let chart_py = format!(
+        "import json\nprint(json.dumps({{\"content\": [{{\"type\": \"text\", \"text\": \"The chart:\"}}, {{\"type\": \"image\", \"data\": \"{PNG}\", \"mimeType\": \"image/png\"}}]}}))\n"
+    );
+    let dir = write_project(&[
+        (
+            "agent/agent.toml",
+            "model = \"anthropic/claude-sonnet-4-5\"\n",
+        ),
+        ("agent/instructions.md", "Draw charts.\n"),
+        (
+            "agent/tools/chart.toml",
+            "description = \"Draws the chart.\"\neffect = \"read\"\ncommand = [\"python3\", \"chart.py\"]\n[input_schema]\ntype = \"object\"\n",
+        ),
+        ("agent/tools/chart.py", &chart_py),
+    ]);
+    let mut fake = Fake::start(vec![
+        Reply::Stream(pieces(&anthropic_call("toolu_c1", "chart"), 61)),
+        stream_of("anthropic_text.sse"),
+    ])
+    .await;
+    let d = bdk_core::discover(dir.path());
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
+    let model: Arc<dyn Model> = Arc::new(anthropic(&fake, quick_retries()));
+    let host = Host::builder(d.project.unwrap(), store)
+        .models(Arc::new(AtFake(model)))
+        .build()
+        .await
+        .unwrap();
+    let started = session::start(&host, "Chart it").await;
+    let turn_id = started.turn_id.clone().unwrap();
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        host.wait_turn(&started.session_id, &turn_id),
+    )
+    .await
+    .expect("the turn did not finish within 30 s")
+    .unwrap();
+    assert!(result.ok, "{result:?}");
+
+    // The second request carries the image natively, after the text that
+    // names it; no base64 in the text.
+    let _first = fake.request().await;
+    let second = fake.request().await;
+    let messages = second.body["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    assert_eq!(last["role"], "user");
+    assert_eq!(
+        last["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "toolu_c1", "content": [
+            {"type": "text", "text": "The chart:\n[image: image/png, 70 bytes]"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+        ]})
+    );
+
+    // The log keeps the blocks unchanged beside the text the model saw, and
+    // the conversation rebuilt from it (after a restart) has the image.
+    let events = session::settled_events(&host, &started.session_id).await;
+    let result = events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::ActionResult(r) => Some(r.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        result.output,
+        json!("The chart:\n[image: image/png, 70 bytes]")
+    );
+    assert_eq!(result.content.len(), 2);
+    assert_eq!(result.content[1]["data"], PNG);
+    let transcript = bdk_core::host::transcript_from_events(&events);
+    let images = transcript
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool { images, .. } => Some(images.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0].media_type, "image/png");
 }

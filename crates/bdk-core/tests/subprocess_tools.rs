@@ -38,6 +38,7 @@ fn ctx(workspace: &Path) -> ToolContext {
         approved_by: Some("bob".to_owned()),
         cancel: CancellationToken::new(),
         services: None,
+        reporter: None,
     }
 }
 
@@ -186,8 +187,9 @@ async fn envelope_sets_the_error_flag() {
     assert_eq!(
         output,
         ToolOutput {
-            content: json!([{"type": "text", "text": "no such city"}]),
+            content: json!("no such city"),
             is_error: true,
+            blocks: vec![json!({"type": "text", "text": "no such city"})],
         }
     );
     // A tool's own error result is not a transient failure.
@@ -648,7 +650,8 @@ async fn url_tool_posts_the_request_and_parses_the_answer() {
         tool.call(json!({}), ctx(workspace.path())).await,
         ToolOutput {
             content: json!("upstream said no"),
-            is_error: true
+            is_error: true,
+            blocks: Vec::new(),
         }
     );
 }

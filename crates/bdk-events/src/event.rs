@@ -388,6 +388,10 @@ pub struct ActionResult {
     pub is_error: bool,
     /// The result as the model sees it.
     pub output: Value,
+    /// The MCP content blocks the tool answered with (text, image, audio,
+    /// resource, resource link), unchanged; absent for an ordinary result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<Value>,
     /// Execution wall time.
     pub duration_ms: u64,
     /// True when a dry run stubbed this write instead of running it.

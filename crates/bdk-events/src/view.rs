@@ -488,6 +488,7 @@ mod tests {
             name: "lookup".into(),
             is_error,
             output,
+            content: Vec::new(),
             duration_ms: 2,
             stubbed: false,
         }

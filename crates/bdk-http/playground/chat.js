@@ -5,6 +5,7 @@
 // connection from the last index received, so nothing repeats.
 
 import * as api from "./api.js";
+import { renderBlocks } from "./blocks.js";
 import { renderMarkdown } from "./markdown.js";
 import { h, clear, toast, errorText, pretty, fmtMs, copy } from "./ui.js";
 
@@ -284,7 +285,14 @@ export class Chat {
         c.status.textContent = `${d.isError ? "error" : "done"} · ${fmtMs(d.durationMs)}${d.stubbed ? " · stubbed" : ""}`;
         c.output.hidden = false;
         c.output.open = !!d.isError;
+        const blocks = renderBlocks(d.content);
+        c.output.querySelector(".blocks")?.remove();
+        c.output.querySelector("pre").hidden = !!blocks;
         c.output.querySelector("pre").textContent = pretty(d.output);
+        if (blocks) {
+          c.output.append(blocks);
+          c.output.open = true;
+        }
         break;
       }
       case "subagent.called": {

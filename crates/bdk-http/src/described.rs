@@ -324,8 +324,12 @@ pub(crate) struct DirectOutcome {
     /// True when the tool failed; `result` is then the failure, as the
     /// model would see it.
     is_error: bool,
-    /// The tool's result.
+    /// The tool's result (for a result of content blocks, their
+    /// structured content or their text).
     result: Value,
+    /// The MCP content blocks the tool answered with (text, image, audio,
+    /// resource, resource link), unchanged; absent for an ordinary result.
+    content: Option<Vec<Value>>,
     duration_ms: u64,
     /// Present (true) when a session-bound read ran in a temporary
     /// workspace because the session's could not be created.

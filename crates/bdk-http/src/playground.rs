@@ -38,7 +38,7 @@ use crate::state::Agent;
 
 /// The policy of every playground answer. `connect-src 'self'` is what
 /// keeps the app on the public API of the server that served it.
-pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src data:; connect-src 'self'; font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The page, with `{{BASE}}` where the agent's base path goes.
 const INDEX: &str = include_str!("../playground/index.html");
@@ -73,6 +73,11 @@ const ASSETS: &[Asset] = &[
         name: "app.js",
         content_type: JS,
         body: include_bytes!("../playground/app.js"),
+    },
+    Asset {
+        name: "blocks.js",
+        content_type: JS,
+        body: include_bytes!("../playground/blocks.js"),
     },
     Asset {
         name: "chat.js",

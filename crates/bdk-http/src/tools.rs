@@ -227,6 +227,7 @@ pub(crate) async fn call(
             principal: caller.owner().map(str::to_owned),
             origin: CallOrigin::Remote,
             approve: body.approve,
+            reporter: None,
         })
         .await?;
     Ok(Json(Called { ok: True, outcome }))

@@ -477,11 +477,16 @@ async fn initialize_advertises_what_each_endpoint_implements() {
     assert!(caps["resources"].get("listChanged").is_none(), "{body}");
     assert!(caps["prompts"].get("listChanged").is_none(), "{body}");
 
-    // The tools endpoint is tools only, and says so when asked for more.
+    // The tools endpoint is tools (and their log messages) only, and says
+    // so when asked for more.
     let url = format!("{}/v1/mcp/tools", s.base);
     let (_, body) = rpc(&s.http, &url, None, request(1, "initialize", init)).await;
     let caps = body["result"]["capabilities"].as_object().unwrap();
-    assert_eq!(caps.keys().collect::<Vec<_>>(), ["tools"], "{body}");
+    assert_eq!(
+        caps.keys().collect::<Vec<_>>(),
+        ["logging", "tools"],
+        "{body}"
+    );
     for (method, params) in [
         ("prompts/list", json!({})),
         ("prompts/get", json!({"name": "style"})),
@@ -1058,4 +1063,126 @@ async fn completion_offers_argument_values_and_the_callers_sessions() {
     )
     .await;
     assert_eq!(rpc_error(status, &body).0, -32602, "{body}");
+}
+
+/// The JSON-RPC messages of an answer, plain JSON or an event stream.
+fn messages(body: &Value) -> Vec<Value> {
+    match body.get("raw").and_then(Value::as_str) {
+        Some(stream) => stream
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| serde_json::from_str(d.trim()).unwrap())
+            .collect(),
+        None => vec![body.clone()],
+    }
+}
+
+/// A tool that reports progress and a log line through the host endpoint,
+/// then answers with text, an image and an embedded resource.
+const SHOT_PY: &str = r#"
+import json, os, socket, sys
+json.loads(sys.stdin.readline())
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(os.environ["BDK_HOST_SOCKET"])
+stream = conn.makefile("rwb")
+def call(op, **args):
+    stream.write((json.dumps({"token": os.environ["BDK_HOST_TOKEN"], "id": 1, "op": op, "args": args}) + "\n").encode())
+    stream.flush()
+    assert json.loads(stream.readline())["ok"]
+call("report.progress", progress=1, total=2, message="rendering")
+call("report.log", level="notice", message="rendered")
+call("report.progress", progress=2, total=2)
+print(json.dumps({"content": [
+    {"type": "text", "text": "Rendered:"},
+    {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+    {"type": "resource", "resource": {"uri": "shot://1", "mimeType": "text/plain", "text": "alt text"}},
+], "structuredContent": {"width": 1}}))
+"#;
+
+const SHOT_TOML: &str = r#"
+description = "Renders a shot."
+effect = "read"
+command = ["python3", "shot.py"]
+
+[input_schema]
+type = "object"
+"#;
+
+#[tokio::test]
+async fn rich_results_and_tool_reports_pass_through_both_endpoints() {
+    let s = single_with(
+        Config::default(),
+        &[
+            ("agent/tools/shot.toml", SHOT_TOML),
+            ("agent/tools/shot.py", SHOT_PY),
+        ],
+    )
+    .await;
+    let tools = format!("{}/v1/mcp/tools", s.base);
+    // With a progress token: progress and the log line arrive first, on an
+    // event stream, then the answer with the tool's blocks unchanged.
+    let mut request = call(1, "shot", json!({}));
+    request["params"]["_meta"] = json!({"progressToken": "p1"});
+    let (status, body) = rpc(&s.http, &tools, None, request).await;
+    assert_eq!(status, 200, "{body}");
+    let got = messages(&body);
+    let methods: Vec<&str> = got
+        .iter()
+        .map(|m| m["method"].as_str().unwrap_or("answer"))
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "notifications/progress",
+            "notifications/message",
+            "notifications/progress",
+            "answer"
+        ],
+        "{got:#?}"
+    );
+    assert_eq!(
+        got[0]["params"],
+        json!({"progressToken": "p1", "progress": 1.0, "total": 2.0, "message": "rendering"})
+    );
+    assert_eq!(got[1]["params"]["level"], "notice");
+    assert_eq!(got[1]["params"]["data"], "rendered");
+    assert_eq!(got[1]["params"]["logger"], "bdk.tool.shot");
+    let result = &got[3]["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(
+        result["content"],
+        json!([
+            {"type": "text", "text": "Rendered:"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "shot://1", "mimeType": "text/plain", "text": "alt text"}},
+        ])
+    );
+    assert_eq!(result["structuredContent"], json!({"width": 1}));
+
+    // Without a token: no progress, but the tool's log line still comes.
+    let (_, body) = rpc(&s.http, &tools, None, call(2, "shot", json!({}))).await;
+    let got = messages(&body);
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert_eq!(got[0]["method"], "notifications/message");
+    assert_eq!(got[1]["result"]["content"][1]["type"], "image");
+
+    // `call_tool` on the agent endpoint: the blocks as content, the
+    // outcome (with them) as structured content.
+    let agent = format!("{}/v1/mcp", s.base);
+    let (_, body) = rpc(
+        &s.http,
+        &agent,
+        None,
+        call(3, "call_tool", json!({"name": "shot"})),
+    )
+    .await;
+    let got = messages(&body);
+    let result = &got.last().unwrap()["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["content"][1]["mimeType"], "image/png", "{result}");
+    let outcome = &result["structuredContent"];
+    assert_eq!(outcome["toolName"], "shot");
+    assert_eq!(outcome["result"], json!({"width": 1}));
+    assert_eq!(outcome["content"][2]["resource"]["uri"], "shot://1");
 }

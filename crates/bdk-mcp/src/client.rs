@@ -21,7 +21,9 @@ use async_trait::async_trait;
 use bdk_core::containment::{Containment, Grants};
 use bdk_core::mcp::{ConnectionError, McpError, McpHub};
 use bdk_core::project::{McpConnection, McpTransport, Project};
-use bdk_core::tool::{Effect, Execution, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
+use bdk_core::tool::{
+    Effect, Execution, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec, content,
+};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{NotificationContext, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -383,9 +385,10 @@ impl Conn {
     }
 }
 
-/// Turns a server's result into what the model sees: the text when the
-/// result is text only, else the structured content, else the content
-/// blocks as JSON.
+/// Turns a server's result into a tool output. One text block (or none) is
+/// a plain result: its text, or the structured content when there is some.
+/// Anything richer keeps its content blocks unchanged, for callers and for
+/// providers that take images ([`content::output`]).
 fn to_output(tool: &str, result: CallToolResult) -> ToolOutput {
     let size = serde_json::to_vec(&result).map_or(usize::MAX, |v| v.len());
     if size > MAX_RESULT_BYTES {
@@ -394,17 +397,33 @@ fn to_output(tool: &str, result: CallToolResult) -> ToolOutput {
         ));
     }
     let is_error = result.is_error.unwrap_or(false);
-    let texts: Option<Vec<&str>> = result
-        .content
-        .iter()
-        .map(|c| c.as_text().map(|t| t.text.as_str()))
-        .collect();
-    let content = match (texts, result.structured_content) {
-        (_, Some(structured)) if !is_error => structured,
-        (Some(texts), _) => Value::String(texts.join("\n")),
-        (None, _) => serde_json::to_value(&result.content).unwrap_or(Value::Null),
+    let plain = match result.content.as_slice() {
+        [] => Some(String::new()),
+        [one] => one.as_text().map(|t| t.text.clone()),
+        _ => None,
     };
-    ToolOutput { content, is_error }
+    if let Some(text) = plain {
+        let content = match result.structured_content {
+            Some(structured) if !is_error => structured,
+            _ => Value::String(text),
+        };
+        return ToolOutput {
+            content,
+            is_error,
+            blocks: Vec::new(),
+        };
+    }
+    let blocks = serde_json::to_value(&result.content).unwrap_or(Value::Null);
+    match content::parse_blocks(&blocks) {
+        Some(blocks) => content::output(blocks, result.structured_content, is_error),
+        // Blocks this runtime does not know (a newer protocol's): the
+        // model still sees them, as JSON.
+        None => ToolOutput {
+            content: blocks,
+            is_error,
+            blocks: Vec::new(),
+        },
+    }
 }
 
 /// The spec of a server tool as the runtime sees it.

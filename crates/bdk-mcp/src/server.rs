@@ -18,6 +18,7 @@
 
 mod completion;
 mod elicit;
+mod notes;
 mod principal;
 mod progress;
 mod prompts;
@@ -31,8 +32,10 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bdk_core::host::{CallOrigin, DirectCall, FollowUp, Host, HostError, StartSession};
-use bdk_core::tool::{Effect, ToolSpec};
+use bdk_core::host::{
+    CallOrigin, DirectCall, DirectOutcome, FollowUp, Host, HostError, StartSession,
+};
+use bdk_core::tool::{Effect, ToolReporter, ToolSpec};
 use bdk_events::view::{last_turn_end, open_turns};
 use bdk_events::{Event, SessionId};
 use bytes::Bytes;
@@ -44,11 +47,11 @@ use rmcp::model::{
     GetPromptRequestMethod, GetPromptRequestParams, GetPromptResponse, Implementation, JsonObject,
     ListPromptsRequestMethod, ListPromptsResult, ListResourceTemplatesRequestMethod,
     ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ReadResourceRequestMethod, ReadResourceRequestParams,
+    PaginatedRequestParams, ProgressToken, ReadResourceRequestMethod, ReadResourceRequestParams,
     ReadResourceResponse, ReadResourceResult, Reference, ServerCapabilities, ServerConfig, Tool,
     ToolAnnotations,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -65,6 +68,18 @@ pub const MAX_WAIT_MS: u64 = 120_000;
 struct Listeners {
     reporter: Option<progress::Reporter>,
     asker: Option<elicit::Asker>,
+    /// The caller of a direct call, and its progress token: where the
+    /// tool's own reports go.
+    caller: Option<(Peer<RoleServer>, Option<ProgressToken>)>,
+}
+
+impl Listeners {
+    /// A reporter for a direct call of `tool`, and what forwards what it
+    /// reports to the caller; `None` when nobody listens.
+    fn notes(&self, tool: &str) -> Option<(ToolReporter, notes::Forwarder)> {
+        let (peer, token) = self.caller.clone()?;
+        Some(notes::channel(peer, token, tool))
+    }
 }
 
 /// How long a finished `ask` waits for its progress report to send the
@@ -200,14 +215,16 @@ impl McpServer {
         name: &str,
         args: Value,
         listeners: Listeners,
-    ) -> Result<Value, Failure> {
+    ) -> Result<CallToolResult, Failure> {
         match (self.surface, name) {
             (Surface::Agent | Surface::Local, "ask") => {
-                self.ask(parse(name, args)?, listeners).await
+                self.ask(parse(name, args)?, listeners).await.map(success)
             }
-            (Surface::Agent | Surface::Local, "check") => self.check(parse(name, args)?).await,
-            (Surface::Agent, "call_tool") => self.passthrough(parse(name, args)?).await,
-            (Surface::Tools | Surface::Local, _) => self.direct(name, args).await,
+            (Surface::Agent | Surface::Local, "check") => {
+                self.check(parse(name, args)?).await.map(success)
+            }
+            (Surface::Agent, "call_tool") => self.passthrough(parse(name, args)?, listeners).await,
+            (Surface::Tools | Surface::Local, _) => self.direct(name, args, listeners).await,
             (Surface::Agent, _) => Err(Failure::new(
                 "unknown_tool",
                 format!("unknown tool `{name}`; this endpoint serves ask, check and call_tool"),
@@ -276,7 +293,9 @@ impl McpServer {
         let from = from.unwrap_or(0);
         let waited = tokio::time::timeout(wait, async {
             let ended = self.host.wait_turn_from(&session_id, &turn, from);
-            let Listeners { reporter, asker } = listeners;
+            let Listeners {
+                reporter, asker, ..
+            } = listeners;
             if reporter.is_none() && asker.is_none() {
                 return ended.await;
             }
@@ -351,43 +370,76 @@ impl McpServer {
         Ok(out)
     }
 
-    async fn passthrough(&self, args: CallArgs) -> Result<Value, Failure> {
+    /// `call_tool`: the outcome as structured content, and the tool's
+    /// content blocks, when it answered with some, as the content.
+    async fn passthrough(
+        &self,
+        args: CallArgs,
+        listeners: Listeners,
+    ) -> Result<CallToolResult, Failure> {
         let session_id = args.session_id.as_deref().map(session_id).transpose()?;
-        let outcome = self
-            .host
-            .call_tool(DirectCall {
-                name: args.name,
-                input: args.input.unwrap_or_else(|| json!({})),
-                session_id,
-                continuation_token: None,
-                principal: Some(self.principal.name.clone()),
-                origin: CallOrigin::Mcp,
-                approve: false,
-            })
-            .await?;
+        let call = DirectCall {
+            name: args.name,
+            input: args.input.unwrap_or_else(|| json!({})),
+            session_id,
+            principal: Some(self.principal.name.clone()),
+            origin: CallOrigin::Mcp,
+            ..DirectCall::default()
+        };
+        let outcome = self.call_reporting(call, &listeners).await?;
         let value = serde_json::to_value(&outcome)
             .map_err(|e| Failure::new("internal", format!("unserializable outcome: {e}")))?;
         if outcome.is_error {
-            return Err(Failure::tool(value));
+            return Err(Failure::tool(value, outcome.content));
         }
-        Ok(value)
+        Ok(match rich(outcome.content, Some(value.clone()), false) {
+            Some(result) => result,
+            None => success(value),
+        })
     }
 
-    async fn direct(&self, name: &str, args: Value) -> Result<Value, Failure> {
-        let outcome = self
-            .host
-            .call_tool(DirectCall {
-                name: name.to_owned(),
-                input: args,
-                principal: Some(self.principal.name.clone()),
-                origin: CallOrigin::Mcp,
-                ..DirectCall::default()
-            })
-            .await?;
+    /// A tool of `/v1/mcp/tools`: its result, with its content blocks
+    /// unchanged when it answered with some.
+    async fn direct(
+        &self,
+        name: &str,
+        args: Value,
+        listeners: Listeners,
+    ) -> Result<CallToolResult, Failure> {
+        let call = DirectCall {
+            name: name.to_owned(),
+            input: args,
+            principal: Some(self.principal.name.clone()),
+            origin: CallOrigin::Mcp,
+            ..DirectCall::default()
+        };
+        let outcome = self.call_reporting(call, &listeners).await?;
         if outcome.is_error {
-            return Err(Failure::tool(outcome.result));
+            return Err(Failure::tool(outcome.result, outcome.content));
         }
-        Ok(outcome.result)
+        Ok(
+            match rich(outcome.content, Some(outcome.result.clone()), false) {
+                Some(result) => result,
+                None => success(outcome.result),
+            },
+        )
+    }
+}
+
+impl McpServer {
+    /// A direct call whose progress and log messages reach the caller.
+    async fn call_reporting(
+        &self,
+        mut call: DirectCall,
+        listeners: &Listeners,
+    ) -> Result<DirectOutcome, HostError> {
+        match listeners.notes(&call.name) {
+            Some((reporter, forwarder)) => {
+                call.reporter = Some(reporter);
+                forwarder.alongside(self.host.call_tool(call)).await
+            }
+            None => self.host.call_tool(call).await,
+        }
     }
 }
 
@@ -398,7 +450,10 @@ impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
         let (capabilities, instructions) = match self.surface {
             Surface::Tools => (
-                ServerCapabilities::builder().enable_tools().build(),
+                ServerCapabilities::builder()
+                    .enable_logging()
+                    .enable_tools()
+                    .build(),
                 "Each tool runs one of the agent's deterministic server tools directly, with no model involved.",
             ),
             // No `subscribe` and no `listChanged`: the endpoint is
@@ -578,9 +633,14 @@ impl ServerHandler for McpServer {
             .map(|token| progress::Reporter::new(context.peer.clone(), token));
         // A client that can answer forms is asked about parked calls.
         let asker = elicit::Asker::for_client(&context.peer, &self.principal.name);
-        let listeners = Listeners { reporter, asker };
+        let caller = Some((context.peer.clone(), context.meta.get_progress_token()));
+        let listeners = Listeners {
+            reporter,
+            asker,
+            caller,
+        };
         let result = match self.dispatch(&request.name, args, listeners).await {
-            Ok(value) => success(value),
+            Ok(result) => result,
             Err(failure) => failure.into_result(),
         };
         Ok(result.into())
@@ -615,6 +675,7 @@ fn malformed(body: &Full<Bytes>) -> Option<http::Response<BoxBody<Bytes, Infalli
 struct Failure {
     text: String,
     structured: Option<Value>,
+    blocks: Vec<Value>,
 }
 
 impl Failure {
@@ -622,18 +683,25 @@ impl Failure {
         Self {
             text: format!("{code}: {message}"),
             structured: Some(json!({"error": code, "message": message})),
+            blocks: Vec::new(),
         }
     }
 
-    /// A tool that ran and reported failure: its own result is the payload.
-    fn tool(result: Value) -> Self {
+    /// A tool that ran and reported failure: its own result is the payload,
+    /// its content blocks the content when it answered with some.
+    fn tool(result: Value, blocks: Vec<Value>) -> Self {
         Self {
             text: text_of(&result),
             structured: result.is_object().then_some(result),
+            blocks,
         }
     }
 
     fn into_result(self) -> CallToolResult {
+        let structured = self.structured.clone();
+        if let Some(result) = rich(self.blocks, structured, true) {
+            return result;
+        }
         let mut result = CallToolResult::error(vec![ContentBlock::text(self.text)]);
         result.structured_content = self.structured;
         result
@@ -654,6 +722,25 @@ fn success(value: Value) -> CallToolResult {
         result.structured_content = Some(value);
     }
     result
+}
+
+/// A result made of a tool's MCP content blocks, passed on unchanged, with
+/// `structured` as the structured content when it is an object; `None` when
+/// there are no blocks (or, never expected, blocks rmcp cannot carry).
+fn rich(blocks: Vec<Value>, structured: Option<Value>, is_error: bool) -> Option<CallToolResult> {
+    if blocks.is_empty() {
+        return None;
+    }
+    let content: Vec<ContentBlock> = serde_json::from_value(Value::Array(blocks))
+        .inspect_err(|e| tracing::warn!(error = %e, "content blocks rmcp cannot carry"))
+        .ok()?;
+    let mut result = if is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    result.structured_content = structured.filter(Value::is_object);
+    Some(result)
 }
 
 fn text_of(value: &Value) -> String {

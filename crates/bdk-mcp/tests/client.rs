@@ -229,6 +229,27 @@ async fn the_reference_server_over_stdio_lists_calls_and_is_advertised() {
         .await
         .unwrap();
     assert!(text(&sum.content).contains('5'), "{sum:?}");
+    // A rich result keeps the server's blocks unchanged; the text the
+    // model sees names the image instead of carrying its base64.
+    let image = hub
+        .call_tool("everything", "get-tiny-image", json!({}))
+        .await
+        .unwrap();
+    assert!(!image.is_error, "{image:?}");
+    let kinds: Vec<&str> = image
+        .blocks
+        .iter()
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["text", "image", "text"]);
+    assert_eq!(image.blocks[1]["mimeType"], "image/png");
+    assert!(image.blocks[1]["data"].as_str().unwrap().len() > 1000);
+    let seen = text(&image.content);
+    assert!(
+        seen.starts_with("Here's the image you requested:\n[image: image/png, "),
+        "{seen}"
+    );
+    assert!(seen.len() < 200, "{seen}");
     // The non-advertising connection starts lazily, on this first use.
     let quiet = hub.list_tools("quiet").await.unwrap();
     assert!(quiet.iter().any(|t| t.name == "echo"));

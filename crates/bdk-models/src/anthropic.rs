@@ -29,7 +29,7 @@ use super::http::{
     secret_header, stream_error,
 };
 use super::{
-    Message, Model, ModelError, ModelEvent, ModelRequest, ModelStream, StopReason, ToolCall,
+    Image, Message, Model, ModelError, ModelEvent, ModelRequest, ModelStream, StopReason, ToolCall,
     ToolChoice,
 };
 
@@ -229,12 +229,13 @@ fn request_body(
                 call_id,
                 content,
                 is_error,
+                images,
                 ..
             } => {
                 let mut block = json!({
                     "type": "tool_result",
                     "tool_use_id": call_id,
-                    "content": content,
+                    "content": tool_result_content(content, images),
                 });
                 if *is_error {
                     block["is_error"] = json!(true);
@@ -602,6 +603,33 @@ impl Decoder for MessagesDecoder {
     }
 }
 
+/// The media types Anthropic takes as image blocks.
+const IMAGE_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// A tool result's `content`: its text alone, or the text followed by the
+/// tool's images as image blocks (those of a type Anthropic takes; the text
+/// names every image, so one it cannot show is still accounted for).
+fn tool_result_content(text: &str, images: &[Image]) -> Value {
+    let shown: Vec<&Image> = images
+        .iter()
+        .filter(|i| IMAGE_TYPES.contains(&i.media_type.as_str()))
+        .collect();
+    if shown.is_empty() {
+        return Value::String(text.to_owned());
+    }
+    let mut blocks = Vec::with_capacity(shown.len() + 1);
+    if !text.is_empty() {
+        blocks.push(json!({"type": "text", "text": text}));
+    }
+    for image in shown {
+        blocks.push(json!({
+            "type": "image",
+            "source": {"type": "base64", "media_type": image.media_type, "data": image.data},
+        }));
+    }
+    Value::Array(blocks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -620,6 +648,7 @@ mod tests {
             name: "t".into(),
             content: content.into(),
             is_error,
+            images: Vec::new(),
         }
     }
 
@@ -795,6 +824,56 @@ mod tests {
                     {"type": "tool_result", "tool_use_id": "b", "content": "oops", "is_error": true},
                     {"type": "text", "text": "also this"},
                 ]},
+            ])
+        );
+    }
+
+    #[test]
+    fn tool_images_travel_as_image_blocks_of_the_result() {
+        let png = Image {
+            media_type: "image/png".into(),
+            data: "iVBORw0KGgo=".into(),
+        };
+        let tiff = Image {
+            media_type: "image/tiff".into(),
+            data: "SUkqAA==".into(),
+        };
+        let shot = Message::Tool {
+            call_id: "a".into(),
+            name: "t".into(),
+            content: "[image: image/png] [image: image/tiff]".into(),
+            is_error: false,
+            images: vec![png, tiff.clone()],
+        };
+        let only_tiff = Message::Tool {
+            call_id: "b".into(),
+            name: "t".into(),
+            content: "[image: image/tiff]".into(),
+            is_error: false,
+            images: vec![tiff],
+        };
+        let req = request(
+            vec![
+                Message::User { text: "go".into() },
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![call("a"), call("b")],
+                },
+                shot,
+                only_tiff,
+            ],
+            None,
+        );
+        let body = request_body(&req, DEFAULT_MAX_TOKENS, None, &|_| None);
+        assert_eq!(
+            body["messages"][2]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "a", "content": [
+                    {"type": "text", "text": "[image: image/png] [image: image/tiff]"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                ]},
+                // A type Anthropic does not take stays named in the text only.
+                {"type": "tool_result", "tool_use_id": "b", "content": "[image: image/tiff]"},
             ])
         );
     }

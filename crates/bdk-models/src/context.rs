@@ -41,6 +41,9 @@ pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
 pub const ANSWER_RESERVE: u64 = 8_192;
 /// A truncated tool result keeps at least this many characters.
 pub const MIN_TOOL_RESULT_CHARS: usize = 512;
+/// What one image in a tool result counts for in the estimate: 1,600
+/// tokens, what Anthropic charges for an image of about a megapixel.
+pub const IMAGE_CHARS: usize = 6_400;
 
 /// The context window of `model` (a `provider/model` id): `configured`
 /// (`agent.toml` `context_window`) when set, else the model's entry in
@@ -86,8 +89,14 @@ pub fn message_chars(m: &Message) -> usize {
             call_id,
             name,
             content,
+            images,
             ..
-        } => text_chars(call_id) + text_chars(name) + text_chars(content),
+        } => {
+            text_chars(call_id)
+                + text_chars(name)
+                + text_chars(content)
+                + images.len() * IMAGE_CHARS
+        }
     }
 }
 
@@ -242,14 +251,37 @@ pub fn fit(system: &str, tools: &[ToolDefinition], messages: Vec<Message>, budge
             .enumerate()
             .skip(current_from)
             .filter_map(|(i, m)| match m {
-                Message::Tool { content, .. } if !is_truncated(content) => {
-                    Some((i, text_chars(content)))
+                Message::Tool {
+                    content, images, ..
+                } if !images.is_empty() || !is_truncated(content) => {
+                    Some((i, text_chars(content) + images.len() * IMAGE_CHARS))
                 }
                 _ => None,
             })
             .filter(|(_, len)| *len > MIN_TOOL_RESULT_CHARS)
             .max_by_key(|(i, len)| (*len, std::cmp::Reverse(*i)));
-        let Some((i, len)) = largest else { break };
+        let Some((i, _)) = largest else { break };
+        // Images go first: the text says what they were.
+        if let Message::Tool {
+            content, images, ..
+        } = &mut out[i]
+            && !images.is_empty()
+        {
+            content.push_str(&format!(
+                "\n[{} image(s) left out to fit the context window]",
+                images.len()
+            ));
+            images.clear();
+            truncated_results += 1;
+            continue;
+        }
+        let len = match &out[i] {
+            Message::Tool { content, .. } if !is_truncated(content) => text_chars(content),
+            _ => break,
+        };
+        if len <= MIN_TOOL_RESULT_CHARS {
+            break;
+        }
         let excess_chars = usize::try_from(estimate - budget)
             .unwrap_or(usize::MAX)
             .saturating_mul(4);
@@ -372,6 +404,7 @@ mod tests {
             name: "lookup".into(),
             content: content.into(),
             is_error: false,
+            images: Vec::new(),
         }
     }
 
@@ -560,6 +593,52 @@ mod tests {
             "small result untouched"
         );
         assert_provider_valid(&f.messages);
+    }
+
+    #[test]
+    fn images_count_and_go_before_text_is_cut() {
+        let image = crate::Image {
+            media_type: "image/png".into(),
+            data: "AAAA".into(),
+        };
+        let mut shot = result("shot", "three screenshots");
+        if let Message::Tool { images, .. } = &mut shot {
+            *images = vec![image.clone(), image.clone(), image];
+        }
+        let msgs = vec![
+            user("look"),
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "shot".into(),
+                    name: "lookup".into(),
+                    input: json!({}),
+                }],
+            },
+            shot,
+        ];
+        assert!(message_chars(&msgs[2]) >= 3 * IMAGE_CHARS);
+        // Room for the text but not for three images.
+        let f = fit("system", &[], msgs.clone(), 2_000);
+        assert!(f.estimated_tokens <= 2_000, "{}", f.estimated_tokens);
+        assert_eq!(f.truncated_results, 1);
+        let Message::Tool {
+            content, images, ..
+        } = &f.messages[2]
+        else {
+            panic!("{:?}", f.messages[2]);
+        };
+        assert!(images.is_empty());
+        assert_eq!(
+            content,
+            "three screenshots\n[3 image(s) left out to fit the context window]"
+        );
+        // Fitting again changes nothing.
+        let again = fit("system", &[], f.messages.clone(), 2_000);
+        assert_eq!(again.messages, f.messages);
+        // With room, the images stay.
+        let roomy = fit("system", &[], msgs.clone(), 100_000);
+        assert_eq!(roomy.messages, msgs);
     }
 
     #[test]

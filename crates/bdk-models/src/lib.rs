@@ -88,7 +88,22 @@ pub enum Message {
         content: String,
         /// True when the call failed.
         is_error: bool,
+        /// Images the tool returned beside its text (MCP image content),
+        /// for providers that take images in tool results; `content` names
+        /// each one, so providers that cannot show them still say what
+        /// came back.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<Image>,
     },
+}
+
+/// An image in a tool result: base64 data and its media type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// The media type, e.g. `image/png`.
+    pub media_type: String,
+    /// The image bytes, base64-encoded (standard alphabet, padded).
+    pub data: String,
 }
 
 /// A tool call requested by a model.

@@ -527,6 +527,7 @@ mod tests {
                     name: "t".into(),
                     content: "bad".into(),
                     is_error: true,
+                    images: Vec::new(),
                 },
                 Message::Assistant {
                     text: "done".into(),

@@ -50,6 +50,7 @@ fn tool_result(name: &str, content: &str) -> Message {
         name: name.to_owned(),
         content: content.to_owned(),
         is_error: false,
+        images: Vec::new(),
     }
 }
 

@@ -117,6 +117,7 @@ mod tests {
                     name: "get_weather".into(),
                     is_error: false,
                     output: Value::Null,
+                    content: Vec::new(),
                     duration_ms: 7,
                     stubbed: false,
                 }),

@@ -462,6 +462,7 @@ mod tests {
             name: name.into(),
             is_error,
             output,
+            content: Vec::new(),
             duration_ms: 12,
             stubbed: false,
         })

@@ -231,6 +231,7 @@ impl Host {
                 session_id: Some(id.clone()),
                 principal: record.principal.clone(),
             })),
+            reporter: call.reporter.clone(),
         };
         let started = Instant::now();
         let (out, stubbed) = if record.dry_run && spec.effect == Effect::Write {
@@ -266,6 +267,7 @@ impl Host {
                     name: call.name.clone(),
                     is_error: out.is_error,
                     output: out.content.clone(),
+                    content: out.blocks.clone(),
                     duration_ms,
                     stubbed,
                 }
@@ -283,6 +285,7 @@ impl Host {
             call_id,
             is_error: out.is_error,
             result: out.content,
+            content: out.blocks,
             duration_ms,
             scratch_workspace,
             session_id: Some(id),
@@ -336,6 +339,7 @@ impl Host {
                 session_id: None,
                 principal,
             })),
+            reporter: call.reporter.clone(),
         };
         let timeout = entry
             .tool
@@ -352,6 +356,7 @@ impl Host {
             call_id,
             is_error: out.is_error,
             result: out.content,
+            content: out.blocks,
             duration_ms,
             scratch_workspace: false,
             session_id: None,

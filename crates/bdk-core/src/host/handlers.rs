@@ -75,6 +75,7 @@ impl Host {
             approved_by: None,
             cancel: cancel.clone(),
             services: None,
+            reporter: None,
         };
         let services = Arc::new(Services {
             host: self.clone(),

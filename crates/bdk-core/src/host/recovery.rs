@@ -46,6 +46,7 @@ pub(super) fn closing_events(events: &[Envelope], turn: &TurnId) -> Vec<Event> {
                         output: Value::String(
                             "not run: the host stopped before this call finished".to_owned(),
                         ),
+                        content: Vec::new(),
                         duration_ms: 0,
                         stubbed: false,
                     }

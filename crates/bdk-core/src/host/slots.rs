@@ -291,8 +291,17 @@ pub(super) fn transcript_bytes(transcript: &[Message]) -> u64 {
                 call_id,
                 name,
                 content,
+                images,
                 ..
-            } => call_id.capacity() + name.capacity() + content.capacity(),
+            } => {
+                call_id.capacity()
+                    + name.capacity()
+                    + content.capacity()
+                    + images
+                        .iter()
+                        .map(|i| i.media_type.capacity() + i.data.capacity())
+                        .sum::<usize>()
+            }
         })
         .sum();
     (std::mem::size_of_val(transcript) + owned) as u64

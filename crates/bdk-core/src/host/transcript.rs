@@ -11,6 +11,8 @@ use serde_json::Value;
 
 use bdk_models::Message;
 
+use crate::tool::content;
+
 /// Rebuilds the model conversation from a session's events: prompts,
 /// nudges, assistant steps and tool results of every model turn (direct tool
 /// calls are not part of the conversation).
@@ -40,6 +42,7 @@ pub fn transcript_from_events(events: &[Envelope]) -> Vec<Message> {
                     other => other.to_string(),
                 },
                 is_error: r.is_error,
+                images: content::images(&r.content),
             },
             Utterance::Feedback(verdict) => Message::User {
                 text: verdict.repair_prompt(),
@@ -68,6 +71,7 @@ pub fn repair_transcript(messages: &mut Vec<Message>) {
                     name: c.name.clone(),
                     content: "call interrupted before it returned".into(),
                     is_error: true,
+                    images: Vec::new(),
                 })
                 .collect();
             // Answers sit right after the assistant step and its own answers.

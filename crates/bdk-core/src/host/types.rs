@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::tool::ToolReporter;
+
 /// Options for [`Host::start_session`](crate::host::Host::start_session).
 #[derive(Clone, Debug, Default)]
 pub struct StartSession {
@@ -152,6 +154,9 @@ pub struct DirectCall {
     /// events when the call is bound to a session, in the log otherwise).
     /// Refused from [`CallOrigin::Mcp`].
     pub approve: bool,
+    /// Where the tool's progress and log messages go while it runs, when
+    /// the caller listens (an MCP caller does); else to the log.
+    pub reporter: Option<ToolReporter>,
 }
 
 /// The outcome envelope of a direct call.
@@ -166,6 +171,10 @@ pub struct DirectOutcome {
     pub is_error: bool,
     /// The tool's result.
     pub result: Value,
+    /// The MCP content blocks the tool answered with, unchanged (see
+    /// [`crate::tool::content`]); absent for an ordinary result.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<Value>,
     /// Execution time.
     pub duration_ms: u64,
     /// True when a session-bound read fell back to a scratch workspace.

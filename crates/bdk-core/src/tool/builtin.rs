@@ -800,6 +800,7 @@ async fn shell(
                 "error": format!("output exceeded {SHELL_MAX_STDOUT_BYTES} bytes; the command was killed"),
             }),
             is_error: true,
+            blocks: Vec::new(),
         }),
         ProcessEnd::TimedOut => Err(ToolOutput::error(format!(
             "command timed out after {timeout_ms} ms and was killed"

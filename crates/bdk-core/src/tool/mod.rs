@@ -14,7 +14,7 @@
 //! runs in and the [`ToolServices`] the host offers through it, among them
 //! the agent's MCP connections ([`McpHub`], re-exported as [`crate::mcp`])
 //! and the host's extensions. The plain data lives in [`spec`]. Everything
-//! here names only leaves ([`spec`], `endpoint::grant`), so the modules that
+//! here names only leaves ([`spec`], [`report`], `endpoint::grant`), so the modules that
 //! implement
 //! these ports (the host, the endpoint, `bdk-mcp`) depend on tools and never
 //! the other way round.
@@ -32,12 +32,15 @@ use tokio_util::sync::CancellationToken;
 use crate::endpoint::grant::EndpointGrant;
 
 pub mod builtin;
+pub mod content;
 pub mod native;
+pub mod report;
 pub mod schema;
 pub mod services;
 pub mod spec;
 pub mod subprocess;
 
+pub use report::{ToolNote, ToolReporter};
 pub use services::{
     SendMessage, SendOutcome, ServiceError, SessionTarget, SessionView, ToolCalled, Waited,
 };
@@ -66,6 +69,20 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Host services (skills, artifacts, the store), when the caller has them.
     pub services: Option<Arc<dyn ToolServices>>,
+    /// Where the tool's progress and log messages go, when the caller
+    /// listens (see [`report`]); `None` sends them to the log.
+    pub reporter: Option<ToolReporter>,
+}
+
+impl ToolContext {
+    /// Reports progress or a log message of the call to its caller, or to
+    /// the host's log (debug level) when the caller does not listen.
+    pub fn report(&self, note: ToolNote) {
+        match &self.reporter {
+            Some(reporter) => reporter.report(note),
+            None => tracing::debug!(call_id = %self.call_id, ?note, "tool report"),
+        }
+    }
 }
 
 /// Host services a built-in or native tool may need.

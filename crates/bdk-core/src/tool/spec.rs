@@ -130,10 +130,16 @@ pub struct NewArtifact {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolOutput {
-    /// The result: any JSON value (a string is passed verbatim).
+    /// The result: any JSON value (a string is passed verbatim). For a
+    /// result of content blocks, their structured content or their text
+    /// (see [`super::content`]).
     pub content: Value,
     /// True when the call failed; `content` describes the failure.
     pub is_error: bool,
+    /// The MCP content blocks the tool answered with, unchanged; empty for
+    /// an ordinary result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<Value>,
 }
 
 impl ToolOutput {
@@ -142,6 +148,7 @@ impl ToolOutput {
         Self {
             content: content.into(),
             is_error: false,
+            blocks: Vec::new(),
         }
     }
 
@@ -150,6 +157,7 @@ impl ToolOutput {
         Self {
             content: Value::String(message.into()),
             is_error: true,
+            blocks: Vec::new(),
         }
     }
 

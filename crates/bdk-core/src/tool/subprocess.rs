@@ -5,7 +5,8 @@
 //! The wire contract is the same for both: one JSON request
 //! `{"input": ..., "context": {...}}` (on stdin, or as the POST body), and the
 //! result on stdout (or in the response body): a JSON value, plain text, or the
-//! envelope `{"content": ..., "isError": bool}`. Subprocesses start in the
+//! envelope `{"content": ..., "isError": bool}` (whose `content` may be MCP
+//! content blocks, see [`crate::tool::content`]). Subprocesses start in the
 //! tool's folder from an empty environment plus the allowlist of
 //! [`crate::containment`], in a process group of their own, and, when the
 //! host has a sandbox, contained by it: the tool reads the system and its
@@ -32,7 +33,7 @@ use crate::containment::{Containment, Grants, ScratchDir};
 use crate::endpoint::grant::{SOCKET_ENV, TOKEN_ENV};
 use crate::process::{ProcessEnd, ProcessSpec, Tail, run_process, temp_env};
 use crate::project::{ToolManifest, ToolRunner};
-use crate::tool::{Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
+use crate::tool::{Tool, ToolContext, ToolOutput, ToolSource, ToolSpec, content};
 
 /// The largest response body a `url` tool may return.
 pub const MAX_URL_RESPONSE_BYTES: usize = 1024 * 1024;
@@ -442,8 +443,10 @@ fn exit_message(status: ExitStatus, stderr: &Tail) -> String {
 }
 
 /// Interprets a tool's successful output: empty is `""`; JSON is the result,
-/// except the `{content, isError?}` envelope, which sets the error flag; any
-/// other text is passed verbatim without its trailing newline.
+/// except the envelope `{content, isError?, structuredContent?}`: it sets
+/// the error flag, and a `content` of MCP content blocks makes a rich result
+/// ([`super::content`]); any other text is passed verbatim without its
+/// trailing newline.
 pub(crate) fn parse_result(bytes: Vec<u8>) -> ToolOutput {
     let Ok(text) = String::from_utf8(bytes) else {
         return ToolOutput::error("tool output is not valid UTF-8");
@@ -453,28 +456,37 @@ pub(crate) fn parse_result(bytes: Vec<u8>) -> ToolOutput {
         return ToolOutput::ok("");
     }
     match serde_json::from_str::<Value>(trimmed) {
-        Ok(Value::Object(map)) => match envelope(&map) {
-            Some((content, is_error)) => ToolOutput {
-                content: content.clone(),
-                is_error,
-            },
-            None => ToolOutput::ok(Value::Object(map)),
-        },
+        Ok(Value::Object(map)) => envelope(map),
         Ok(value) => ToolOutput::ok(value),
         Err(_) => ToolOutput::ok(text.trim_end_matches(['\n', '\r']).to_owned()),
     }
 }
 
-/// `Some((content, isError))` when the object is exactly the envelope.
-fn envelope(map: &Map<String, Value>) -> Option<(&Value, bool)> {
-    let content = map.get("content")?;
+/// The output an object stands for: the envelope's when it is exactly one,
+/// else the object itself as the result.
+fn envelope(mut map: Map<String, Value>) -> ToolOutput {
     let is_error = match map.get("isError") {
-        None => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return None,
+        None => Some(false),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => None,
     };
-    let only_envelope_keys = map.keys().all(|k| k == "content" || k == "isError");
-    only_envelope_keys.then_some((content, is_error))
+    let only_envelope_keys = map
+        .keys()
+        .all(|k| matches!(k.as_str(), "content" | "isError" | "structuredContent"));
+    let (Some(is_error), true, Some(content)) = (is_error, only_envelope_keys, map.get("content"))
+    else {
+        return ToolOutput::ok(Value::Object(map));
+    };
+    match content::parse_blocks(content) {
+        Some(blocks) => content::output(blocks, map.remove("structuredContent"), is_error),
+        // Structured content goes with content blocks only.
+        None if map.contains_key("structuredContent") => ToolOutput::ok(Value::Object(map)),
+        None => ToolOutput {
+            content: map.remove("content").unwrap_or_default(),
+            is_error,
+            blocks: Vec::new(),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -498,8 +510,24 @@ mod tests {
             parse_result(br#"{"content":[1],"isError":true}"#.to_vec()),
             ToolOutput {
                 content: json!([1]),
-                is_error: true
+                is_error: true,
+                blocks: Vec::new(),
             }
+        );
+        // Content blocks make a rich result; structured content then is
+        // what the model sees.
+        let rich = parse_result(
+            br#"{"content":[{"type":"text","text":"hi"},{"type":"image","data":"AAAA","mimeType":"image/png"}],"structuredContent":{"n":1}}"#
+                .to_vec(),
+        );
+        assert_eq!(rich.content, json!({"n": 1}));
+        assert_eq!(rich.blocks.len(), 2);
+        let rich = parse_result(br#"{"content":[{"type":"text","text":"hi"}],"isError":true,"structuredContent":{"n":1}}"#.to_vec());
+        assert_eq!((rich.content, rich.is_error), (json!("hi"), true));
+        // Structured content without blocks is no envelope.
+        assert_eq!(
+            parse_result(br#"{"content":"x","structuredContent":{"n":1}}"#.to_vec()),
+            ToolOutput::ok(json!({"content": "x", "structuredContent": {"n": 1}}))
         );
         // Not an envelope: an extra key, or a non-boolean flag.
         assert_eq!(
