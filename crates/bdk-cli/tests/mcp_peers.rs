@@ -521,6 +521,7 @@ const PASSING_TOOLS: &[&str] = &[
     "server-initialize",
     "ping",
     "tools-list",
+    "logging-set-level",
     "tools-call-simple-text",
     "tools-call-error",
     "tools-call-image",
@@ -560,6 +561,18 @@ fn summary(output: &str) -> BTreeMap<String, (u32, u32)> {
     out
 }
 
+/// The newest conformance suite and the Node 22 it needs, from npm (see
+/// `.ci/test-deps`): `(suite, node's bin dir)`.
+fn conformance_next() -> (PathBuf, PathBuf) {
+    let bin = workspace().join("target/mcp-peers-next/node_modules/.bin");
+    assert!(
+        bin.join("conformance").exists() && bin.join("node").exists(),
+        "{} lacks the newest conformance suite or Node 22; install them with `.ci/run` or `npm install --prefix target/mcp-peers-next node@22 @modelcontextprotocol/conformance@0.1.16`",
+        bin.display()
+    );
+    (bin.join("conformance"), bin)
+}
+
 #[tokio::test]
 async fn conformance_suite_passes_its_scenarios_against_the_fixture_agent() {
     let tmp = tempfile::tempdir().unwrap();
@@ -571,50 +584,68 @@ async fn conformance_suite_passes_its_scenarios_against_the_fixture_agent() {
     let state = tmp.path().join("state");
     let shutdown = CancellationToken::new();
     let base = serve_weather(&dir, &state, &shutdown).await;
-    for path in ["/v1/mcp", "/v1/mcp/tools"] {
-        let url = format!("{base}{path}");
-        let output = tokio::time::timeout(
-            DEADLINE,
-            tokio::process::Command::new(conformance())
-                .args(["server", "--url", &url])
-                // The suite writes result files into its working directory.
-                .current_dir(tmp.path())
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await
-        .expect("the conformance suite did not finish in time")
-        .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let results = summary(&text);
-        assert!(
-            !results.is_empty(),
-            "the conformance suite printed no summary for {url}:\n{text}"
-        );
-        let (passed, failed) = results
-            .values()
-            .fold((0, 0), |(p, f), (sp, sf)| (p + sp, f + sf));
-        eprintln!("conformance {path}: {passed} checks passed, {failed} failed");
-        for (name, (p, f)) in &results {
-            eprintln!("  {name}: {p} passed, {f} failed");
-        }
-        let passing = if path == "/v1/mcp" {
-            PASSING_AGENT
-        } else {
-            PASSING_TOOLS
-        };
-        for name in passing {
-            let (p, f) = results
-                .get(*name)
-                .unwrap_or_else(|| panic!("scenario {name} did not run for {url}:\n{text}"));
-            assert!(
-                *p > 0 && *f == 0,
-                "scenario {name} failed for {url}:\n{text}"
+    // The pinned release on the machine's node, and the newest one on Node
+    // 22 (its own binary first on PATH): both must pass the same list.
+    let (next, node22) = conformance_next();
+    let path_with_node22 = std::env::join_paths(std::iter::once(node22).chain(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()),
+    ))
+    .unwrap();
+    let suites = [
+        (
+            "0.1.13",
+            conformance(),
+            std::env::var_os("PATH").unwrap_or_default(),
+        ),
+        ("0.1.16", next, path_with_node22),
+    ];
+    for (release, suite, search_path) in &suites {
+        for path in ["/v1/mcp", "/v1/mcp/tools"] {
+            let url = format!("{base}{path}");
+            let output = tokio::time::timeout(
+                DEADLINE,
+                tokio::process::Command::new(suite)
+                    .args(["server", "--url", &url])
+                    .env("PATH", search_path)
+                    // The suite writes result files into its working directory.
+                    .current_dir(tmp.path())
+                    .kill_on_drop(true)
+                    .output(),
+            )
+            .await
+            .expect("the conformance suite did not finish in time")
+            .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
             );
+            let results = summary(&text);
+            assert!(
+                !results.is_empty(),
+                "conformance {release} printed no summary for {url}:\n{text}"
+            );
+            let (passed, failed) = results
+                .values()
+                .fold((0, 0), |(p, f), (sp, sf)| (p + sp, f + sf));
+            eprintln!("conformance {release} {path}: {passed} checks passed, {failed} failed");
+            for (name, (p, f)) in &results {
+                eprintln!("  {name}: {p} passed, {f} failed");
+            }
+            let passing = if path == "/v1/mcp" {
+                PASSING_AGENT
+            } else {
+                PASSING_TOOLS
+            };
+            for name in passing {
+                let (p, f) = results.get(*name).unwrap_or_else(|| {
+                    panic!("scenario {name} did not run in {release} for {url}:\n{text}")
+                });
+                assert!(
+                    *p > 0 && *f == 0,
+                    "scenario {name} failed in {release} for {url}:\n{text}"
+                );
+            }
         }
     }
     shutdown.cancel();
