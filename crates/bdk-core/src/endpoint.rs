@@ -57,6 +57,11 @@ pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 /// on macOS (with the terminating NUL); staying under 100 leaves a margin.
 pub const MAX_SOCKET_PATH_BYTES: usize = 100;
 
+/// The largest report (`report.progress` message, `report.log` message and
+/// data, as JSON) a tool may send: reports wait in memory for a slow caller,
+/// so each is kept small.
+pub const MAX_REPORT_BYTES: usize = 16 * 1024;
+
 /// Connections open at once; more are answered with `busy` and closed, so a
 /// runaway tool cannot exhaust the host's file descriptors.
 const MAX_CONNECTIONS: usize = 256;
@@ -727,6 +732,17 @@ fn parse<T: DeserializeOwned>(op: &str, args: Value) -> Result<T, OpError> {
         .map_err(|e| OpError::InvalidArgs(format!("invalid args for `{op}`: {e}")))
 }
 
+/// A report over [`MAX_REPORT_BYTES`] is refused.
+fn report_size(bytes: usize) -> Result<(), OpError> {
+    if bytes > MAX_REPORT_BYTES {
+        Err(OpError::InvalidArgs(format!(
+            "a report holds at most {MAX_REPORT_BYTES} bytes, this one {bytes}; log large data to a file or an artifact"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
 /// Writes are refused in dry-run sessions, the same way write tools are
 /// stubbed there.
 fn writable(binding: &Binding, op: &'static str) -> Result<(), OpError> {
@@ -932,6 +948,7 @@ async fn run_op(
         "mcp.names" | "mcp.list_tools" | "mcp.call_tool" => mcp_op(binding, op, args).await,
         "report.progress" => {
             let a: ReportProgress = parse(op, args)?;
+            report_size(a.message.as_ref().map_or(0, String::len))?;
             if !a.progress.is_finite() || a.total.is_some_and(|t| !t.is_finite()) {
                 return Err(OpError::InvalidArgs(
                     "progress and total must be finite numbers".to_owned(),
@@ -953,6 +970,10 @@ async fn run_op(
                     LOG_LEVELS.join(", ")
                 )));
             }
+            report_size(
+                a.message.as_ref().map_or(0, String::len)
+                    + a.data.as_ref().map_or(0, |d| d.to_string().len()),
+            )?;
             let data = match (a.message, a.data) {
                 (Some(message), None) => Value::String(message),
                 (None, Some(data)) => data,

@@ -913,6 +913,9 @@ async fn a_tool_reports_progress_and_log_messages_to_a_listening_caller() {
         {"op": "report.log", "args": {"level": "info"}},
         {"op": "report.progress", "args": {"progress": 1, "percent": 5}},
         {"op": "report.progress", "args": {"progress": "half"}},
+        // Too big to keep waiting in memory for a slow caller.
+        {"op": "report.log", "args": {"level": "info", "message": "x".repeat(bdk_core::endpoint::MAX_REPORT_BYTES + 1)}},
+        {"op": "report.progress", "args": {"progress": 1, "message": "x".repeat(bdk_core::endpoint::MAX_REPORT_BYTES + 1)}},
     ]);
     let out = host
         .call_tool(DirectCall {
@@ -941,6 +944,14 @@ async fn a_tool_reports_progress_and_log_messages_to_a_listening_caller() {
             .contains("unknown level `loud`"),
         "{}",
         a[4]
+    );
+    assert!(
+        a[8]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 16384 bytes"),
+        "{}",
+        a[8]
     );
     assert_eq!(
         *heard.lock().unwrap(),
