@@ -255,6 +255,7 @@ mod tests {
             path: PathBuf::from("skills/review.md"),
             files: BTreeMap::new(),
             arguments,
+            attachments: Vec::new(),
         }
     }
 
