@@ -495,7 +495,11 @@ async fn a_parked_call_is_asked_as_an_elicitation_form_over_stdio() {
 /// (`tests/fixtures/mcp-conformance`) on `/v1/mcp`, each for what it claims:
 /// the lifecycle, ping, listing tools, the Host-header check, the agent's
 /// skills as prompts (the fixture's `test_simple_prompt` and
-/// `test_prompt_with_arguments`, with substitution and completion), its
+/// `test_prompt_with_arguments`, with substitution and completion, and
+/// `test_prompt_with_image` and `test_prompt_with_embedded_resource`,
+/// whose attachments are an image and an embedded resource), its declared
+/// resources (`test://static-text`, `test://static-binary` and the
+/// template `test://template/{id}/data` over a fixture tool), its
 /// sessions' events as resources, and an accepted log level. The
 /// `tools-call-*` scenarios are not counted here: they call fixture tools by
 /// name, and this endpoint serves `ask`, `check` and `call_tool` only.
@@ -507,8 +511,13 @@ const PASSING_AGENT: &[&str] = &[
     "prompts-list",
     "prompts-get-simple",
     "prompts-get-with-args",
+    "prompts-get-with-image",
+    "prompts-get-embedded-resource",
     "completion-complete",
     "resources-list",
+    "resources-read-text",
+    "resources-read-binary",
+    "resources-templates-read",
     "logging-set-level",
 ];
 

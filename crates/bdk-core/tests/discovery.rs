@@ -1529,3 +1529,398 @@ fn mcp_oauth_tables_are_read_and_checked() {
     assert_eq!(oauth_of("plain"), Some(McpOAuth::default()));
     assert_eq!(oauth_of("local"), None);
 }
+
+// ---------------------------------------------------------------------------
+// Agent-declared resources (`resources.toml`) and skill attachments.
+
+/// A command tool `lookup` (read) and `deploy` (needs approval).
+const RESOURCE_TOOLS: &[(&str, &[u8])] = &[
+    ("agent/instructions.md", b"Hi."),
+    (
+        "agent/tools/lookup.toml",
+        b"description = \"Looks up an item.\"\neffect = \"read\"\ncommand = [\"python3\", \"lookup.py\"]\n[input_schema]\ntype = \"object\"\n",
+    ),
+    ("agent/tools/lookup.py", b"print('x')\n"),
+    (
+        "agent/tools/deploy.toml",
+        b"description = \"Deploys.\"\nneeds_approval = true\ncommand = [\"python3\", \"deploy.py\"]\n[input_schema]\ntype = \"object\"\n",
+    ),
+    ("agent/tools/deploy.py", b"print('x')\n"),
+];
+
+fn with_resources(manifest: &str, extra: &[(&str, &[u8])]) -> tempfile::TempDir {
+    let mut files: Vec<(&str, &[u8])> = RESOURCE_TOOLS.to_vec();
+    files.push(("agent/resources.toml", manifest.as_bytes()));
+    files.extend_from_slice(extra);
+    project(&files)
+}
+
+#[test]
+fn declared_resources_and_templates_are_read() {
+    let manifest = r#"
+[[resources]]
+uri = "docs://runbook"
+name = "runbook"
+title = "On-call runbook"
+description = "What to do when paged."
+mime_type = "text/markdown"
+file = "resources/runbook.md"
+
+[[resources]]
+uri = "test://static-binary"
+name = "logo"
+file = "lib/logo.png"
+
+[[templates]]
+uri_template = "test://items/{id}/data"
+name = "item"
+mime_type = "application/json"
+tool = "lookup"
+"#;
+    let dir = with_resources(
+        manifest,
+        &[
+            ("agent/resources/runbook.md", b"# Runbook\n"),
+            ("agent/resources/forgotten.md", b"nobody serves me"),
+            ("agent/lib/logo.png", &[0x89, b'P', b'N', b'G']),
+        ],
+    );
+    let found = discover(dir.path());
+    check_invariants(&found);
+    // A file in resources/ that no entry serves is a warning, nothing more.
+    let d = only(&found);
+    assert_eq!(
+        (d.file.as_str(), d.severity),
+        ("agent/resources/forgotten.md", Severity::Warning)
+    );
+    let p = found.project.unwrap();
+    let r = &p.resources;
+    assert_eq!(r.resources.len(), 2);
+    assert_eq!(r.resources[0].uri, "docs://runbook");
+    assert_eq!(r.resources[0].title.as_deref(), Some("On-call runbook"));
+    assert_eq!(r.resources[0].mime_type.as_deref(), Some("text/markdown"));
+    assert_eq!(r.resources[0].file, "resources/runbook.md");
+    assert_eq!(r.resources[1].mime_type, None);
+    assert_eq!(r.templates.len(), 1);
+    assert_eq!(
+        r.templates[0].uri_template.as_str(),
+        "test://items/{id}/data"
+    );
+    assert_eq!(r.templates[0].tool, "lookup");
+    assert_eq!(
+        r.templates[0].uri_template.matches("test://items/42/data"),
+        Some(vec![("id".to_owned(), "42".to_owned())])
+    );
+    // `bdk info` lists them; an agent without any lists nothing new.
+    let info = bdk_core::project::info::surface(&p, &[]);
+    assert_eq!(info["resources"][0]["uri"], "docs://runbook", "{info}");
+    assert_eq!(info["resources"][1]["file"], "lib/logo.png", "{info}");
+    assert_eq!(
+        info["resourceTemplates"][0],
+        json!({"uriTemplate": "test://items/{id}/data", "name": "item", "title": null,
+               "mimeType": "application/json", "tool": "lookup"})
+    );
+    let plain = discover(&weather_dir()).project.unwrap();
+    let info = bdk_core::project::info::surface(&plain, &[]);
+    assert!(info.get("resources").is_none(), "{info}");
+}
+
+#[test]
+fn bad_resource_declarations_are_errors_that_name_the_entry() {
+    let resource = |body: &str| format!("[[resources]]\nname = \"r\"\n{body}\n");
+    let template = |body: &str| format!("[[templates]]\nname = \"t\"\n{body}\n");
+    let cases = [
+        (
+            resource("uri = \"docs://a\"\nfile = \"../secret.txt\""),
+            "`resources[0].file` `../secret.txt` must be a relative path inside the agent folder",
+        ),
+        (
+            resource("uri = \"docs://a\"\nfile = \"/etc/passwd\""),
+            "must be a relative path inside the agent folder",
+        ),
+        (
+            resource("uri = \"docs://a\"\nfile = \"resources/../../secret.txt\""),
+            "must be a relative path inside the agent folder",
+        ),
+        (
+            resource("uri = \"docs://a\"\nfile = \"resources/out.txt\""),
+            "leads outside the agent folder through a symlink",
+        ),
+        (
+            resource("uri = \"docs://a\"\nfile = \"resources/missing.md\""),
+            "`resources[0].file` `resources/missing.md` does not exist",
+        ),
+        (
+            resource("uri = \"docs://a\"\nfile = \"resources\""),
+            "is not a regular file",
+        ),
+        (
+            resource("uri = \"docs://a\"\nfile = \"resources/huge.bin\""),
+            "is too large",
+        ),
+        (
+            resource("uri = \"runbook\"\nfile = \"resources/a.md\""),
+            "`resources[0].uri` `runbook` is not usable: it has no scheme",
+        ),
+        (
+            resource("uri = \"bdk://sessions/x/events\"\nfile = \"resources/a.md\""),
+            "reserved",
+        ),
+        (
+            resource("uri = \"docs://a\""),
+            "missing `resources[0].file`",
+        ),
+        (
+            resource("uri = \"docs://a\"\nfile = \"resources/a.md\"\nmime_type = \"png\""),
+            "`resources[0].mime_type` `png` is not a media type",
+        ),
+        (
+            resource("uri = \"docs://a\"\nfile = \"resources/a.md\"\ntool = \"lookup\""),
+            "belong to templates",
+        ),
+        (
+            "[[resources]]\nuri = \"docs://a\"\nfile = \"resources/a.md\"\n".to_owned(),
+            "missing `resources[0].name`",
+        ),
+        (
+            format!(
+                "{}{}",
+                resource("uri = \"docs://a\"\nfile = \"resources/a.md\""),
+                resource("uri = \"docs://a\"\nfile = \"resources/a.md\"")
+            ),
+            "resource `docs://a` is declared more than once",
+        ),
+        (
+            "resources = \"docs://a\"\n".to_owned(),
+            "`resources` must be an array of tables",
+        ),
+        (
+            template("uri_template = \"test://items/{id}\"\ntool = \"nope\""),
+            "`templates[0].tool` names the unknown tool `nope`",
+        ),
+        (
+            template("uri_template = \"test://items/{id}\"\ntool = \"deploy\""),
+            "needs approval",
+        ),
+        (
+            template("uri_template = \"test://items/{id}\"\ntool = \"read_file\""),
+            "is a built-in that remote callers may not call",
+        ),
+        (
+            template("uri_template = \"test://items/{+id}\"\ntool = \"lookup\""),
+            "RFC 6570 level 1",
+        ),
+        (
+            template("uri_template = \"test://items/{a-b}\"\ntool = \"lookup\""),
+            "variable name `a-b` is invalid",
+        ),
+        (
+            template("uri_template = \"test://items/{id}{rest}\"\ntool = \"lookup\""),
+            "follows another variable",
+        ),
+        (
+            template("uri_template = \"test://items\"\ntool = \"lookup\""),
+            "has no `{variable}`",
+        ),
+        (
+            template("uri_template = \"bdk://sessions/{id}\"\ntool = \"lookup\""),
+            "reserved",
+        ),
+        (
+            template("uri_template = \"test://items/{id}\""),
+            "missing `templates[0].tool`",
+        ),
+        (
+            template(
+                "uri_template = \"test://items/{id}\"\ntool = \"lookup\"\nfile = \"resources/a.md\"",
+            ),
+            "belong to fixed resources",
+        ),
+    ];
+    for (manifest, message) in cases {
+        let dir = with_resources(&manifest, &[("agent/resources/a.md", b"# A\n")]);
+        std::os::unix::fs::symlink(
+            dir.path().join("secret.txt"),
+            dir.path().join("agent/resources/out.txt"),
+        )
+        .unwrap();
+        fs::write(dir.path().join("secret.txt"), "secret").unwrap();
+        // Sparse: no 17 MiB written to disk.
+        fs::File::create(dir.path().join("agent/resources/huge.bin"))
+            .unwrap()
+            .set_len(17 * 1024 * 1024)
+            .unwrap();
+        let found = discover(dir.path());
+        check_invariants(&found);
+        let errors: Vec<&Diagnostic> = found
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .collect();
+        assert_eq!(errors.len(), 1, "{manifest}\n{}", show(&found.diagnostics));
+        assert_eq!(errors[0].file, "agent/resources.toml", "{manifest}");
+        assert!(
+            errors[0].message.contains(message),
+            "{manifest}\nwant: {message}\ngot: {}",
+            errors[0].message
+        );
+        assert!(!errors[0].fix.is_empty());
+    }
+}
+
+#[test]
+fn a_template_may_name_an_exposed_built_in_or_an_advertised_tool() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        ("agent/agent.toml", b"[builtin_tools]\ndirect = [\"read_file\"]\n"),
+        (
+            "agent/resources.toml",
+            b"[[templates]]\nuri_template = \"files://{name}\"\nname = \"f\"\ntool = \"read_file\"\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/mcp-connections/docs.toml",
+            b"command = \"docs-server\"\nadvertise_tools = true\n",
+        ),
+        (
+            "agent/resources.toml",
+            b"[[templates]]\nuri_template = \"docs://{page}\"\nname = \"page\"\ntool = \"fetch_page\"\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    let d = only(&found);
+    assert_eq!(d.severity, Severity::Warning, "{}", d.message);
+    assert!(d.message.contains("MCP connection"), "{}", d.message);
+    assert_eq!(found.project.unwrap().resources.templates.len(), 1);
+}
+
+#[test]
+fn skill_attachments_name_files_bundled_with_the_skill() {
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/skills/explain/SKILL.md",
+            b"---\ndescription: Use it.\nattachments: [diagram.png, notes/steps.md]\n---\nLook.\n",
+        ),
+        ("agent/skills/explain/diagram.png", &[0x89, b'P', b'N', b'G']),
+        ("agent/skills/explain/notes/steps.md", b"1. Look\n"),
+        ("agent/skills/explain/other.md", b"not attached"),
+        (
+            "agent/skills/gen.toml",
+            b"description = \"d\"\nmarkdown = \"m\"\nfiles = { \"a.md\" = \"A\" }\nattachments = [\"a.md\"]\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    check_invariants(&found);
+    assert!(found.diagnostics.is_empty(), "{}", show(&found.diagnostics));
+    let p = found.project.unwrap();
+    let by_name = |name: &str| p.skills.iter().find(|s| s.name == name).unwrap();
+    assert_eq!(
+        by_name("explain").attachments,
+        ["diagram.png", "notes/steps.md"]
+    );
+    assert_eq!(by_name("gen").attachments, ["a.md"]);
+}
+
+#[test]
+fn bad_skill_attachments_are_errors() {
+    let many: String = (0..17).map(|i| format!("f{i}.md, ")).collect();
+    let cases = [
+        (
+            "attachments: [../secret.txt]",
+            "attachment `../secret.txt` must be a relative path inside the skill folder",
+        ),
+        (
+            "attachments: [/etc/passwd]",
+            "must be a relative path inside the skill folder",
+        ),
+        (
+            "attachments: [missing.png]",
+            "attachment `missing.png` is not a file of the skill",
+        ),
+        (
+            "attachments: [link.txt]",
+            "attachment `link.txt` is not a file of the skill",
+        ),
+        ("attachments: [SKILL.md]", "is not a file of the skill"),
+        ("attachments: [a.md, a.md]", "listed more than once"),
+        ("attachments: a.md", "`attachments` must be a list of paths"),
+        (
+            "attachments: [1]",
+            "`attachments[0]` must be a path, found a number",
+        ),
+        (
+            &format!("attachments: [{many}]") as &str,
+            "at most 16 attachments",
+        ),
+    ];
+    for (yaml, message) in cases {
+        let text = format!("---\ndescription: Use it.\n{yaml}\n---\nBody.\n");
+        let dir = project(&[
+            ("agent/instructions.md", b"Hi."),
+            ("agent/skills/pack/SKILL.md", text.as_bytes()),
+            ("agent/skills/pack/a.md", b"A"),
+        ]);
+        fs::write(dir.path().join("secret.txt"), "secret").unwrap();
+        std::os::unix::fs::symlink(
+            dir.path().join("secret.txt"),
+            dir.path().join("agent/skills/pack/link.txt"),
+        )
+        .unwrap();
+        let found = discover(dir.path());
+        check_invariants(&found);
+        let errors: Vec<&Diagnostic> = found
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .collect();
+        assert_eq!(errors.len(), 1, "{yaml}\n{}", show(&found.diagnostics));
+        assert_eq!(errors[0].file, "agent/skills/pack/SKILL.md", "{yaml}");
+        assert!(
+            errors[0].message.contains(message),
+            "{yaml}: {}",
+            errors[0].message
+        );
+        assert!(found.project.unwrap().skills.is_empty(), "{yaml}");
+    }
+    // A flat skill has no folder of its own to bundle files in.
+    let dir = project(&[
+        ("agent/instructions.md", b"Hi."),
+        (
+            "agent/skills/flat.md",
+            b"---\nattachments: [x.png]\n---\nBody.\n",
+        ),
+    ]);
+    let found = discover(dir.path());
+    let d = only(&found);
+    assert!(
+        d.message.contains("needs a packaged skill"),
+        "{}",
+        d.message
+    );
+    // Together the attachments stay a size a prompt can carry.
+    let big = vec![b'x'; 900 * 1024];
+    let files: Vec<(String, &[u8])> = (0..5)
+        .map(|i| (format!("agent/skills/pack/f{i}.txt"), big.as_slice()))
+        .collect();
+    let mut all: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), *b)).collect();
+    all.push(("agent/instructions.md", b"Hi."));
+    all.push((
+        "agent/skills/pack/SKILL.md",
+        b"---\ndescription: d\nattachments: [f0.txt, f1.txt, f2.txt, f3.txt, f4.txt]\n---\nB\n",
+    ));
+    let dir = project(&all);
+    let found = discover(dir.path());
+    let d = only(&found);
+    assert!(
+        d.message.contains("a prompt carries at most 4 MiB"),
+        "{}",
+        d.message
+    );
+}

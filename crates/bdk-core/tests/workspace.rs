@@ -190,6 +190,7 @@ fn project(agent_dir: &Path) -> Project {
             path: agent_dir.join("skills/research/SKILL.md"),
             files: skill_files,
             arguments: vec![],
+            attachments: vec![],
         }],
         subagents: vec![],
         mcp_connections: vec![],
@@ -210,6 +211,7 @@ fn project(agent_dir: &Path) -> Project {
         scripted_rules: BTreeMap::new(),
         evals_dir: None,
         experiments: Vec::new(),
+        resources: Default::default(),
     }
 }
 

@@ -3,7 +3,8 @@
 //! JSON-RPC through the app's auth chain, the stateless transport's 405s,
 //! ownership of sessions started with `ask`, malformed JSON-RPC answered
 //! with JSON-RPC errors rather than server failures, and the skills as
-//! prompts, sessions' events, artifacts and workspace files as resources
+//! prompts (with their attachments), the resources the agent folder
+//! declares, sessions' events, artifacts and workspace files as resources
 //! (with their ownership and confinement), and completion.
 
 mod common;
@@ -886,7 +887,7 @@ async fn workspace_reads_refuse_traversal_and_hostile_uris() {
 
 #[tokio::test]
 async fn resources_list_pages_through_sessions_newest_first() {
-    let s = single_with(Config::default(), SKILLS).await;
+    let s = single_with(Config::default(), DECLARED).await;
     let mut ids = Vec::new();
     for _ in 0..53 {
         let started = s
@@ -908,7 +909,8 @@ async fn resources_list_pages_through_sessions_newest_first() {
         };
         let (_, body) = rpc(&s.http, &url, None, request(1, "resources/list", params)).await;
         let page = body["result"]["resources"].as_array().unwrap();
-        assert!(page.len() <= 50, "{body}");
+        // The agent's declared resources lead the first page only.
+        assert!(page.len() <= 50 + 4, "{body}");
         seen.extend(page.iter().map(|r| {
             r["uri"]
                 .as_str()
@@ -922,7 +924,14 @@ async fn resources_list_pages_through_sessions_newest_first() {
             None => break,
         }
     }
-    assert_eq!(seen, ids);
+    let declared = [
+        "docs://runbook",
+        "test://logo",
+        "test://big",
+        "test://swapped",
+    ];
+    assert_eq!(seen[..4], declared);
+    assert_eq!(seen[4..], ids);
 }
 
 #[tokio::test]
@@ -1185,4 +1194,242 @@ async fn rich_results_and_tool_reports_pass_through_both_endpoints() {
     assert_eq!(outcome["toolName"], "shot");
     assert_eq!(outcome["result"], json!({"width": 1}));
     assert_eq!(outcome["content"][2]["resource"]["uri"], "shot://1");
+}
+
+// ---------------------------------------------------------------------------
+// The resources the agent folder declares, and skill attachments.
+
+/// `resources.toml` with four fixed resources and two templates over the
+/// command tools `item` (text holding the id, or a tool error for `boom`)
+/// and `strict` (digits only, by its schema); a packaged skill with an
+/// image and a text attachment.
+const DECLARED: &[(&str, &str)] = &[
+    (
+        "agent/resources.toml",
+        r#"
+[[resources]]
+uri = "docs://runbook"
+name = "runbook"
+title = "On-call runbook"
+mime_type = "text/markdown"
+file = "resources/runbook.md"
+
+[[resources]]
+uri = "test://logo"
+name = "logo"
+file = "resources/logo.png"
+
+[[resources]]
+uri = "test://big"
+name = "big"
+file = "resources/big.txt"
+
+[[resources]]
+uri = "test://swapped"
+name = "swapped"
+file = "resources/swapped.txt"
+
+[[templates]]
+uri_template = "test://items/{id}/data"
+name = "item"
+mime_type = "application/json"
+tool = "item"
+
+[[templates]]
+uri_template = "test://strict/{id}"
+name = "strict"
+tool = "strict"
+"#,
+    ),
+    ("agent/resources/runbook.md", "# Runbook\nPage the owner.\n"),
+    // Replaced by binary bytes once the agent runs: files are read per request.
+    ("agent/resources/logo.png", "placeholder"),
+    ("agent/resources/big.txt", "small for now"),
+    ("agent/resources/swapped.txt", "replaced by a symlink"),
+    (
+        "agent/tools/item.toml",
+        "description = \"An item by id.\"\neffect = \"read\"\ncommand = [\"python3\", \"item.py\"]\n[input_schema]\ntype = \"object\"\nrequired = [\"id\"]\nproperties.id = { type = \"string\" }\n",
+    ),
+    (
+        "agent/tools/item.py",
+        "import json, sys\nid = json.loads(sys.stdin.readline())['input']['id']\nif id == 'boom':\n    print(json.dumps({'content': 'no item boom', 'isError': True}))\nelse:\n    print(json.dumps({'id': id, 'data': 'Data for ID: ' + id}))\n",
+    ),
+    (
+        "agent/tools/strict.toml",
+        "description = \"Digits only.\"\neffect = \"read\"\ncommand = [\"python3\", \"strict.py\"]\n[input_schema]\ntype = \"object\"\nproperties.id = { type = \"string\", pattern = \"^[0-9]+$\" }\n",
+    ),
+    ("agent/tools/strict.py", "print('strict ok')\n"),
+    (
+        "agent/skills/explain/SKILL.md",
+        "---\ndescription: Use when a diagram needs explaining.\nattachments: [diagram.png, notes.md]\n---\nExplain the diagram.\n",
+    ),
+    ("agent/skills/explain/diagram.png", "PNG"),
+    ("agent/skills/explain/notes.md", "1. Read the legend.\n"),
+];
+
+const PNG: &[u8] = &[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0x00];
+
+#[tokio::test]
+async fn declared_resources_are_listed_and_read_by_every_caller() {
+    let s = single_with(bearer(), DECLARED).await;
+    let url = format!("{}/v1/mcp", s.base);
+    let agent = s.agent.dir.path().join("agent");
+    std::fs::write(agent.join("resources/logo.png"), PNG).unwrap();
+    // Both agent-level: readable by bob, who owns no session.
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("bob-secret"),
+        request(1, "resources/list", json!({})),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["resources"][0],
+        json!({"uri": "docs://runbook", "name": "runbook", "title": "On-call runbook",
+               "mimeType": "text/markdown"}),
+        "{body}"
+    );
+    assert_eq!(body["result"]["resources"].as_array().unwrap().len(), 4);
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        Some("bob-secret"),
+        request(2, "resources/templates/list", json!({})),
+    )
+    .await;
+    let templates: Vec<&str> = body["result"]["resourceTemplates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["uriTemplate"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        templates,
+        [
+            "test://items/{id}/data",
+            "test://strict/{id}",
+            "bdk://sessions/{sessionId}/events",
+            "bdk://sessions/{sessionId}/artifacts/{artifactId}",
+            "bdk://sessions/{sessionId}/workspace/{+path}",
+        ],
+        "{body}"
+    );
+
+    let runbook = read_ok(&s, "bob-secret", "docs://runbook").await;
+    assert_eq!(runbook["mimeType"], "text/markdown");
+    assert_eq!(runbook["text"], "# Runbook\nPage the owner.\n");
+    // Read per request, as a blob by its (guessed) media type.
+    let logo = read_ok(&s, "alice-secret", "test://logo").await;
+    assert_eq!(logo["mimeType"], "image/png");
+    assert_eq!(logo["blob"], "iVBORw0KGgoA", "{logo}");
+    assert!(logo.get("text").is_none());
+    // A template calls its tool, as the caller, with the URI's variables.
+    let item = read_ok(&s, "bob-secret", "test://items/123/data").await;
+    assert_eq!(item["mimeType"], "application/json");
+    let data: Value = serde_json::from_str(item["text"].as_str().unwrap()).unwrap();
+    assert_eq!(data, json!({"id": "123", "data": "Data for ID: 123"}));
+    let spaced = read_ok(&s, "bob-secret", "test://items/a%20b/data").await;
+    assert!(spaced["text"].as_str().unwrap().contains("a b"), "{spaced}");
+    let strict = read_ok(&s, "bob-secret", "test://strict/42").await;
+    assert_eq!(
+        (strict["mimeType"].as_str(), strict["text"].as_str()),
+        (Some("text/plain"), Some("strict ok"))
+    );
+}
+
+#[tokio::test]
+async fn declared_resources_refuse_hostile_uris_and_oversized_files() {
+    let s = single_with(bearer(), DECLARED).await;
+    let agent = s.agent.dir.path().join("agent");
+    // After validation: the file grows past the limit, and one is swapped
+    // for a symlink that leads out of the agent folder.
+    std::fs::File::create(agent.join("resources/big.txt"))
+        .unwrap()
+        .set_len(17 * 1024 * 1024)
+        .unwrap();
+    let secret = s.agent.dir.path().join("secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    std::fs::remove_file(agent.join("resources/swapped.txt")).unwrap();
+    std::os::unix::fs::symlink(&secret, agent.join("resources/swapped.txt")).unwrap();
+
+    for (uri, why) in [
+        // Exact URIs only: nothing is resolved against a declared one.
+        (
+            "docs://runbook/../../secret.txt",
+            "declares no such resource",
+        ),
+        ("docs://runbook/", "declares no such resource"),
+        ("DOCS://runbook", "declares no such resource"),
+        // A variable takes one segment, and its decoded value may not
+        // climb or hold a separator.
+        ("test://items/a/b/data", "declares no such resource"),
+        ("test://items/a%2Fb/data", "`id` may not hold `/`"),
+        (
+            "test://items/..%2F..%2Fsecret/data",
+            "`id` may not hold `/`",
+        ),
+        ("test://items/%2e%2e/data", "`id` may not be `.` or `..`"),
+        ("test://items/%0a/data", "control characters"),
+        ("test://items//data", "declares no such resource"),
+        // What the tool refuses or fails on names nothing.
+        ("test://strict/abc", "the template's tool refused the input"),
+        (
+            "test://items/boom/data",
+            "answered with an error: no item boom",
+        ),
+        ("test://swapped", "the path leads outside the agent folder"),
+    ] {
+        let message = read_refused(&s, "bob-secret", uri).await;
+        assert!(message.contains(why), "{uri}: {message}");
+        assert!(!message.contains("top secret"), "{message}");
+    }
+    let (status, body) = read(&s, "bob-secret", "test://big").await;
+    let (code, message) = rpc_error(status, &body);
+    assert_eq!(code, -32602, "{body}");
+    assert!(message.contains("larger than the 16 MiB"), "{message}");
+
+    // Completion knows the declared templates' variables, and offers
+    // nothing for them: their values are the tool's to know.
+    let url = format!("{}/v1/mcp", s.base);
+    let complete = |name: &str| {
+        request(
+            3,
+            "completion/complete",
+            json!({"ref": {"type": "ref/resource", "uri": "test://items/{id}/data"},
+                   "argument": {"name": name, "value": "1"}}),
+        )
+    };
+    let (_, body) = rpc(&s.http, &url, Some("bob-secret"), complete("id")).await;
+    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
+    let (status, body) = rpc(&s.http, &url, Some("bob-secret"), complete("nope")).await;
+    let (code, message) = rpc_error(status, &body);
+    assert_eq!(code, -32602, "{body}");
+    assert!(
+        message.contains("has no argument `nope` (it takes id)"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn skill_attachments_follow_the_prompt_text() {
+    let s = single_with(Config::default(), DECLARED).await;
+    let url = format!("{}/v1/mcp", s.base);
+    let (_, body) = rpc(
+        &s.http,
+        &url,
+        None,
+        request(1, "prompts/get", json!({"name": "explain"})),
+    )
+    .await;
+    assert_eq!(
+        body["result"]["messages"],
+        json!([
+            {"role": "user", "content": {"type": "text", "text": "Explain the diagram.\n"}},
+            {"role": "user", "content": {"type": "image", "data": "UE5H", "mimeType": "image/png"}},
+            {"role": "user", "content": {"type": "resource", "resource": {
+                "uri": "bdk://skills/explain/notes.md", "mimeType": "text/markdown",
+                "text": "1. Read the legend.\n"}}},
+        ]),
+        "{body}"
+    );
 }

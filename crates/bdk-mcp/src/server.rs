@@ -12,11 +12,17 @@
 //! are no resource subscriptions.
 //!
 //! Files: `principal.rs` (who calls and what it may read), `prompts.rs`
-//! (skills as prompts), `uri.rs` (resource URIs), `resources.rs` (reading
-//! them) and `completion.rs` (the shape of completion answers); this file
-//! holds the tools and the `ServerHandler` that dispatches to the others.
+//! (skills as prompts, with their attachments), `uri.rs` (session resource
+//! URIs), `resources.rs` (reading sessions' resources), `declared.rs` (the
+//! resources the agent folder declares), `content.rs` (what every reader
+//! shares: limits, text or blob, confined file reads, errors) and
+//! `completion.rs` (the shape of completion answers); this file holds the
+//! tools and the `ServerHandler` that dispatches to the others, declared
+//! resources before the sessions'.
 
 mod completion;
+mod content;
+mod declared;
 mod elicit;
 mod notes;
 mod principal;
@@ -466,7 +472,7 @@ impl ServerHandler for McpServer {
                     .enable_resources()
                     .enable_tools()
                     .build(),
-                "Use `ask` to talk to the agent (pass back sessionId and continuationToken to continue a conversation) and `check` to poll a session whose reply was not ready yet. The agent's skills are prompts; sessions' events (bdk://sessions/{sessionId}/events), artifacts and workspace files are resources.",
+                "Use `ask` to talk to the agent (pass back sessionId and continuationToken to continue a conversation) and `check` to poll a session whose reply was not ready yet. The agent's skills are prompts; the resources it publishes and sessions' events (bdk://sessions/{sessionId}/events), artifacts and workspace files are resources.",
             ),
         };
         ServerConfig::new(capabilities)
@@ -511,7 +517,14 @@ impl ServerHandler for McpServer {
             return Err(ErrorData::method_not_found::<ListResourcesRequestMethod>());
         }
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
-        let (items, next) = resources::list(&self.host, &self.principal, cursor).await?;
+        let (sessions, next) = resources::list(&self.host, &self.principal, cursor).await?;
+        // The agent's own resources lead the first page; the cursor pages
+        // through sessions only, so each item is listed exactly once.
+        let mut items = match cursor {
+            None => declared::list(&self.host.project().resources),
+            Some(_) => Vec::new(),
+        };
+        items.extend(sessions);
         let mut result =
             ListResourcesResult::with_all_items(items).with_cache_scope(CacheScope::Private);
         result.next_cursor = next;
@@ -528,9 +541,9 @@ impl ServerHandler for McpServer {
                 ListResourceTemplatesRequestMethod,
             >());
         }
-        Ok(ListResourceTemplatesResult::with_all_items(
-            resources::templates(),
-        ))
+        let mut templates = declared::templates(&self.host.project().resources);
+        templates.extend(resources::templates());
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
 
     async fn read_resource(
@@ -541,7 +554,12 @@ impl ServerHandler for McpServer {
         if !self.surface.has_context() {
             return Err(ErrorData::method_not_found::<ReadResourceRequestMethod>());
         }
-        let contents = resources::read(&self.host, &self.principal, &request.uri).await?;
+        // The agent's declared URIs first (exact, then templates), then the
+        // sessions' `bdk://` ones.
+        let contents = match declared::read(&self.host, &self.principal, &request.uri).await? {
+            Some(contents) => contents,
+            None => resources::read(&self.host, &self.principal, &request.uri).await?,
+        };
         let mut result = ReadResourceResult::new(vec![contents]);
         // What a read returns depends on who asks and changes as the
         // session runs: nobody else may reuse it.
@@ -566,6 +584,13 @@ impl ServerHandler for McpServer {
                 &argument.value,
             )?,
             Reference::Resource(template) => {
+                if let Some(answer) = declared::complete(
+                    &self.host.project().resources,
+                    &template.uri,
+                    &argument.name,
+                ) {
+                    return answer.map(CompleteResult::new);
+                }
                 let session = request
                     .context
                     .as_ref()

@@ -20,8 +20,10 @@ mod frontmatter;
 mod gates;
 mod github;
 mod handler;
+mod resources;
 mod schedules;
 mod skill_arguments;
+mod skill_attachments;
 mod skills;
 mod slack;
 mod surfaces;
@@ -148,8 +150,10 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         }
         match name {
             // `recordings/` holds model recordings for `replay/` models; like
-            // `lib/`, it is never discovered.
-            "agent.toml" | "scripted.toml" | "lib" | "recordings" => {}
+            // `lib/`, it is never discovered. `resources/` holds the files
+            // `resources.toml` serves, which checks it.
+            "agent.toml" | "scripted.toml" | "resources.toml" | "lib" | "recordings" => {}
+            "resources" if entry.is_dir() => {}
             _ if is_instructions_entry(name) => {}
             "evals" => d.warn(
                 &entry.path,
@@ -241,6 +245,16 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         .get("schedules")
         .map(|p| schedules::discover(d, p, &schedule_targets))
         .unwrap_or_default();
+    let builtins = enabled_builtins(&config, !skills.is_empty());
+    let resources = resources::discover(
+        d,
+        &agent_dir,
+        &resources::Tools {
+            targets: &schedule_targets,
+            builtins: &builtins,
+            direct: &config.builtin_tools.direct,
+        },
+    );
     let gates = folders
         .get("gates")
         .map(|p| gates::discover(d, p))
@@ -282,6 +296,7 @@ fn discover_in(d: &mut Diags, root: &Path) -> Option<Project> {
         scripted_rules,
         evals_dir,
         experiments,
+        resources,
     })
 }
 

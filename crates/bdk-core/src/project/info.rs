@@ -139,6 +139,40 @@ pub fn add_gates(surface: &mut Value, native: &[GateSpec]) {
 
 /// The project's surface as JSON.
 pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
+    let mut out = declared_surface(project, diagnostics);
+    // Only agents that publish resources say so, which keeps the report of
+    // every other agent as it was.
+    let r = &project.resources;
+    if !r.is_empty() {
+        out["resources"] = json!(
+            r.resources
+                .iter()
+                .map(|r| json!({
+                    "uri": r.uri,
+                    "name": r.name,
+                    "title": r.title,
+                    "mimeType": r.mime_type,
+                    "file": r.file,
+                }))
+                .collect::<Vec<_>>()
+        );
+        out["resourceTemplates"] = json!(
+            r.templates
+                .iter()
+                .map(|t| json!({
+                    "uriTemplate": t.uri_template,
+                    "name": t.name,
+                    "title": t.title,
+                    "mimeType": t.mime_type,
+                    "tool": t.tool,
+                }))
+                .collect::<Vec<_>>()
+        );
+    }
+    out
+}
+
+fn declared_surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
     let rel = |p: &std::path::Path| rel_path(&project.root, p);
     let c = &project.config;
     json!({
@@ -175,6 +209,9 @@ pub fn surface(project: &Project, diagnostics: &[Diagnostic]) -> Value {
             // report of every other agent as it was.
             if !s.arguments.is_empty() {
                 skill["arguments"] = json!(s.arguments);
+            }
+            if !s.attachments.is_empty() {
+                skill["attachments"] = json!(s.attachments);
             }
             skill
         }).collect::<Vec<_>>(),

@@ -25,6 +25,7 @@ mod experiment;
 pub mod github;
 pub mod handler;
 pub mod info;
+mod resource;
 pub mod slack;
 pub use channel::{
     ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
@@ -35,6 +36,10 @@ pub use discover::discover;
 pub use experiment::{Arm, Experiment, ExperimentUnit, WEIGHT_TOTAL, bucket};
 pub use github::{GithubAppId, GithubChannel, GithubCredentials, GithubReply, GithubTrigger};
 pub use handler::{HandlerCommand, HandlerSpec};
+pub use resource::{
+    AgentResource, AgentResourceTemplate, AgentResources, MAX_RESOURCE_BYTES, MAX_URI_BYTES,
+    RESERVED_SCHEME, TemplateError, UriTemplate, check_uri,
+};
 pub use slack::{SlackChannel, SlackWatch};
 
 /// How bad a diagnostic is.
@@ -274,6 +279,9 @@ pub struct Skill {
     /// The arguments a client fills in when it asks for the skill as an MCP
     /// prompt (frontmatter `arguments`), in the order they are declared.
     pub arguments: Vec<SkillArgument>,
+    /// Files of [`Skill::files`] that an MCP prompt of the skill carries
+    /// after its text (frontmatter `attachments`), in the order declared.
+    pub attachments: Vec<String>,
 }
 
 /// An argument of a skill served as an MCP prompt. The body names it as
@@ -516,6 +524,9 @@ pub struct Project {
     pub evals_dir: Option<PathBuf>,
     /// A/B experiments (`experiments/<name>.toml`), sorted by name.
     pub experiments: Vec<Experiment>,
+    /// Resources and resource templates the agent publishes to MCP
+    /// callers (`resources.toml`).
+    pub resources: AgentResources,
 }
 
 impl Project {

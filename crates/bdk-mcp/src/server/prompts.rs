@@ -1,7 +1,9 @@
 //! The agent's skills as MCP prompts: `prompts/list` names each skill with
 //! its description and declared arguments, `prompts/get` answers one user
-//! message holding the skill's body with the arguments filled in, and
-//! completion offers an argument's declared `values`.
+//! message holding the skill's body with the arguments filled in, then one
+//! per attached file (an image as image content, anything else as an
+//! embedded resource under `bdk://skills/<skill>/<path>`), and completion
+//! offers an argument's declared `values`.
 //!
 //! The placeholder syntax is `{{name}}` (spaces inside the braces are
 //! allowed). Only declared arguments are replaced, in one pass, so a value
@@ -10,14 +12,27 @@
 
 use std::collections::BTreeMap;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use bdk_core::project::Skill;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use rmcp::ErrorData;
 use rmcp::model::{
-    CompletionInfo, GetPromptResult, JsonObject, Prompt, PromptArgument, PromptMessage, Role,
+    CompletionInfo, ContentBlock, GetPromptResult, JsonObject, Prompt, PromptArgument,
+    PromptMessage, Role,
 };
 use serde_json::Value;
 
 use super::completion;
+use super::content;
+
+/// What the URI of an attachment keeps unencoded in each path segment:
+/// RFC 3986's unreserved characters.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// A placeholder longer than this (between the braces) is not one: an
 /// argument name is at most 64 bytes, plus some spaces.
@@ -130,10 +145,40 @@ pub(crate) fn get(
             None,
         )
     })?;
-    Ok(
-        GetPromptResult::new(vec![PromptMessage::new_text(Role::User, text)])
-            .with_description(skill.description.clone()),
-    )
+    let mut messages = vec![PromptMessage::new_text(Role::User, text)];
+    messages.extend(attachments(skill));
+    Ok(GetPromptResult::new(messages).with_description(skill.description.clone()))
+}
+
+/// One user message per attached file, in the order the skill lists them:
+/// images (`image/*`) as image content, other files as embedded resources,
+/// text or base64 by their media type. Discovery checked that each names
+/// one of the skill's files and that together they fit a prompt.
+fn attachments(skill: &Skill) -> Vec<PromptMessage> {
+    skill
+        .attachments
+        .iter()
+        .filter_map(|rel| {
+            let bytes = skill.files.get(rel)?;
+            let mime = content::guess_mime(rel, bytes);
+            let block = if content::essence(&mime).starts_with("image/") {
+                ContentBlock::image(STANDARD.encode(bytes), mime)
+            } else {
+                let uri = attachment_uri(&skill.name, rel);
+                ContentBlock::resource(content::contents(&uri, &mime, bytes.clone()))
+            };
+            Some(PromptMessage::new(Role::User, block))
+        })
+        .collect()
+}
+
+/// `bdk://skills/<skill>/<path>`, each segment of the path percent-encoded.
+pub(crate) fn attachment_uri(skill: &str, rel: &str) -> String {
+    let path: Vec<String> = rel
+        .split('/')
+        .map(|seg| utf8_percent_encode(seg, SEGMENT).to_string())
+        .collect();
+    format!("bdk://skills/{skill}/{}", path.join("/"))
 }
 
 /// Completion of a prompt argument: its declared `values` that start with
@@ -255,6 +300,7 @@ mod tests {
             path: PathBuf::from("skills/review.md"),
             files: BTreeMap::new(),
             arguments,
+            attachments: Vec::new(),
         }
     }
 
@@ -421,6 +467,45 @@ mod tests {
         );
         let plain = serde_json::to_value(list(&[skill("x", vec![])])).unwrap();
         assert!(plain[0].get("arguments").is_none(), "{plain}");
+    }
+
+    #[test]
+    fn attachments_follow_the_text_as_images_and_embedded_resources() {
+        let mut s = skill("Look at {{what}}.", vec![arg("what", false, &[])]);
+        s.form = SkillForm::Packaged;
+        s.files = BTreeMap::from([
+            ("diagram.png".to_owned(), vec![0x89, b'P', b'N', b'G']),
+            ("notes/step one.md".to_owned(), b"1. Look\n".to_vec()),
+            ("data.bin".to_owned(), vec![0xff, 0x00]),
+            ("unlisted.txt".to_owned(), b"not attached".to_vec()),
+        ]);
+        s.attachments = vec![
+            "notes/step one.md".to_owned(),
+            "diagram.png".to_owned(),
+            "data.bin".to_owned(),
+        ];
+        let result = get(&[s], "review", Some(&args(json!({"what": "it"})))).unwrap();
+        let wire = serde_json::to_value(&result).unwrap();
+        assert_eq!(
+            wire["messages"],
+            json!([
+                {"role": "user", "content": {"type": "text", "text": "Look at it."}},
+                {"role": "user", "content": {"type": "resource", "resource": {
+                    "uri": "bdk://skills/review/notes/step%20one.md",
+                    "mimeType": "text/markdown",
+                    "text": "1. Look\n"}}},
+                {"role": "user", "content": {"type": "image", "data": "iVBORw==",
+                                             "mimeType": "image/png"}},
+                {"role": "user", "content": {"type": "resource", "resource": {
+                    "uri": "bdk://skills/review/data.bin",
+                    "mimeType": "application/octet-stream",
+                    "blob": "/wA="}}},
+            ])
+        );
+        assert_eq!(
+            attachment_uri("s", "a/b c/%2e.md"),
+            "bdk://skills/s/a/b%20c/%252e.md"
+        );
     }
 
     #[test]

@@ -11,28 +11,24 @@
 //! opened is checked again, so a link swapped in after that check is caught
 //! too.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use bdk_core::host::{Host, HostError};
 use bdk_core::workspace;
 use bdk_events::SessionId;
 use bdk_store::{ArtifactFilter, SessionRecord, StoreError};
 use rmcp::ErrorData;
 use rmcp::model::{CompletionInfo, Resource, ResourceContents, ResourceTemplate};
-use serde_json::json;
-use tokio::io::AsyncReadExt;
 
 use super::completion;
+use super::content::{
+    self, MAX_READ_BYTES, Refusal, WORKSPACE, contents, internal, not_found, too_large,
+};
 use super::principal::Principal;
 use super::uri::{self, ARTIFACT_TEMPLATE, EVENTS_TEMPLATE, ResourceUri, WORKSPACE_TEMPLATE};
 
 /// How many sessions one `resources/list` page names.
 pub(crate) const PAGE_SIZE: usize = 50;
-/// The largest resource a read returns; larger ones are refused with a
-/// pointer to the HTTP API.
-pub(crate) const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
 
 const NDJSON: &str = "application/x-ndjson";
 
@@ -192,162 +188,10 @@ async fn artifact_contents(
     Ok(contents(raw, &record.content_type, bytes))
 }
 
-/// Why a workspace file is not served.
-#[derive(Debug)]
-pub(crate) enum Refusal {
-    /// Not there, not a file, or not a path inside the workspace.
-    NotFound(String),
-    /// Larger than [`MAX_READ_BYTES`].
-    TooLarge,
-    /// The filesystem failed for another reason (logged, not shown).
-    Io(std::io::Error),
-}
-
-impl Refusal {
-    fn into_error(self, raw: &str) -> ErrorData {
-        match self {
-            Refusal::NotFound(why) => not_found(raw, &why),
-            Refusal::TooLarge => too_large(raw, "files this large are not served over MCP"),
-            Refusal::Io(e) => internal(raw, &e),
-        }
-    }
-}
-
-/// Reads `rel` inside the workspace `root`: its bytes and media type.
-/// Refused: paths the workspace resolver refuses (climbing out, absolute,
-/// NUL, backslashes, symlinks that lead outside), what is not a regular
-/// file, and a file that turns out to live outside the workspace once open.
+/// Reads `rel` inside the workspace `root`: its bytes and media type,
+/// confined as `content::read_confined` confines every read.
 pub(crate) async fn workspace_file(root: &Path, rel: &str) -> Result<(Vec<u8>, String), Refusal> {
-    let path = workspace::resolve(root, rel).map_err(|e| Refusal::NotFound(path_refusal(&e)))?;
-    let no_file = || Refusal::NotFound("no such file in the session's workspace".to_owned());
-    let mut file = match tokio::fs::File::open(&path).await {
-        Ok(file) => file,
-        Err(e) if is_absent(&e) => return Err(no_file()),
-        Err(e) => return Err(Refusal::Io(e)),
-    };
-    if !opened_inside(&file, root) {
-        return Err(Refusal::NotFound(
-            "the path leads outside the workspace".to_owned(),
-        ));
-    }
-    let meta = file.metadata().await.map_err(Refusal::Io)?;
-    if !meta.is_file() {
-        return Err(no_file());
-    }
-    if meta.len() > MAX_READ_BYTES {
-        return Err(Refusal::TooLarge);
-    }
-    let mut bytes = Vec::new();
-    (&mut file)
-        .take(MAX_READ_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .await
-        .map_err(Refusal::Io)?;
-    if bytes.len() as u64 > MAX_READ_BYTES {
-        return Err(Refusal::TooLarge);
-    }
-    let mime = mime_guess::from_path(rel).first_raw().unwrap_or_else(|| {
-        if std::str::from_utf8(&bytes).is_ok() {
-            "text/plain"
-        } else {
-            "application/octet-stream"
-        }
-    });
-    Ok((bytes, mime.to_owned()))
-}
-
-/// Errors that mean "there is no file there for you" rather than a failure.
-fn is_absent(e: &std::io::Error) -> bool {
-    use std::io::ErrorKind;
-    matches!(
-        e.kind(),
-        ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::PermissionDenied
-    )
-}
-
-/// True when the open file lives inside `root`. The resolver checked the
-/// path before it was opened; asking the kernel which file the descriptor
-/// names closes the window in which a link could be swapped in. Where
-/// `/proc` cannot answer, the resolver's check stands.
-fn opened_inside(file: &tokio::fs::File, root: &Path) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let link = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        if let (Ok(real), Ok(root)) = (std::fs::read_link(&link), root.canonicalize()) {
-            return real.starts_with(root);
-        }
-    }
-    let _ = (file, root);
-    true
-}
-
-fn path_refusal(e: &workspace::WorkspaceError) -> String {
-    match e {
-        workspace::WorkspaceError::Escapes { .. } => {
-            "the path leads outside the workspace".to_owned()
-        }
-        workspace::WorkspaceError::InvalidPath { reason, .. } => {
-            format!("invalid workspace path: {reason}")
-        }
-        other => other.to_string(),
-    }
-}
-
-/// A resource's contents: text for textual media types holding UTF-8,
-/// otherwise a base64 blob.
-pub(crate) fn contents(uri: &str, mime: &str, bytes: Vec<u8>) -> ResourceContents {
-    if is_textual(mime) {
-        match String::from_utf8(bytes) {
-            Ok(text) => {
-                return ResourceContents::TextResourceContents {
-                    uri: uri.to_owned(),
-                    mime_type: Some(mime.to_owned()),
-                    text,
-                    meta: None,
-                };
-            }
-            Err(e) => {
-                return blob(uri, mime, &e.into_bytes());
-            }
-        }
-    }
-    blob(uri, mime, &bytes)
-}
-
-fn blob(uri: &str, mime: &str, bytes: &[u8]) -> ResourceContents {
-    ResourceContents::BlobResourceContents {
-        uri: uri.to_owned(),
-        mime_type: Some(mime.to_owned()),
-        blob: STANDARD.encode(bytes),
-        meta: None,
-    }
-}
-
-/// Media types whose content is text.
-pub(crate) fn is_textual(mime: &str) -> bool {
-    let essence = mime
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence.starts_with("text/")
-        || essence.ends_with("+json")
-        || essence.ends_with("+xml")
-        || matches!(
-            essence.as_str(),
-            "application/json"
-                | "application/x-ndjson"
-                | "application/jsonl"
-                | "application/xml"
-                | "application/yaml"
-                | "application/x-yaml"
-                | "application/toml"
-                | "application/javascript"
-                | "application/x-sh"
-                | "application/sql"
-        )
+    content::read_confined(root, rel, &WORKSPACE).await
 }
 
 // ---------------------------------------------------------------------------
@@ -498,27 +342,6 @@ async fn readable_id(
     Ok(readable(host, principal, &id).await?.map(|r| r.id))
 }
 
-/// `-32002`, as the MCP specification prescribes for a resource that is
-/// not there; also for one the caller may not read.
-fn not_found(raw: &str, why: &str) -> ErrorData {
-    let shown: String = raw.chars().take(200).collect();
-    ErrorData::resource_not_found(
-        format!("resource not found: {shown}: {why}"),
-        Some(json!({ "uri": shown })),
-    )
-}
-
-fn too_large(raw: &str, instead: &str) -> ErrorData {
-    ErrorData::invalid_params(
-        format!(
-            "resource {} is larger than the {} MiB a read returns; {instead}",
-            raw.chars().take(200).collect::<String>(),
-            MAX_READ_BYTES / (1024 * 1024)
-        ),
-        None,
-    )
-}
-
 fn host_error(e: HostError, raw: &str, missing: &str) -> ErrorData {
     match e {
         HostError::SessionNotFound(_) | HostError::Forbidden(_) => not_found(raw, missing),
@@ -531,12 +354,6 @@ fn store_error(e: StoreError, raw: &str, missing: &str) -> ErrorData {
         StoreError::Invalid { .. } | StoreError::SessionNotFound(_) => not_found(raw, missing),
         other => internal(raw, &other),
     }
-}
-
-/// A failure of ours: the details go to the log, not to the client.
-fn internal(raw: &str, e: &dyn std::fmt::Display) -> ErrorData {
-    tracing::warn!(uri = %raw.chars().take(200).collect::<String>(), error = %e, "mcp resource read failed");
-    ErrorData::internal_error("failed to read the resource", None)
 }
 
 #[cfg(test)]
@@ -622,25 +439,5 @@ mod tests {
         assert!(workspace_entries(&root, "../").await.is_empty());
         assert!(workspace_entries(&root, "/etc/").await.is_empty());
         assert!(workspace_entries(&root, "missing/").await.is_empty());
-    }
-
-    #[test]
-    fn text_types_are_text_and_the_rest_is_base64() {
-        let wire = |c: ResourceContents| serde_json::to_value(c).unwrap();
-        let text = wire(contents(
-            "u",
-            "text/markdown; charset=utf-8",
-            b"# Hi".to_vec(),
-        ));
-        assert_eq!(text["text"], "# Hi");
-        assert_eq!(text["mimeType"], "text/markdown; charset=utf-8");
-        let json = wire(contents("u", "application/vnd.api+json", b"{}".to_vec()));
-        assert_eq!(json["text"], "{}");
-        let png = wire(contents("u", "image/png", vec![0x89, 0x50, 0x4e, 0x47]));
-        assert_eq!(png["blob"], "iVBORw==");
-        assert!(png.get("text").is_none());
-        // A text type whose bytes are not UTF-8 still arrives intact.
-        let broken = wire(contents("u", "text/plain", vec![0xff]));
-        assert_eq!(broken["blob"], "/w==");
     }
 }

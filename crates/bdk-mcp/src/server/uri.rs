@@ -72,7 +72,9 @@ pub(crate) fn parse(uri: &str) -> Result<ResourceUri, Refused> {
         return Err(Refused("the URI is too long"));
     }
     let Some(rest) = uri.strip_prefix(PREFIX) else {
-        return Err(Refused("resource URIs start with bdk://sessions/"));
+        return Err(Refused(
+            "the agent declares no such resource, and session resources start with bdk://sessions/",
+        ));
     };
     let (session, tail) = rest.split_once('/').unwrap_or((rest, ""));
     let session = SessionId::parse(session).ok_or(Refused("not a session id"))?;

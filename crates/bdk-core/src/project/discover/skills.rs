@@ -1,6 +1,8 @@
 //! `skills/`: flat `<name>.md`, packaged `<name>/SKILL.md` with sibling
 //! files, and generated `<name>.toml`. Each may declare `arguments`
-//! (`skill_arguments.rs`) for clients that ask for it as an MCP prompt.
+//! (`skill_arguments.rs`) for clients that ask for it as an MCP prompt, and
+//! a packaged or generated one `attachments` (`skill_attachments.rs`), the
+//! bundled files that prompt carries.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::frontmatter;
 use super::skill_arguments;
+use super::skill_attachments;
 use super::util::{
     Diags, Fields, Kind, is_safe_relpath, is_slug, list_dir, read_bytes, read_text, read_toml,
     report_other, toml_to_json,
@@ -18,7 +21,13 @@ use crate::project::{Skill, SkillForm};
 /// Largest sibling file a packaged skill may carry.
 const MAX_SKILL_FILE_BYTES: u64 = 1024 * 1024;
 
-const GENERATED_KEYS: &[&str] = &["description", "markdown", "files", "arguments"];
+const GENERATED_KEYS: &[&str] = &[
+    "description",
+    "markdown",
+    "files",
+    "arguments",
+    "attachments",
+];
 
 /// Discovers the skills in `dir`, sorted by name.
 pub(crate) fn discover(d: &mut Diags, dir: &Path) -> Vec<Skill> {
@@ -138,6 +147,13 @@ fn flat(d: &mut Diags, path: &Path, name: String) -> Option<Skill> {
         }
     };
     let arguments = skill_arguments::read(d, path, fm.data.get("arguments"))?;
+    let attachments = skill_attachments::read(
+        d,
+        path,
+        SkillForm::Flat,
+        fm.data.get("attachments"),
+        &BTreeMap::new(),
+    )?;
     Some(Skill {
         name,
         description,
@@ -146,6 +162,7 @@ fn flat(d: &mut Diags, path: &Path, name: String) -> Option<Skill> {
         path: path.to_owned(),
         files: BTreeMap::new(),
         arguments,
+        attachments,
     })
 }
 
@@ -182,6 +199,13 @@ fn packaged(d: &mut Diags, dir: &Path, name: String) -> Option<Skill> {
         return None;
     };
     let arguments = skill_arguments::read(d, &skill_md, fm.data.get("arguments"));
+    let attachments = skill_attachments::read(
+        d,
+        &skill_md,
+        SkillForm::Packaged,
+        fm.data.get("attachments"),
+        &files,
+    );
     if d.error_count() > errors_before {
         return None;
     }
@@ -193,6 +217,7 @@ fn packaged(d: &mut Diags, dir: &Path, name: String) -> Option<Skill> {
         path: skill_md,
         files,
         arguments: arguments?,
+        attachments: attachments?,
     })
 }
 
@@ -266,6 +291,13 @@ fn generated(d: &mut Diags, path: &Path, name: String) -> Option<Skill> {
     }
     let arguments =
         skill_arguments::read(d, path, table.get("arguments").map(toml_to_json).as_ref());
+    let attachments = skill_attachments::read(
+        d,
+        path,
+        SkillForm::Generated,
+        table.get("attachments").map(toml_to_json).as_ref(),
+        &files,
+    );
     if d.error_count() > errors_before {
         return None;
     }
@@ -277,5 +309,6 @@ fn generated(d: &mut Diags, path: &Path, name: String) -> Option<Skill> {
         path: path.to_owned(),
         files,
         arguments: arguments?,
+        attachments: attachments?,
     })
 }
