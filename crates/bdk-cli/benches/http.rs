@@ -54,6 +54,10 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+// Not `benches/load.rs`: cargo would take that for a benchmark program.
+#[path = "http/load.rs"]
+mod load;
+
 type BenchError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BenchError> = std::result::Result<T, E>;
 
@@ -64,16 +68,18 @@ type BenchFn = fn(&Env) -> Result<Vec<Bench>>;
 /// Every benchmark group, in report order. The memory figure comes first, so
 /// that memory freed by earlier groups cannot be reused by the sessions it
 /// counts and flatter the figure.
-const BENCHMARKS: &[BenchFn] = &[
-    idle_session_memory,
-    rested_session_memory,
-    session_start,
-    session_throughput,
-    tool_call_throughput,
-    stream_delivery,
-    stream_readers,
-    serve_ready,
-    tool_spawn,
+/// Each has a name for `--only`.
+const BENCHMARKS: &[(&str, BenchFn)] = &[
+    ("memory.idle", idle_session_memory),
+    ("memory.rested", rested_session_memory),
+    ("session.start", session_start),
+    ("session.throughput", session_throughput),
+    ("tool.throughput", tool_call_throughput),
+    ("stream.delivery", stream_delivery),
+    ("stream.readers", stream_readers),
+    ("serve.ready", serve_ready),
+    ("tool.spawn", tool_spawn),
+    ("turn.load", turn_load),
 ];
 
 /// Program runs timed by the spawn benchmark, per variant.
@@ -172,9 +178,17 @@ fn run_like_serve() {
 
 fn main() -> ExitCode {
     run_like_serve();
-    // `cargo bench` passes `--bench`; only `--quick` means anything here.
-    let quick = std::env::args().any(|a| a == "--quick");
-    match run(quick) {
+    // `cargo bench` passes `--bench`; only `--quick` and `--only GROUP`
+    // (repeatable: run just the groups named, e.g. `--only turn.load`) mean
+    // anything here.
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only: Vec<&str> = args
+        .windows(2)
+        .filter(|w| w[0] == "--only")
+        .map(|w| w[1].as_str())
+        .collect();
+    match run(quick, &only) {
         Ok(report) => {
             println!("{report}");
             ExitCode::SUCCESS
@@ -186,7 +200,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(quick: bool) -> Result<Value> {
+fn run(quick: bool, only: &[&str]) -> Result<Value> {
+    if let Some(unknown) = only
+        .iter()
+        .find(|o| !BENCHMARKS.iter().any(|(name, _)| name == *o))
+    {
+        let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();
+        return Err(format!(
+            "no benchmark group `{unknown}` (groups: {})",
+            names.join(", ")
+        )
+        .into());
+    }
     bdk_models::net::install_crypto_provider();
     let env = Env {
         runtime: tokio::runtime::Builder::new_multi_thread()
@@ -196,7 +221,10 @@ fn run(quick: bool) -> Result<Value> {
         quick,
     };
     let mut benchmarks = Vec::new();
-    for group in BENCHMARKS {
+    for (name, group) in BENCHMARKS {
+        if !only.is_empty() && !only.contains(name) {
+            continue;
+        }
         for bench in group(&env)? {
             eprintln!("{}", bench.summary());
             benchmarks.push(bench.to_json());
@@ -1045,4 +1073,12 @@ fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
         out.push(bench);
     }
     Ok(out)
+}
+
+/// `turn.load.*`: the full turn loop against the real `bdk serve` at 1, 8
+/// and 32 connections (see `http/load.rs`).
+fn turn_load(env: &Env) -> Result<Vec<Bench>> {
+    let dir = env.dir("load");
+    std::fs::create_dir_all(&dir)?;
+    load::run(&env.runtime, &dir, env.quick)
 }

@@ -1,0 +1,529 @@
+//! `turn.load.*`: the whole turn loop under load, against the real `bdk
+//! serve` in its own process, so its CPU can be read off `/proc`.
+//!
+//! The agent's model is a fake OpenAI-compatible server in this process
+//! (a few hundred lines of HTTP/1.1 with keep-alive, answering from
+//! prebuilt bytes, so it costs the server nothing to wait on): the first
+//! step of every turn calls the `echo` tool, the second answers. `echo` is
+//! a compiled program (`cat`: it prints the request it is given), run as
+//! every command tool is, sandboxed. Each turn is what a client does:
+//! `POST /v1/session` with a message, then the session's stream until
+//! `session.waiting`. The driver is this process's tokio runtime and one
+//! pooled HTTP client; at 1, 8 and 32 connections it reports turns per
+//! second, latency percentiles, and the server's CPU per turn, user and
+//! system, tool children included (`/proc/<pid>/stat`: `utime`, `stime`,
+//! `cutime`, `cstime`). Where `strace` is on the machine, one more
+//! sequential run is traced (`strace -f -c`) for the system calls per turn.
+//!
+//! It names nothing of the program around it: the caller passes a runtime,
+//! a scratch directory and whether the run is quick.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bdk_bench::{Bench, millis, percentile};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Runtime;
+use tokio::task::JoinSet;
+
+type BenchError = Box<dyn std::error::Error + Send + Sync>;
+type Result<T, E = BenchError> = std::result::Result<T, E>;
+
+/// Turns per concurrency level (before warm-up), full runs.
+const LEVELS: [(usize, usize); 3] = [(1, 300), (8, 1_000), (32, 2_000)];
+/// Turns run before each level's measured ones.
+const WARMUP: usize = 20;
+/// Sequential turns traced for the system-call count.
+const TRACED_TURNS: usize = 100;
+/// The longest any one step of a turn may take before the run fails.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The issue's targets (2-core machine, fake model at 0 ms, compiled tool).
+const CPU_PER_TURN_MAX_MS: f64 = 1.0;
+const SEQUENTIAL_P50_MAX_MS: f64 = 2.0;
+const TURNS_PER_SECOND_AT_32_MIN: f64 = 1_000.0;
+
+/// Runs the load benchmarks.
+pub(crate) fn run(runtime: &Runtime, dir: &Path, quick: bool) -> Result<Vec<Bench>> {
+    runtime.block_on(async {
+        let model = FakeModel::start().await?;
+        let project = write_agent(dir, model.port)?;
+        let server = Server::start(&project, &dir.join("state")).await?;
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .timeout(DEADLINE)
+            .build()?;
+        let mut out = Vec::new();
+        for (connections, turns) in LEVELS {
+            let turns = if quick { (turns / 10).max(20) } else { turns };
+            drive(&http, &server.base, WARMUP.min(turns), connections).await?;
+            let before = server.cpu()?;
+            let (wall, mut latencies) = drive(&http, &server.base, turns, connections).await?;
+            let cpu = server.cpu()?.since(&before);
+            out.extend(level_benches(
+                connections,
+                turns,
+                wall,
+                &mut latencies,
+                &cpu,
+            ));
+        }
+        out.push(syscalls(&http, &server, if quick { 20 } else { TRACED_TURNS }).await?);
+        server.stop().await;
+        Ok(out)
+    })
+}
+
+fn level_benches(
+    connections: usize,
+    turns: usize,
+    wall: Duration,
+    latencies: &mut [Duration],
+    cpu: &Cpu,
+) -> Vec<Bench> {
+    latencies.sort_unstable();
+    let per_turn = |ticks: u64| cpu.ms(ticks) / turns as f64;
+    let rate = turns as f64 / wall.as_secs_f64();
+    let (rate_target, p50_target, cpu_target) = match connections {
+        1 => (
+            json!({}),
+            json!({ "p50": { "max": SEQUENTIAL_P50_MAX_MS } }),
+            json!({ "total": { "max": CPU_PER_TURN_MAX_MS } }),
+        ),
+        32 => (
+            json!({ "value": { "min": TURNS_PER_SECOND_AT_32_MIN } }),
+            json!({}),
+            json!({}),
+        ),
+        _ => (json!({}), json!({}), json!({})),
+    };
+    let round = |v: f64| (v * 1000.0).round() / 1000.0;
+    vec![
+        Bench::throughput(
+            format!("turn.load.c{connections}.turns_per_s"),
+            "turns/s",
+            turns,
+            rate,
+            rate_target,
+        ),
+        Bench::new(
+            format!("turn.load.c{connections}.latency"),
+            "ms",
+            turns,
+            json!({
+                "p50": millis(percentile(latencies, 50)),
+                "p90": millis(percentile(latencies, 90)),
+                "p99": millis(percentile(latencies, 99)),
+            }),
+            p50_target,
+        ),
+        Bench::new(
+            format!("turn.load.c{connections}.server_cpu_per_turn"),
+            "ms",
+            turns,
+            json!({
+                "total": round(per_turn(cpu.user + cpu.system + cpu.children_user + cpu.children_system)),
+                "user": round(per_turn(cpu.user)),
+                "system": round(per_turn(cpu.system)),
+                "toolUser": round(per_turn(cpu.children_user)),
+                "toolSystem": round(per_turn(cpu.children_system)),
+            }),
+            cpu_target,
+        ),
+    ]
+}
+
+/// Runs `turns` turns on `connections` concurrent clients: the wall time
+/// and each turn's latency.
+async fn drive(
+    http: &reqwest::Client,
+    base: &str,
+    turns: usize,
+    connections: usize,
+) -> Result<(Duration, Vec<Duration>)> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = JoinSet::new();
+    for _ in 0..connections {
+        let next = Arc::clone(&next);
+        let http = http.clone();
+        let base = base.to_owned();
+        workers.spawn(async move {
+            let mut latencies = Vec::new();
+            while next.fetch_add(1, Ordering::Relaxed) < turns {
+                let t = Instant::now();
+                turn(&http, &base).await?;
+                latencies.push(t.elapsed());
+            }
+            Ok::<_, BenchError>(latencies)
+        });
+    }
+    let mut all = Vec::with_capacity(turns);
+    while let Some(done) = workers.join_next().await {
+        all.extend(done??);
+    }
+    Ok((started.elapsed(), all))
+}
+
+/// One turn as a client runs it: start a session with a message, then read
+/// its stream until the session waits again.
+async fn turn(http: &reqwest::Client, base: &str) -> Result<()> {
+    let resp = http
+        .post(format!("{base}/v1/session"))
+        .json(&json!({ "message": "echo hi" }))
+        .send()
+        .await?;
+    if !resp.status().is_success() {
+        return Err(format!("POST /v1/session answered {}", resp.status()).into());
+    }
+    let started: Value = resp.json().await?;
+    let id = started["sessionId"]
+        .as_str()
+        .ok_or("the start answer has no sessionId")?;
+    let mut stream = http
+        .get(format!("{base}/v1/session/{id}/stream?startIndex=0"))
+        .send()
+        .await?;
+    if !stream.status().is_success() {
+        return Err(format!("the stream of {id} answered {}", stream.status()).into());
+    }
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            if line.windows(17).any(|w| w == b"\"session.waiting\"") {
+                return Ok(());
+            }
+            if line.windows(13).any(|w| w == b"\"turn.failed\"") {
+                return Err(
+                    format!("a turn failed: {}", String::from_utf8_lossy(&line).trim()).into(),
+                );
+            }
+        }
+        match stream.chunk().await? {
+            Some(chunk) => buf.extend_from_slice(&chunk),
+            None => {
+                return Err(format!("the stream of {id} ended before the session waited").into());
+            }
+        }
+    }
+}
+
+/// `turn.load.syscalls_per_turn`: `strace -f -c` attached to the server
+/// for a sequential run; `null` where strace is missing or not allowed.
+async fn syscalls(http: &reqwest::Client, server: &Server, turns: usize) -> Result<Bench> {
+    let name = "turn.load.syscalls_per_turn";
+    let Some(strace) = which("strace") else {
+        return Ok(Bench::new(
+            name,
+            "calls",
+            0,
+            json!({ "value": null, "why": "strace is not installed" }),
+            json!({}),
+        ));
+    };
+    let out = server.dir.join("strace.txt");
+    let mut tracer = tokio::process::Command::new(strace)
+        .args(["-f", "-c", "-o"])
+        .arg(&out)
+        .arg("-p")
+        .arg(server.pid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut said = tokio::io::BufReader::new(tracer.stderr.take().ok_or("no stderr pipe")?).lines();
+    // strace says "attached" once per thread; the first means it runs.
+    let attached = tokio::time::timeout(Duration::from_secs(5), said.next_line()).await;
+    if !matches!(attached, Ok(Ok(Some(_)))) {
+        let _ = tracer.kill().await;
+        return Ok(Bench::new(
+            name,
+            "calls",
+            0,
+            json!({ "value": null, "why": "strace could not attach" }),
+            json!({}),
+        ));
+    }
+    // The rest of the threads attach within moments.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drive(http, &server.base, turns, 1).await?;
+    // SIGINT detaches strace, which then writes its summary.
+    let tracer_pid = tracer.id().ok_or("strace exited early")?;
+    tokio::process::Command::new("kill")
+        .args(["-INT", &tracer_pid.to_string()])
+        .status()
+        .await?;
+    tokio::time::timeout(DEADLINE, tracer.wait()).await??;
+    drop(said);
+    let summary = std::fs::read_to_string(&out)?;
+    let total = summary
+        .lines()
+        .find(|l| l.trim_end().ends_with("total"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|calls| calls.parse::<f64>().ok())
+        .ok_or_else(|| format!("no total in strace's summary:\n{summary}"))?;
+    let mut top: Vec<(String, f64)> = summary
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // % time, seconds, usecs/call, calls, [errors,] syscall
+            let calls = f.get(3)?.parse::<f64>().ok()?;
+            let call = f.last()?;
+            (*call != "total").then(|| (call.to_string(), calls))
+        })
+        .collect();
+    top.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let per_call: serde_json::Map<String, Value> = top
+        .into_iter()
+        .take(12)
+        .map(|(call, n)| (call, json!((n / turns as f64 * 10.0).round() / 10.0)))
+        .collect();
+    Ok(Bench::new(
+        name,
+        "calls",
+        turns,
+        json!({ "value": (total / turns as f64).round(), "byCall": per_call }),
+        json!({}),
+    ))
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(program))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// The agent: the fake model, and `echo` as a compiled command tool.
+fn write_agent(dir: &Path, model_port: u16) -> Result<PathBuf> {
+    let project = dir.join("load");
+    let agent = project.join("agent");
+    std::fs::create_dir_all(agent.join("tools"))?;
+    std::fs::write(
+        agent.join("agent.toml"),
+        format!(
+            "name = \"load\"\nmodel = \"openai-compatible/bench\"\n\n[provider]\nbase_url = \"http://127.0.0.1:{model_port}/v1\"\n"
+        ),
+    )?;
+    std::fs::write(
+        agent.join("instructions.md"),
+        "Echo what you are asked to.\n",
+    )?;
+    std::fs::write(
+        agent.join("tools/echo.toml"),
+        "description = \"Echoes its request.\"\neffect = \"read\"\ncommand = [\"cat\"]\n\n[input_schema]\ntype = \"object\"\nproperties = { text = { type = \"string\" } }\n",
+    )?;
+    Ok(project)
+}
+
+/// CPU time of the server, in clock ticks.
+#[derive(Clone, Copy, Debug)]
+struct Cpu {
+    user: u64,
+    system: u64,
+    children_user: u64,
+    children_system: u64,
+    ticks_per_second: u64,
+}
+
+impl Cpu {
+    fn since(&self, before: &Cpu) -> Cpu {
+        Cpu {
+            user: self.user - before.user,
+            system: self.system - before.system,
+            children_user: self.children_user - before.children_user,
+            children_system: self.children_system - before.children_system,
+            ticks_per_second: self.ticks_per_second,
+        }
+    }
+
+    fn ms(&self, ticks: u64) -> f64 {
+        ticks as f64 * 1000.0 / self.ticks_per_second as f64
+    }
+}
+
+/// `bdk serve` in its own process.
+struct Server {
+    child: tokio::process::Child,
+    pid: u32,
+    base: String,
+    dir: PathBuf,
+    /// Kept open: a closed pipe would fail the server's later prints.
+    _stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Server {
+    async fn start(project: &Path, state_root: &Path) -> Result<Server> {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bdk"))
+            .arg("serve")
+            .arg(project)
+            .args(["--port", "0", "--state-root"])
+            .arg(state_root)
+            .env_remove("BDK_STATE_ROOT")
+            .env_remove("BDK_BEARER_TOKEN")
+            .env_remove("BDK_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let pid = child.id().ok_or("bdk serve exited at once")?;
+        let mut stdout =
+            tokio::io::BufReader::new(child.stdout.take().ok_or("no stdout pipe")?).lines();
+        let first = tokio::time::timeout(DEADLINE, stdout.next_line())
+            .await??
+            .ok_or("bdk serve exited before printing its address")?;
+        if !first.starts_with("listening on ") {
+            return Err(format!("unexpected first line from bdk serve: {first}").into());
+        }
+        // Then `  <agent>: <url>/v1`: the agent's API under its slug.
+        let line = tokio::time::timeout(DEADLINE, stdout.next_line())
+            .await??
+            .ok_or("bdk serve exited before naming its agent")?;
+        let base = line
+            .split_whitespace()
+            .last()
+            .and_then(|url| url.strip_suffix("/v1"))
+            .ok_or_else(|| format!("unexpected agent line from bdk serve: {line}"))?
+            .to_owned();
+        Ok(Server {
+            child,
+            pid,
+            base,
+            dir: state_root.parent().unwrap_or(state_root).to_path_buf(),
+            _stdout: stdout,
+        })
+    }
+
+    fn cpu(&self) -> Result<Cpu> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        // The command name may hold spaces: fields start after its `)`.
+        let rest = stat.rsplit_once(')').ok_or("unreadable /proc stat")?.1;
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .skip(11)
+            .take(4)
+            .map(str::parse)
+            .collect::<Result<_, _>>()?;
+        Ok(Cpu {
+            user: f[0],
+            system: f[1],
+            children_user: f[2],
+            children_system: f[3],
+            ticks_per_second: rustix::param::clock_ticks_per_second(),
+        })
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}
+
+/// The fake model: every request whose last message is a tool result gets
+/// the answer, every other the call of `echo`, both streamed as OpenAI's
+/// chat completions stream them.
+struct FakeModel {
+    port: u16,
+}
+
+impl FakeModel {
+    async fn start() -> Result<FakeModel> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let call: Arc<[u8]> = response(&[
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [
+                {"index": 0, "id": "call_1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"hi\"}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 8}}),
+        ])
+        .into();
+        let answer: Arc<[u8]> = response(&[
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi"}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 60, "completion_tokens": 1}}),
+        ])
+        .into();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let (call, answer) = (Arc::clone(&call), Arc::clone(&answer));
+                tokio::spawn(async move {
+                    let _ = serve_connection(socket, &call, &answer).await;
+                });
+            }
+        });
+        Ok(FakeModel { port })
+    }
+}
+
+/// A complete HTTP response carrying `chunks` as a server-sent event stream.
+fn response(chunks: &[Value]) -> Vec<u8> {
+    let mut body = String::new();
+    for c in chunks {
+        body.push_str(&format!("data: {c}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    let mut out = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// Answers the requests of one keep-alive connection in order.
+async fn serve_connection(mut socket: TcpStream, call: &[u8], answer: &[u8]) -> Result<()> {
+    socket.set_nodelay(true)?;
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    loop {
+        let head_end = loop {
+            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p + 4;
+            }
+            if socket.read_buf(&mut buf).await? == 0 {
+                return Ok(());
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map(|v| v.trim().parse())
+            .transpose()?
+            .unwrap_or(0);
+        while buf.len() < head_end + length {
+            if socket.read_buf(&mut buf).await? == 0 {
+                return Ok(());
+            }
+        }
+        let body = &buf[head_end..head_end + length];
+        let reply = if last_role_is_tool(body) {
+            answer
+        } else {
+            call
+        };
+        socket.write_all(reply).await?;
+        buf.drain(..head_end + length);
+    }
+}
+
+/// True when the last `"role":` of the request body is `"tool"`.
+fn last_role_is_tool(body: &[u8]) -> bool {
+    const ROLE: &[u8] = b"\"role\":\"";
+    body.windows(ROLE.len())
+        .rposition(|w| w == ROLE)
+        .is_some_and(|at| body[at + ROLE.len()..].starts_with(b"tool\""))
+}
