@@ -696,3 +696,53 @@ fn log_line(connection: &str, line: &[u8]) {
         tracing::debug!(connection = %connection, stderr = %line, "MCP server stderr");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn result(wire: Value) -> CallToolResult {
+        serde_json::from_value(wire).expect("a CallToolResult")
+    }
+
+    #[test]
+    fn one_text_block_is_a_plain_result_and_more_keeps_the_blocks() {
+        let out = to_output(
+            "t",
+            result(json!({"content": [{"type": "text", "text": "hi"}]})),
+        );
+        assert_eq!(out, ToolOutput::ok("hi"));
+        let out = to_output(
+            "t",
+            result(
+                json!({"content": [{"type": "text", "text": "{}"}], "structuredContent": {"n": 1}}),
+            ),
+        );
+        assert_eq!(out, ToolOutput::ok(json!({"n": 1})));
+
+        let wire = json!({"content": [
+            {"type": "text", "text": "a"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+        ]});
+        let out = to_output("t", result(wire.clone()));
+        assert_eq!(out.content, json!("a\n[image: image/png, 3 bytes]"));
+        assert_eq!(Value::Array(out.blocks), wire["content"]);
+    }
+
+    #[test]
+    fn blocks_that_are_not_valid_mcp_reach_the_model_as_json() {
+        // rmcp does not check base64; the runtime does, and keeps what it
+        // cannot vouch for out of the blocks callers and providers get.
+        let out = to_output(
+            "t",
+            result(json!({"content": [
+                {"type": "text", "text": "a"},
+                {"type": "image", "data": "not base64!", "mimeType": "image/png"},
+            ]})),
+        );
+        assert!(out.blocks.is_empty());
+        assert_eq!(out.content[1]["data"], "not base64!");
+        assert!(!out.is_error);
+    }
+}

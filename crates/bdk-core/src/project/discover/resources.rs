@@ -213,16 +213,7 @@ fn resource(d: &mut Diags, e: &Fields<'_>, agent_dir: &Path) -> Option<AgentReso
             "declare a template as a `[[templates]]` section",
         );
     }
-    for key in ["uri", "file"] {
-        if !e.has(key) {
-            let k = e.key(key);
-            d.error(
-                e.path,
-                format!("missing `{k}`"),
-                format!("add `{key} = \"...\"`"),
-            );
-        }
-    }
+    e.require(d, &["uri", "file"]);
     let uri = e
         .nonempty_string(d, "uri")
         .and_then(|uri| match check_uri(&uri) {
@@ -342,16 +333,7 @@ fn template(d: &mut Diags, e: &Fields<'_>, tools: &Tools<'_>) -> Option<AgentRes
             "declare a fixed resource as a `[[resources]]` section; a template names `uri_template` and `tool`",
         );
     }
-    for key in ["uri_template", "tool"] {
-        if !e.has(key) {
-            let k = e.key(key);
-            d.error(
-                e.path,
-                format!("missing `{k}`"),
-                format!("add `{key} = \"...\"`"),
-            );
-        }
-    }
+    e.require(d, &["uri_template", "tool"]);
     let uri_template = e
         .nonempty_string(d, "uri_template")
         .and_then(|raw| match UriTemplate::parse(&raw) {

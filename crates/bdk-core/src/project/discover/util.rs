@@ -408,6 +408,20 @@ impl<'a> Fields<'a> {
         format!("{}{key}", self.prefix)
     }
 
+    /// An error for each of `keys` the table lacks, whose fix shows the key
+    /// with a string value.
+    pub(crate) fn require(&self, d: &mut Diags, keys: &[&str]) {
+        for key in keys {
+            if !self.has(key) {
+                d.error(
+                    self.path,
+                    format!("missing `{}`", self.key(key)),
+                    format!("add `{key} = \"...\"`"),
+                );
+            }
+        }
+    }
+
     fn wrong_type(&self, d: &mut Diags, key: &str, want: &str, example: &str, found: &toml::Value) {
         let k = self.key(key);
         d.error(
