@@ -13,7 +13,11 @@
 //! second, latency percentiles, and the server's CPU per turn, user and
 //! system, tool children included (`/proc/<pid>/stat`: `utime`, `stime`,
 //! `cutime`, `cstime`). Where `strace` is on the machine, one more
-//! sequential run is traced (`strace -f -c`) for the system calls per turn.
+//! sequential run is traced (`strace -f -c`) for the system calls per turn;
+//! where `valgrind` is, two short sequential runs of a server under
+//! callgrind give its user-space instructions per turn (the difference
+//! between the runs, so startup cancels out): a figure that does not move
+//! with the machine's noise.
 //!
 //! It names nothing of the program around it: the caller passes a runtime,
 //! a scratch directory and whether the run is quick.
@@ -40,6 +44,8 @@ const LEVELS: [(usize, usize); 3] = [(1, 300), (8, 1_000), (32, 2_000)];
 const WARMUP: usize = 20;
 /// Sequential turns traced for the system-call count.
 const TRACED_TURNS: usize = 100;
+/// Sequential turns of the two callgrind runs (startup cancels out).
+const COUNTED_TURNS: (usize, usize) = (5, 25);
 /// The longest any one step of a turn may take before the run fails.
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -53,7 +59,7 @@ pub(crate) fn run(runtime: &Runtime, dir: &Path, quick: bool) -> Result<Vec<Benc
     runtime.block_on(async {
         let model = FakeModel::start().await?;
         let project = write_agent(dir, model.port)?;
-        let server = Server::start(&project, &dir.join("state")).await?;
+        let server = Server::start(&project, &dir.join("state"), None).await?;
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(64)
             .timeout(DEADLINE)
@@ -75,6 +81,8 @@ pub(crate) fn run(runtime: &Runtime, dir: &Path, quick: bool) -> Result<Vec<Benc
         }
         out.push(syscalls(&http, &server, if quick { 20 } else { TRACED_TURNS }).await?);
         server.stop().await;
+        let counted = if quick { (2, 6) } else { COUNTED_TURNS };
+        out.push(instructions(&http, &project, dir, counted).await?);
         Ok(out)
     })
 }
@@ -294,6 +302,65 @@ async fn syscalls(http: &reqwest::Client, server: &Server, turns: usize) -> Resu
     ))
 }
 
+/// `turn.load.instructions_per_turn`: the server's user-space
+/// instructions per turn under callgrind (its tool children not counted);
+/// `null` where valgrind is missing.
+async fn instructions(
+    http: &reqwest::Client,
+    project: &Path,
+    dir: &Path,
+    (few, many): (usize, usize),
+) -> Result<Bench> {
+    let name = "turn.load.instructions_per_turn";
+    let Some(valgrind) = which("valgrind") else {
+        return Ok(Bench::new(
+            name,
+            "instructions",
+            0,
+            json!({ "value": null, "why": "valgrind is not installed" }),
+            json!({}),
+        ));
+    };
+    // Without `GLIBC_TUNABLES`, `bdk serve` re-executes itself to set it,
+    // and callgrind would count a process that does nothing. This program
+    // runs with it set (see `run_like_serve`), and the server inherits it.
+    if std::env::var_os("GLIBC_TUNABLES").is_none() {
+        return Err("GLIBC_TUNABLES is unset: the counted server would re-execute itself".into());
+    }
+    let mut totals = Vec::new();
+    for (run, turns) in [few, many].into_iter().enumerate() {
+        let out = dir.join(format!("callgrind-{run}.out"));
+        let wrapper = vec![
+            valgrind.clone().into_os_string(),
+            "--tool=callgrind".into(),
+            format!("--callgrind-out-file={}", out.display()).into(),
+        ];
+        let server = Server::start(
+            project,
+            &dir.join(format!("counted-state-{run}")),
+            Some(wrapper),
+        )
+        .await?;
+        drive(http, &server.base, turns, 1).await?;
+        server.interrupt().await?;
+        let written = std::fs::read_to_string(&out)?;
+        let total = written
+            .lines()
+            .find_map(|l| l.strip_prefix("totals:"))
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .ok_or_else(|| format!("no totals in {}", out.display()))?;
+        totals.push(total);
+    }
+    let per_turn = (totals[1] - totals[0]) / (many - few) as f64;
+    Ok(Bench::new(
+        name,
+        "instructions",
+        many - few,
+        json!({ "value": per_turn.round() }),
+        json!({}),
+    ))
+}
+
 fn which(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")
         .map(|p| {
@@ -365,8 +432,18 @@ struct Server {
 }
 
 impl Server {
-    async fn start(project: &Path, state_root: &Path) -> Result<Server> {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bdk"))
+    /// Starts `bdk serve`, under `wrapper` (a program and its arguments,
+    /// e.g. valgrind) when given.
+    async fn start(
+        project: &Path,
+        state_root: &Path,
+        wrapper: Option<Vec<std::ffi::OsString>>,
+    ) -> Result<Server> {
+        let bdk = std::ffi::OsString::from(env!("CARGO_BIN_EXE_bdk"));
+        let mut argv = wrapper.unwrap_or_default();
+        argv.push(bdk);
+        let mut child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
             .arg("serve")
             .arg(project)
             .args(["--port", "0", "--state-root"])
@@ -429,6 +506,25 @@ impl Server {
     async fn stop(mut self) {
         let _ = self.child.start_kill();
         let _ = self.child.wait().await;
+    }
+
+    /// Stops the server as Ctrl-C does and waits for it to exit, so that a
+    /// wrapper such as callgrind writes its output.
+    async fn interrupt(mut self) -> Result<()> {
+        tokio::process::Command::new("kill")
+            .args(["-INT", &self.pid.to_string()])
+            .status()
+            .await?;
+        match tokio::time::timeout(Duration::from_secs(120), self.child.wait()).await {
+            Ok(status) => {
+                status?;
+                Ok(())
+            }
+            Err(_) => {
+                let _ = self.child.start_kill();
+                Err("the server did not exit within 120 s of SIGINT".into())
+            }
+        }
     }
 }
 
