@@ -1015,27 +1015,36 @@ async fn ready_once(http: &reqwest::Client, project: &Path, state_root: &Path) -
     })
 }
 
-/// `tool.spawn.plain` and `tool.spawn.sandboxed`: one run of `/bin/true`
-/// through the host's program runner, without and with the tool sandbox
-/// (the release `bdk` as launcher: two extra execs, a PID namespace,
-/// Landlock), start to reaped. The difference is what the sandbox costs a
-/// tool call; a Python tool pays 20-200 ms of interpreter start on top.
+/// `tool.spawn.plain`, `tool.spawn.sandboxed` and
+/// `tool.spawn.sandboxed_by_bdk`: one run of `/bin/true` through the host's
+/// program runner, without and with the tool sandbox (one extra exec of the
+/// launcher, a fork into a PID namespace, Landlock), start to reaped. The
+/// sandboxed run uses the small `bdk-launcher`, as `bdk serve` does when it
+/// is installed beside `bdk`; the last one uses `bdk` itself as launcher,
+/// the fallback. The differences are what the sandbox and the launcher's
+/// size cost a tool call; a Python tool pays 20-200 ms of interpreter start
+/// on top.
 fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
     use bdk_core::containment::{Containment, Program, ProgramEnd, Sandbox};
     let count = env.count(SPAWNS);
     let dir = env.dir("spawn");
     std::fs::create_dir_all(dir.join("state"))?;
-    let sandbox = Sandbox::builder(env!("CARGO_BIN_EXE_bdk"))
-        .protect(dir.join("state"))
-        .build();
-    let support = sandbox
-        .probe()
-        .map_err(|e| BenchError::from(e.to_string()))?;
+    let sandbox = |launcher: &str| {
+        Sandbox::builder(launcher)
+            .protect(dir.join("state"))
+            .build()
+    };
+    let small = sandbox(env!("CARGO_BIN_EXE_bdk-launcher"));
+    let support = small.probe().map_err(|e| BenchError::from(e.to_string()))?;
     let variants = [
         ("tool.spawn.plain", Containment::default()),
         (
             "tool.spawn.sandboxed",
-            Containment::new(Some(sandbox), Default::default()),
+            Containment::new(Some(small), Default::default()),
+        ),
+        (
+            "tool.spawn.sandboxed_by_bdk",
+            Containment::new(Some(sandbox(env!("CARGO_BIN_EXE_bdk"))), Default::default()),
         ),
     ];
     let mut out = Vec::new();
@@ -1067,7 +1076,7 @@ fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
             Ok::<_, BenchError>(latencies)
         })?;
         let mut bench = Bench::latency_ms(name, &mut latencies, json!({}));
-        if name.ends_with("sandboxed") {
+        if name.contains("sandboxed") {
             bench.measured["complete"] = json!(support.is_complete());
         }
         out.push(bench);

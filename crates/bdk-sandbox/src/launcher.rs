@@ -2,15 +2,15 @@
 //! crate docs for why there are two).
 //!
 //! Stage 1 (`run`, `probe`) supervises from outside the PID namespace; stage
-//! 2 (`exec`, `probe-exec`) confines itself inside it and becomes the
-//! program. Both are short and single-threaded: they run before any runtime
-//! or thread of the host program starts, which is what makes `unshare` and
-//! blocking signals process-wide safe here.
+//! 2, a fork of stage 1, confines itself inside it and becomes the program.
+//! Both are short and single-threaded: they run before any runtime or thread
+//! of the host program starts, which is what makes `unshare`, blocking
+//! signals process-wide and running ordinary code after `fork` safe here.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::process::{Command, ExitCode};
 
 use landlock::{
     ABI, Access, AccessFs, BitFlags, LandlockStatus, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -18,19 +18,14 @@ use landlock::{
 };
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid};
 
-use crate::protocol::{
-    ERROR_PREFIX, EXEC_FAILED_PREFIX, LAUNCHER_ARG, LAUNCHER_FAILED, Spec, Support,
-};
+use crate::protocol::{ERROR_PREFIX, EXEC_FAILED_PREFIX, LAUNCHER_FAILED, Spec, Support};
 
 /// The newest Landlock ABI whose rights this launcher asks for. Older
 /// kernels silently grant less; [`Support`] says what held.
 const ABI_WANTED: ABI = ABI::V9;
-
-/// Rights Landlock accepts on a file (not a directory) rule.
-const FILE_RIGHTS: BitFlags<AccessFs> = make_bitflags!(AccessFs::{
-    ReadFile | WriteFile | Execute | Truncate | IoctlDev | ResolveUnix
-});
 
 /// The signals that stop a launched program (and `SIGCHLD`, its end).
 const WATCHED: [Signal; 5] = [
@@ -41,7 +36,8 @@ const WATCHED: [Signal; 5] = [
     Signal::SIGCHLD,
 ];
 
-/// The launcher's entry: `args` are the arguments after [`LAUNCHER_ARG`].
+/// The launcher's entry: `args` are the arguments after
+/// [`LAUNCHER_ARG`](crate::LAUNCHER_ARG).
 pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
     let mut args = args.into_iter();
     let stage = args.next();
@@ -54,17 +50,20 @@ pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
     };
     let rest: Vec<OsString> = args.collect();
     match stage.as_deref().and_then(OsStr::to_str) {
-        Some("run") => supervise(&spec, &spec_text, rest, false),
-        Some("probe") => supervise(&spec, &spec_text, Vec::new(), true),
-        Some("exec") => confine_and_exec(&spec, rest, false),
-        Some("probe-exec") => confine_and_exec(&spec, Vec::new(), true),
+        Some("run") => supervise(&spec, rest, false),
+        Some("probe") => supervise(&spec, Vec::new(), true),
         _ => fail("unknown launcher stage"),
     }
 }
 
 fn fail(message: &str) -> ExitCode {
+    ExitCode::from(failed(message))
+}
+
+/// Says why the launcher failed and returns its exit status.
+fn failed(message: &str) -> u8 {
     eprintln!("{ERROR_PREFIX}{message}");
-    ExitCode::from(LAUNCHER_FAILED as u8)
+    LAUNCHER_FAILED as u8
 }
 
 fn watched() -> SigSet {
@@ -75,12 +74,18 @@ fn watched() -> SigSet {
     set
 }
 
-/// Stage 1: make the PID namespace, start stage 2 as its first process,
+/// Stage 1: make the PID namespace, fork stage 2 as its first process,
 /// and take it down on a stop signal or when the server dies.
-fn supervise(spec: &Spec, spec_text: &OsStr, rest: Vec<OsString>, probe: bool) -> ExitCode {
+///
+/// Stage 2 is a `fork` of this process, not a new launcher: this process is
+/// single-threaded (it runs before the host program starts anything), so the
+/// child may run any code, and a second `exec` of the launcher binary (the
+/// whole `bdk` program, when `bdk` is the launcher) would cost more than
+/// everything else the sandbox does.
+fn supervise(spec: &Spec, rest: Vec<OsString>, probe: bool) -> ExitCode {
     // Block the stop signals first, so that from here on a stop waits for
     // the loop below instead of killing this process before it can take the
-    // namespace down. Stage 2 starts with an empty mask (std resets it).
+    // namespace down. Stage 2 unblocks them before anything else.
     let mask = watched();
     if let Err(e) = mask.thread_block() {
         return fail(&format!("cannot block signals: {e}"));
@@ -98,67 +103,72 @@ fn supervise(spec: &Spec, spec_text: &OsStr, rest: Vec<OsString>, probe: bool) -
         Ok(entered) => entered,
         Err(message) => return fail(&message),
     };
-    let mut command = Command::new("/proc/self/exe");
-    command
-        .arg(LAUNCHER_ARG)
-        .arg(if probe { "probe-exec" } else { "exec" })
-        .arg(spec_text)
-        .args(rest);
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let child = match fork_stage_two() {
+        Ok(ForkResult::Child) => {
+            let code = confine_and_exec(spec, rest, probe);
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            std::process::exit(i32::from(code));
+        }
+        Ok(ForkResult::Parent { child }) => child,
         Err(e) => return fail(&format!("cannot start the sandbox: {e}")),
     };
     loop {
         match mask.wait() {
-            Ok(Signal::SIGCHLD) => match child.try_wait() {
-                Ok(Some(status)) => return exit_like(status),
-                Ok(None) => {}
+            Ok(Signal::SIGCHLD) => match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(_, code)) => {
+                    return ExitCode::from(u8::try_from(code).unwrap_or(1));
+                }
+                Ok(WaitStatus::Signaled(_, signal, _)) => return die_like(signal),
+                Ok(_) => {}
                 Err(e) => {
-                    stop(&mut child, pid_namespace);
+                    stop(child, pid_namespace);
                     return fail(&format!("cannot wait for the program: {e}"));
                 }
             },
             Ok(_) => {
-                stop(&mut child, pid_namespace);
+                stop(child, pid_namespace);
                 return ExitCode::from(128 + 9);
             }
             Err(nix::errno::Errno::EINTR) => {}
             Err(e) => {
-                stop(&mut child, pid_namespace);
+                stop(child, pid_namespace);
                 return fail(&format!("cannot wait for signals: {e}"));
             }
         }
     }
 }
 
+/// Forks the process that becomes stage 2. The only unsafe code of the
+/// workspace (the crate's lints allow it here by name).
+#[allow(unsafe_code)]
+fn fork_stage_two() -> nix::Result<ForkResult> {
+    // SAFETY: `fork` is unsound only where another thread may hold a lock
+    // (the allocator's, stdout's) that the child then waits on forever. The
+    // launcher runs from `run_if_launcher`, which its binaries call first
+    // thing in `main`, before any thread or runtime exists, and it starts
+    // none; so this process has one thread and the child may run any code.
+    unsafe { nix::unistd::fork() }
+}
+
 /// Kills the program. In a PID namespace killing its first process kills
 /// every process in it; without one, the launcher's process group (which
 /// the caller made) is the best reach there is, and the launcher goes with
 /// it.
-fn stop(child: &mut Child, pid_namespace: bool) {
-    let _ = child.kill();
-    let _ = child.wait();
+fn stop(child: Pid, pid_namespace: bool) {
+    let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
+    let _ = waitpid(child, None);
     if !pid_namespace {
         let _ = nix::sys::signal::killpg(nix::unistd::getpgrp(), Signal::SIGKILL);
     }
 }
 
-/// Ends the launcher the way the program ended: its exit code, or death by
-/// its signal.
-fn exit_like(status: ExitStatus) -> ExitCode {
-    if let Some(code) = status.code() {
-        return ExitCode::from(u8::try_from(code).unwrap_or(1));
-    }
-    if let Some(raw) = status.signal()
-        && let Ok(signal) = Signal::try_from(raw)
-    {
-        let _ = SigSet::all().thread_unblock();
-        let _ = nix::sys::signal::raise(signal);
-        // Still here: the signal was one that does not kill (a stop, or an
-        // ignored one). Report it the way shells do.
-        return ExitCode::from(u8::try_from(128 + raw).unwrap_or(1));
-    }
-    ExitCode::from(1)
+/// Ends the launcher the way the program ended: by its signal.
+fn die_like(signal: Signal) -> ExitCode {
+    let _ = SigSet::all().thread_unblock();
+    let _ = nix::sys::signal::raise(signal);
+    // Still here: the signal was one that does not kill (a stop, or an
+    // ignored one). Report it the way shells do.
+    ExitCode::from(u8::try_from(128 + signal as i32).unwrap_or(1))
 }
 
 /// Unshares a PID namespace for the next child. Root can do it directly; any
@@ -186,8 +196,12 @@ fn enter_pid_namespace() -> Result<bool, String> {
     Ok(true)
 }
 
-/// Stage 2: confine this process and become the program.
-fn confine_and_exec(spec: &Spec, rest: Vec<OsString>, probe: bool) -> ExitCode {
+/// Stage 2: confine this process and become the program. Returns the exit
+/// status when it cannot (or when it only probes).
+fn confine_and_exec(spec: &Spec, rest: Vec<OsString>, probe: bool) -> u8 {
+    // The program starts with no signal blocked, as programs expect; the
+    // supervisor's mask came along with the fork.
+    let _ = SigSet::empty().thread_set_mask();
     // A fallback only: should the supervisor die without taking the
     // namespace down, this process (and with it the namespace) follows.
     // The program could clear it, which is why the supervisor kills it
@@ -206,32 +220,31 @@ fn confine_and_exec(spec: &Spec, rest: Vec<OsString>, probe: bool) -> ExitCode {
             support.scoped = enforced && abi >= 6;
             support.privileges_dropped = privileges && status.no_new_privs;
         }
-        Err(message) => return fail(&message),
+        Err(message) => return failed(&message),
     }
     if probe {
         return match serde_json::to_string(&support) {
             Ok(text) => {
                 println!("{text}");
-                ExitCode::SUCCESS
+                0
             }
-            Err(e) => fail(&format!("cannot report: {e}")),
+            Err(e) => failed(&format!("cannot report: {e}")),
         };
     }
     let mut rest = rest.into_iter();
     let Some(program) = rest.next() else {
-        return fail("no program to run");
+        return failed("no program to run");
     };
     let error = Command::new(&program).args(rest).exec();
     eprintln!(
         "{EXEC_FAILED_PREFIX}`{}`: {error}",
         Path::new(&program).display()
     );
-    let code = if error.kind() == std::io::ErrorKind::NotFound {
+    if error.kind() == std::io::ErrorKind::NotFound {
         127
     } else {
         126
-    };
-    ExitCode::from(code)
+    }
 }
 
 /// Empties every capability set and the bounding set, so that a server
@@ -240,15 +253,14 @@ fn confine_and_exec(spec: &Spec, rest: Vec<OsString>, probe: bool) -> ExitCode {
 fn drop_capabilities() -> bool {
     use rustix::thread::{CapabilitySet, CapabilitySets};
     // Bounding set first: dropping from it needs CAP_SETPCAP, which goes
-    // with the other sets below. Unknown capability numbers answer EINVAL.
+    // with the other sets below. Dropping a capability that is not in the
+    // set succeeds, so there is no separate read: one call per capability
+    // until the first error, which is either EINVAL (past the kernel's last
+    // capability) or EPERM (no CAP_SETPCAP, so no drop could succeed).
     for bit in 0..64u32 {
         let cap = CapabilitySet::from_bits_retain(1 << bit);
-        match rustix::thread::capability_is_in_bounding_set(cap) {
-            Ok(true) => {
-                let _ = rustix::thread::remove_capability_from_bounding_set(cap);
-            }
-            Ok(false) => {}
-            Err(_) => break,
+        if rustix::thread::remove_capability_from_bounding_set(cap).is_err() {
+            break;
         }
     }
     let _ = rustix::thread::clear_ambient_capability_set();
@@ -292,14 +304,9 @@ fn confine(spec: &Spec) -> Result<(i32, landlock::RestrictionStatus), String> {
             let Ok(fd) = PathFd::new(path) else {
                 continue;
             };
-            let access = if path.is_dir() {
-                access
-            } else {
-                access & FILE_RIGHTS
-            };
-            if access.is_empty() {
-                continue;
-            }
+            // On a file, the crate keeps only the rights Landlock accepts
+            // there (it reads the kind from the descriptor itself, so the
+            // path is looked up once).
             created = created
                 .add_rule(PathBeneath::new(fd, access))
                 .map_err(error)?;

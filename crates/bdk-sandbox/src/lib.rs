@@ -42,7 +42,7 @@
 //! 1. **supervise** (outside the namespace): blocks the stop signals, asks
 //!    for `SIGTERM` when its parent dies, checks the parent is still the
 //!    server, unshares a PID namespace (with a user namespace when it is not
-//!    root), starts stage 2 as the namespace's first process and waits. On
+//!    root), forks stage 2 as the namespace's first process and waits. On
 //!    `SIGTERM` (the server stopping the call, or the server dying) it
 //!    `SIGKILL`s stage 2, which takes the namespace down. It exits with the
 //!    program's status, or dies by the program's signal.
