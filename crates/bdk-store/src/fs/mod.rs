@@ -285,8 +285,11 @@ impl Store for FsStore {
             // The log first and the record last: the record is the commit
             // point, so a crash in between leaves a directory that is not a
             // session and that a later create simply reuses.
-            let log = fs::File::create(&guard.events_path)?;
-            log.sync_all()?;
+            // The empty log needs no fsync of its own: it holds no data, the
+            // fsync of the session directory after the record's rename makes
+            // its entry durable, and a log that is missing after a crash
+            // reads as empty anyway (the first boundary append fsyncs it).
+            fs::File::create(&guard.events_path)?;
             // The token's index entry before the record, so a session never
             // exists without it.
             inner.tokens.link(&record.continuation_token, id.as_str())?;
