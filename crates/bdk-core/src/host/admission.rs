@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use bdk_events::ids::new_http_token;
 use bdk_events::view::turn_end;
 use bdk_events::{DeliveryId, SessionId, SessionMode, SessionStarted, SessionWaiting, TurnId};
-use bdk_store::{SessionRecord, TokenSwap};
+use bdk_store::{NewEvent, SessionRecord, TokenSwap};
 use chrono::Utc;
 use futures::StreamExt;
 use serde_json::Value;
@@ -86,7 +86,9 @@ impl Host {
             return Err(HostError::InvalidRequest(e.to_string()));
         }
         // `ab.assigned` follows `session.started` in the same durable write,
-        // before any turn: the session's arms are part of its start.
+        // before any turn: the session's arms are part of its start. With a
+        // message, `message.received` joins that write too, so a new session
+        // with its first turn costs one fsync rather than two.
         let mut started = vec![
             SessionStarted {
                 mode: opts.mode,
@@ -101,10 +103,9 @@ impl Host {
             .into(),
         ];
         started.extend(arms.iter().cloned().map(Into::into));
-        self.record(&id, None, started).await?;
         let Some(message) = opts.message else {
-            self.record(&id, None, vec![SessionWaiting {}.into()])
-                .await?;
+            started.push(SessionWaiting {}.into());
+            self.record(&id, None, started).await?;
             return Ok(Started {
                 session_id: id,
                 continuation_token: token,
@@ -123,10 +124,18 @@ impl Host {
             state.transcript = Some(Vec::new());
             state.arms = Some(std::sync::Arc::new(arms));
         }
+        let started = started
+            .into_iter()
+            .map(|event| NewEvent {
+                turn_id: None,
+                event,
+            })
+            .collect();
         let (turn_id, index) = self
             .begin_turn(
                 &record,
                 &slot,
+                started,
                 vec![Nudge {
                     message,
                     delivery_id: Some(delivery.clone()),
@@ -289,7 +298,10 @@ impl Host {
                 None => break,
             }
         }
-        let (turn_id, index) = match self.begin_turn(&record, &slot, vec![nudge]).await {
+        let (turn_id, index) = match self
+            .begin_turn(&record, &slot, Vec::new(), vec![nudge])
+            .await
+        {
             Ok(started) => started,
             Err(e) => {
                 // The turn did not start (another replica's turn did not end
@@ -412,35 +424,45 @@ impl Host {
         }
     }
 
-    /// Records `message.received` for `messages` and starts the turn task.
-    /// The caller holds the session's admission lock.
+    /// Records `message.received` for `messages` and starts the turn task;
+    /// returns the turn and the index of its `message.received`. `prefix`
+    /// (a new session's `session.started`) is recorded in the same durable
+    /// write, just before, and alone when the turn cannot start. The caller
+    /// holds the session's admission lock.
     pub(super) async fn begin_turn(
         &self,
         record: &SessionRecord,
         slot: &SlotRef,
+        mut prefix: Vec<NewEvent>,
         messages: Vec<Nudge>,
     ) -> HostResult<(TurnId, u64)> {
         let turn_id = TurnId::generate();
         // With replicas, the turn first takes the session's lease (waiting
         // out a turn of another replica).
-        self.lease_turn(&record.id, &turn_id).await?;
+        if let Err(e) = self.lease_turn(&record.id, &turn_id).await {
+            if !prefix.is_empty() {
+                self.record_batch(&record.id, prefix).await?;
+            }
+            return Err(e);
+        }
         if self.coordination().is_some() {
             // Other replicas may have run turns since this one cached the
             // conversation: rebuild it from the store.
             slot.state().transcript = None;
         }
-        let received = received_event(&messages);
-        let recorded = match self
-            .record(&record.id, Some(&turn_id), vec![received.into()])
-            .await
-        {
+        prefix.push(NewEvent {
+            turn_id: Some(turn_id.clone()),
+            event: received_event(&messages).into(),
+        });
+        let recorded = match self.record_batch(&record.id, prefix).await {
             Ok(r) => r,
             Err(e) => {
                 self.release_lease(&record.id, &turn_id).await;
                 return Err(e);
             }
         };
-        let index = recorded.first().map_or(0, |e| e.index);
+        // `message.received` is the batch's last event.
+        let index = recorded.last().map_or(0, |e| e.index);
         self.spawn_turn(record, slot, &turn_id, messages);
         Ok((turn_id, index))
     }
@@ -522,7 +544,7 @@ impl Host {
                 k.extend(key);
                 (m, k)
             });
-        self.begin_turn(record, &slot, messages).await?;
+        self.begin_turn(record, &slot, Vec::new(), messages).await?;
         self.forget_queued(keys).await;
         Ok(())
     }
