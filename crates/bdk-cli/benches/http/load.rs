@@ -17,7 +17,8 @@
 //! where `valgrind` is, two short sequential runs of a server under
 //! callgrind give its user-space instructions per turn (the difference
 //! between the runs, so startup cancels out): a figure that does not move
-//! with the machine's noise.
+//! with the machine's noise. The fake model counts the connections the
+//! server opens to it, which shows whether the server reuses them.
 //!
 //! It names nothing of the program around it: the caller passes a runtime,
 //! a scratch directory and whether the run is quick.
@@ -53,6 +54,9 @@ const DEADLINE: Duration = Duration::from_secs(30);
 const CPU_PER_TURN_MAX_MS: f64 = 1.0;
 const SEQUENTIAL_P50_MAX_MS: f64 = 2.0;
 const TURNS_PER_SECOND_AT_32_MIN: f64 = 1_000.0;
+/// Connection reuse: at most one new model connection per ten turns (each
+/// turn makes two model calls, so a server without reuse shows 2.0).
+const MODEL_CONNECTIONS_PER_TURN_MAX: f64 = 0.1;
 
 /// Runs the load benchmarks.
 pub(crate) fn run(runtime: &Runtime, dir: &Path, quick: bool) -> Result<Vec<Bench>> {
@@ -65,8 +69,10 @@ pub(crate) fn run(runtime: &Runtime, dir: &Path, quick: bool) -> Result<Vec<Benc
             .timeout(DEADLINE)
             .build()?;
         let mut out = Vec::new();
+        let mut total_turns = 0;
         for (connections, turns) in LEVELS {
             let turns = if quick { (turns / 10).max(20) } else { turns };
+            total_turns += WARMUP.min(turns) + turns;
             drive(&http, &server.base, WARMUP.min(turns), connections).await?;
             let before = server.cpu()?;
             let (wall, mut latencies) = drive(&http, &server.base, turns, connections).await?;
@@ -79,6 +85,7 @@ pub(crate) fn run(runtime: &Runtime, dir: &Path, quick: bool) -> Result<Vec<Benc
                 &cpu,
             ));
         }
+        out.push(model.connections_bench(total_turns));
         out.push(syscalls(&http, &server, if quick { 20 } else { TRACED_TURNS }).await?);
         server.stop().await;
         let counted = if quick { (2, 6) } else { COUNTED_TURNS };
@@ -533,6 +540,9 @@ impl Server {
 /// chat completions stream them.
 struct FakeModel {
     port: u16,
+    /// Connections accepted and requests answered so far.
+    connections: Arc<AtomicUsize>,
+    requests: Arc<AtomicUsize>,
 }
 
 impl FakeModel {
@@ -552,15 +562,45 @@ impl FakeModel {
             json!({"choices": [], "usage": {"prompt_tokens": 60, "completion_tokens": 1}}),
         ])
         .into();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let (accepted, answered) = (Arc::clone(&connections), Arc::clone(&requests));
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::Relaxed);
                 let (call, answer) = (Arc::clone(&call), Arc::clone(&answer));
+                let answered = Arc::clone(&answered);
                 tokio::spawn(async move {
-                    let _ = serve_connection(socket, &call, &answer).await;
+                    let _ = serve_connection(socket, &call, &answer, &answered).await;
                 });
             }
         });
-        Ok(FakeModel { port })
+        Ok(FakeModel {
+            port,
+            connections,
+            requests,
+        })
+    }
+
+    /// `turn.load.model_connections`: how many connections the server
+    /// opened to the model for `turns` turns (two model calls each). A
+    /// server that reuses its connections opens about one per concurrent
+    /// turn in all; one that does not opens one per call.
+    fn connections_bench(&self, turns: usize) -> Bench {
+        let connections = self.connections.load(Ordering::Relaxed);
+        let requests = self.requests.load(Ordering::Relaxed);
+        let per_turn = connections as f64 / turns.max(1) as f64;
+        Bench::new(
+            "turn.load.model_connections",
+            "count",
+            turns,
+            json!({
+                "connections": connections,
+                "requests": requests,
+                "newPerTurn": (per_turn * 10_000.0).round() / 10_000.0,
+            }),
+            json!({ "newPerTurn": { "max": MODEL_CONNECTIONS_PER_TURN_MAX } }),
+        )
     }
 }
 
@@ -581,7 +621,12 @@ fn response(chunks: &[Value]) -> Vec<u8> {
 }
 
 /// Answers the requests of one keep-alive connection in order.
-async fn serve_connection(mut socket: TcpStream, call: &[u8], answer: &[u8]) -> Result<()> {
+async fn serve_connection(
+    mut socket: TcpStream,
+    call: &[u8],
+    answer: &[u8],
+    answered: &AtomicUsize,
+) -> Result<()> {
     socket.set_nodelay(true)?;
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     loop {
@@ -612,6 +657,7 @@ async fn serve_connection(mut socket: TcpStream, call: &[u8], answer: &[u8]) -> 
             call
         };
         socket.write_all(reply).await?;
+        answered.fetch_add(1, Ordering::Relaxed);
         buf.drain(..head_end + length);
     }
 }
