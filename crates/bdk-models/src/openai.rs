@@ -9,12 +9,14 @@
 //! the finish reason. Retries, timeouts and cancellation are the shared ones
 //! of [`super::http`].
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
 use async_trait::async_trait;
 use bdk_events::Usage;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
-use serde_json::{Map, Value, json};
+use serde::{Serialize, Serializer};
+use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::http::{
@@ -23,7 +25,7 @@ use super::http::{
 };
 use super::{
     Message, Model, ModelError, ModelEvent, ModelRequest, ModelStream, StopReason, ToolCall,
-    ToolChoice,
+    ToolChoice, ToolDefinition,
 };
 
 /// Where and how an OpenAI-compatible model is reached.
@@ -88,109 +90,209 @@ impl Model for OpenAiModel {
     }
 }
 
-/// The Chat Completions request body of one step.
-fn request_body(request: &ModelRequest) -> Value {
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if !request.system.is_empty() {
-        messages.push(json!({"role": "system", "content": request.system}));
-    }
-    for message in &request.messages {
-        messages.push(match message {
-            Message::User { text } => json!({"role": "user", "content": text}),
-            Message::Assistant { text, tool_calls } if tool_calls.is_empty() => {
-                json!({"role": "assistant", "content": text})
-            }
-            Message::Assistant { text, tool_calls } => {
-                let calls: Vec<Value> = tool_calls
-                    .iter()
-                    .map(|c| {
-                        json!({
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": arguments_text(&c.input)},
-                        })
-                    })
-                    .collect();
-                // A step made only of tool calls is sent with `content: ""`.
-                // The OpenAI spec allows null or an absent field here, but
-                // servers disagree on both: llama-cpp-python's schema, LM
-                // Studio and older llama.cpp `llama-server` builds reject
-                // null, and older llama-server and llama-cpp-python builds
-                // fail on a missing field. An empty string is accepted by
-                // all of them, by vLLM and Ollama (whose message content is
-                // a plain string) and by OpenAI itself.
-                json!({"role": "assistant", "content": text, "tool_calls": calls})
-            }
-            Message::Tool {
-                call_id,
-                content,
-                is_error,
-                ..
-            } => {
-                // The tool role has no error flag; say it in the content so
-                // the model does not mistake a failure for data.
-                let content = if *is_error {
-                    format!("Tool error: {content}")
-                } else {
-                    content.clone()
-                };
-                json!({"role": "tool", "tool_call_id": call_id, "content": content})
-            }
-        });
-    }
-    let mut body = Map::new();
-    body.insert("model".into(), json!(request.model));
-    body.insert("messages".into(), Value::Array(messages));
-    body.insert("stream".into(), json!(true));
-    body.insert("stream_options".into(), json!({"include_usage": true}));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.input_schema,
-                    },
-                })
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-        if let Some(choice) = &request.tool_choice {
-            body.insert(
-                "tool_choice".into(),
-                match choice {
-                    ToolChoice::Auto => json!("auto"),
-                    ToolChoice::Required => json!("required"),
-                    ToolChoice::None => json!("none"),
-                    ToolChoice::Tool(name) => {
-                        json!({"type": "function", "function": {"name": name}})
-                    }
+/// The Chat Completions request body of one step, borrowing the request:
+/// it is serialized straight into the bytes sent, with no JSON tree built
+/// (and no copy of the conversation or the tool schemas) in between.
+fn request_body(request: &ModelRequest) -> Body<'_> {
+    let tools = (!request.tools.is_empty()).then_some(Tools(&request.tools));
+    Body {
+        model: &request.model,
+        messages: Messages(request),
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
+        // Without tools there is nothing to choose: no tool_choice is sent.
+        tool_choice: tools
+            .and(request.tool_choice.as_ref())
+            .map(|choice| match choice {
+                ToolChoice::Auto => Choice::Mode("auto"),
+                ToolChoice::Required => Choice::Mode("required"),
+                ToolChoice::None => Choice::Mode("none"),
+                ToolChoice::Tool(name) => Choice::Tool {
+                    kind: "function",
+                    function: Named { name },
                 },
-            );
-        }
-    }
-    if let Some(max) = request.max_tokens {
+            }),
+        tools,
         // `max_tokens` rather than OpenAI's newer `max_completion_tokens`:
         // every compatible server (llama.cpp, vLLM, Ollama) reads it.
-        body.insert("max_tokens".into(), json!(max));
+        max_tokens: request.max_tokens,
+        reasoning_effort: request.effort.as_deref(),
     }
-    if let Some(effort) = &request.effort {
-        body.insert("reasoning_effort".into(), json!(effort));
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Messages<'a>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Tools<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Choice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Choice<'a> {
+    Mode(&'static str),
+    Tool {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: Named<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct Named<'a> {
+    name: &'a str,
+}
+
+/// The system prompt (when there is one), then the conversation.
+struct Messages<'a>(&'a ModelRequest);
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let request = self.0;
+        let system = (!request.system.is_empty()).then(|| WireMessage {
+            role: "system",
+            tool_call_id: None,
+            content: Cow::Borrowed(&request.system),
+            tool_calls: None,
+        });
+        serializer.collect_seq(system.into_iter().chain(request.messages.iter().map(wire)))
     }
-    Value::Object(body)
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    content: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<WireCall<'a>>>,
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireArguments<'a>,
+}
+
+#[derive(Serialize)]
+struct WireArguments<'a> {
+    name: &'a str,
+    arguments: Cow<'a, str>,
+}
+
+fn wire(message: &Message) -> WireMessage<'_> {
+    let (role, content) = match message {
+        Message::User { text } => ("user", text),
+        Message::Assistant { text, .. } => ("assistant", text),
+        Message::Tool {
+            call_id,
+            content,
+            is_error,
+            ..
+        } => {
+            // The tool role has no error flag; say it in the content so
+            // the model does not mistake a failure for data.
+            let content = if *is_error {
+                Cow::Owned(format!("Tool error: {content}"))
+            } else {
+                Cow::Borrowed(content.as_str())
+            };
+            return WireMessage {
+                role: "tool",
+                tool_call_id: Some(call_id),
+                content,
+                tool_calls: None,
+            };
+        }
+    };
+    let tool_calls = match message {
+        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => Some(
+            tool_calls
+                .iter()
+                .map(|c| WireCall {
+                    id: &c.id,
+                    kind: "function",
+                    function: WireArguments {
+                        name: &c.name,
+                        arguments: arguments_text(&c.input),
+                    },
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
+    // A step made only of tool calls is sent with `content: ""`. The
+    // OpenAI spec allows null or an absent field here, but servers disagree
+    // on both: llama-cpp-python's schema, LM Studio and older llama.cpp
+    // `llama-server` builds reject null, and older llama-server and
+    // llama-cpp-python builds fail on a missing field. An empty string is
+    // accepted by all of them, by vLLM and Ollama (whose message content is
+    // a plain string) and by OpenAI itself.
+    WireMessage {
+        role,
+        tool_call_id: None,
+        content: Cow::Borrowed(content),
+        tool_calls,
+    }
+}
+
+/// The tools, as functions.
+#[derive(Clone, Copy)]
+struct Tools<'a>(&'a [ToolDefinition]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|t| WireTool {
+            kind: "function",
+            function: WireFunction {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.input_schema,
+            },
+        }))
+    }
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
 }
 
 /// Tool arguments as the API carries them: a JSON document in a string. An
 /// input that arrived as unparseable text (a JSON string) goes back verbatim,
 /// so the model sees exactly what it produced.
-fn arguments_text(input: &Value) -> String {
+fn arguments_text(input: &Value) -> Cow<'_, str> {
     match input {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
+        Value::String(raw) => Cow::Borrowed(raw),
+        other => Cow::Owned(other.to_string()),
     }
 }
 
@@ -393,7 +495,7 @@ impl Decoder for ChatDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ToolDefinition;
+    use serde_json::json;
 
     fn decode(events: &[&str]) -> (Vec<ModelEvent>, Result<bool, String>) {
         let mut d = ChatDecoder::default();
@@ -543,7 +645,7 @@ mod tests {
             tool_choice: None,
             max_tokens: None,
         };
-        let body = request_body(&req);
+        let body = serde_json::to_value(request_body(&req)).unwrap();
         assert_eq!(
             body["messages"],
             json!([
@@ -556,31 +658,49 @@ mod tests {
                 {"role": "assistant", "content": "done"},
             ])
         );
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        assert_eq!(
+            body["tools"],
+            json!([{"type": "function", "function": {
+                "name": "t", "description": "d", "parameters": {"type": "object"}
+            }}])
+        );
         assert!(body.get("reasoning_effort").is_none());
         assert!(body.get("tool_choice").is_none());
         assert!(body.get("max_tokens").is_none());
 
-        let forced = request_body(&ModelRequest {
+        let forced = serde_json::to_value(request_body(&ModelRequest {
             tool_choice: Some(ToolChoice::Tool("t".into())),
             max_tokens: Some(64),
             ..req.clone()
-        });
+        }))
+        .unwrap();
         assert_eq!(
             forced["tool_choice"],
             json!({"type": "function", "function": {"name": "t"}})
         );
         assert_eq!(forced["max_tokens"], 64);
-        let required = request_body(&ModelRequest {
+        let effortful = serde_json::to_value(request_body(&ModelRequest {
+            effort: Some("high".into()),
+            ..req.clone()
+        }))
+        .unwrap();
+        assert_eq!(effortful["reasoning_effort"], "high");
+        let required = serde_json::to_value(request_body(&ModelRequest {
             tool_choice: Some(ToolChoice::Required),
             ..req.clone()
-        });
+        }))
+        .unwrap();
         assert_eq!(required["tool_choice"], "required");
         // Without tools there is nothing to choose: no tool_choice is sent.
-        let toolless = request_body(&ModelRequest {
+        let toolless = serde_json::to_value(request_body(&ModelRequest {
             tools: Vec::new(),
             tool_choice: Some(ToolChoice::Required),
             ..req
-        });
+        }))
+        .unwrap();
         assert!(toolless.get("tool_choice").is_none());
     }
 }
