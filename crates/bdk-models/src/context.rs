@@ -72,6 +72,25 @@ fn text_chars(s: &str) -> usize {
     s.chars().count()
 }
 
+/// The characters of `value`'s JSON text, counted as it is written rather
+/// than collected into a string first.
+fn json_chars(value: &impl serde::Serialize) -> usize {
+    /// Counts the characters of UTF-8 written to it: every byte that does
+    /// not continue a character.
+    struct Chars(usize);
+    impl std::io::Write for Chars {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.iter().filter(|b| (**b & 0xC0) != 0x80).count();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut chars = Chars(0);
+    serde_json::to_writer(&mut chars, value).map_or(0, |()| chars.0)
+}
+
 /// Characters one message contributes to the estimate.
 pub fn message_chars(m: &Message) -> usize {
     match m {
@@ -80,9 +99,7 @@ pub fn message_chars(m: &Message) -> usize {
             text_chars(text)
                 + tool_calls
                     .iter()
-                    .map(|c| {
-                        text_chars(&c.id) + text_chars(&c.name) + text_chars(&c.input.to_string())
-                    })
+                    .map(|c| text_chars(&c.id) + text_chars(&c.name) + json_chars(&c.input))
                     .sum::<usize>()
         }
         Message::Tool {
@@ -104,7 +121,7 @@ fn fixed_chars(system: &str, tools: &[ToolDefinition]) -> usize {
     let tools = if tools.is_empty() {
         0
     } else {
-        serde_json::to_string(tools).map_or(0, |s| text_chars(&s))
+        json_chars(&tools)
     };
     text_chars(system) + tools
 }
@@ -716,6 +733,17 @@ mod tests {
         let tight = request(vec![user(&"u".repeat(3_600))]);
         assert!(model.step(tight, CancellationToken::new()).await.is_ok());
         assert_eq!(inner.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn json_is_counted_in_characters_as_its_text_would_be() {
+        for value in [
+            serde_json::json!({"city": "Zürich", "note": "日本語 \u{1F600}", "n": [1, 2.5, null]}),
+            serde_json::json!("quote \" and \\ escapes"),
+            serde_json::json!({}),
+        ] {
+            assert_eq!(json_chars(&value), value.to_string().chars().count());
+        }
     }
 
     #[test]
