@@ -294,8 +294,9 @@ fn confine(spec: &Spec) -> Result<(i32, landlock::RestrictionStatus), String> {
         let device = make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate | IoctlDev});
         let socket = BitFlags::from(AccessFs::ResolveUnix);
         let grants = spec
-            .read
+            .system_read
             .iter()
+            .chain(&spec.read)
             .map(|p| (p, read))
             .chain(spec.write.iter().map(|p| (p, write)))
             .chain(spec.devices.iter().map(|p| (p, device)))

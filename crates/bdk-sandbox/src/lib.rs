@@ -80,10 +80,11 @@ mod launcher;
 mod plan;
 mod protocol;
 
-use protocol::Spec;
+use protocol::{CallSpec, Spec};
 pub use protocol::{
     ERROR_PREFIX, EXEC_FAILED_PREFIX, LAUNCHER_ARG, LAUNCHER_FAILED, STOP_SIGNAL, Support,
 };
+use serde_json::value::RawValue;
 
 /// Errors of building a sandbox or probing it.
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +143,9 @@ pub struct Wrapped {
 pub struct Sandbox {
     launcher: PathBuf,
     read: Arc<Vec<PathBuf>>,
+    /// `read` as the launcher's policy carries it, encoded once (or the
+    /// first path that cannot be encoded).
+    read_json: Arc<Result<Box<RawValue>, PathBuf>>,
     devices: Arc<Vec<PathBuf>>,
 }
 
@@ -178,21 +182,30 @@ impl Sandbox {
 
     /// The command line that runs `program args...` contained by `call`.
     pub fn wrap(&self, call: &Call, program: &Path, args: &[String]) -> Result<Wrapped, Error> {
-        let mut read = Vec::with_capacity(self.read.len() + call.read.len());
-        read.extend(self.read.iter().cloned());
-        read.extend(call.read.iter().cloned());
-        let spec = Spec {
+        let system_read = self
+            .read_json
+            .as_ref()
+            .as_ref()
+            .map_err(|path| Error::NonUtf8Path(path.clone()))?;
+        let spec = CallSpec {
             parent: std::process::id(),
             filesystem: call.filesystem,
-            read,
-            write: call.write.clone(),
-            devices: self.devices.as_ref().clone(),
-            sockets: call.sockets.clone(),
+            system_read,
+            read: &call.read,
+            write: &call.write,
+            devices: &self.devices,
+            sockets: &call.sockets,
         };
+        let paths = [
+            &call.read,
+            &call.write,
+            &call.sockets,
+            self.devices.as_ref(),
+        ];
         let mut out = vec![
             OsString::from(LAUNCHER_ARG),
             OsString::from("run"),
-            OsString::from(encode(&spec)?),
+            OsString::from(encode(&spec, paths.into_iter().flatten())?),
             program.as_os_str().to_owned(),
         ];
         out.extend(args.iter().map(OsString::from));
@@ -208,14 +221,15 @@ impl Sandbox {
         let spec = Spec {
             parent: std::process::id(),
             filesystem: true,
-            read: self.read.as_ref().clone(),
+            system_read: self.read.as_ref().clone(),
             devices: self.devices.as_ref().clone(),
             ..Spec::default()
         };
+        let paths = spec.system_read.iter().chain(&spec.devices);
         let output = std::process::Command::new(&self.launcher)
             .arg(LAUNCHER_ARG)
             .arg("probe")
-            .arg(encode(&spec)?)
+            .arg(encode(&spec, paths)?)
             .env_clear()
             .stdin(std::process::Stdio::null())
             .output()
@@ -288,22 +302,27 @@ impl Builder {
         } else {
             Vec::new()
         };
+        let read_json = match read.iter().find(|p| p.to_str().is_none()) {
+            Some(path) => Err(path.clone()),
+            // A list of UTF-8 strings always encodes.
+            None => serde_json::value::to_raw_value(&read).map_err(|_| PathBuf::new()),
+        };
         Sandbox {
             launcher: self.launcher,
             read: Arc::new(read),
+            read_json: Arc::new(read_json),
             devices: Arc::new(devices),
         }
     }
 }
 
-fn encode(spec: &Spec) -> Result<String, Error> {
-    for path in spec
-        .read
-        .iter()
-        .chain(&spec.write)
-        .chain(&spec.devices)
-        .chain(&spec.sockets)
-    {
+/// The policy argument: `spec` as JSON, once every one of its `paths` is
+/// known to be UTF-8.
+fn encode<'a>(
+    spec: &impl serde::Serialize,
+    paths: impl IntoIterator<Item = &'a PathBuf>,
+) -> Result<String, Error> {
+    for path in paths {
         if path.to_str().is_none() {
             return Err(Error::NonUtf8Path(path.clone()));
         }

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 /// The first argument that makes a program act as the launcher.
 pub const LAUNCHER_ARG: &str = "__bdk-sandbox";
@@ -74,7 +75,10 @@ pub(crate) struct Spec {
     pub(crate) parent: u32,
     /// Apply Landlock.
     pub(crate) filesystem: bool,
-    /// Read-and-execute grants.
+    /// Read-and-execute grants of the system (the same for every call).
+    #[serde(default)]
+    pub(crate) system_read: Vec<PathBuf>,
+    /// Read-and-execute grants of this call.
     pub(crate) read: Vec<PathBuf>,
     /// Read-write grants.
     pub(crate) write: Vec<PathBuf>,
@@ -82,4 +86,18 @@ pub(crate) struct Spec {
     pub(crate) devices: Vec<PathBuf>,
     /// Unix sockets to connect to.
     pub(crate) sockets: Vec<PathBuf>,
+}
+
+/// A [`Spec`] as the server writes it for one call: the system's grants
+/// were encoded once, when the sandbox was built, and go in as they are;
+/// the rest is borrowed from the call. Nothing is copied per call.
+#[derive(Serialize)]
+pub(crate) struct CallSpec<'a> {
+    pub(crate) parent: u32,
+    pub(crate) filesystem: bool,
+    pub(crate) system_read: &'a RawValue,
+    pub(crate) read: &'a [PathBuf],
+    pub(crate) write: &'a [PathBuf],
+    pub(crate) devices: &'a [PathBuf],
+    pub(crate) sockets: &'a [PathBuf],
 }
