@@ -1089,5 +1089,7 @@ fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
 fn turn_load(env: &Env) -> Result<Vec<Bench>> {
     let dir = env.dir("load");
     std::fs::create_dir_all(&dir)?;
-    load::run(&env.runtime, &dir, env.quick)
+    // Profiles outlive the scratch directory: they sit beside the report.
+    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-profiles");
+    load::run(&env.runtime, &dir, &keep, env.quick)
 }

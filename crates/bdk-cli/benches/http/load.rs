@@ -17,11 +17,14 @@
 //! where `valgrind` is, two short sequential runs of a server under
 //! callgrind give its user-space instructions per turn (the difference
 //! between the runs, so startup cancels out): a figure that does not move
-//! with the machine's noise. The fake model counts the connections the
-//! server opens to it, which shows whether the server reuses them.
+//! with the machine's noise. Both callgrind outputs are kept in a directory
+//! the caller names, for `callgrind_annotate --inclusive=yes` to say where
+//! the instructions go. The fake model counts the connections the server
+//! opens to it, which shows whether the server reuses them.
 //!
 //! It names nothing of the program around it: the caller passes a runtime,
-//! a scratch directory and whether the run is quick.
+//! a scratch directory, a directory to keep profiles in and whether the run
+//! is quick.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -59,7 +62,7 @@ const TURNS_PER_SECOND_AT_32_MIN: f64 = 1_000.0;
 const MODEL_CONNECTIONS_PER_TURN_MAX: f64 = 0.1;
 
 /// Runs the load benchmarks.
-pub(crate) fn run(runtime: &Runtime, dir: &Path, quick: bool) -> Result<Vec<Bench>> {
+pub(crate) fn run(runtime: &Runtime, dir: &Path, keep: &Path, quick: bool) -> Result<Vec<Bench>> {
     runtime.block_on(async {
         let model = FakeModel::start().await?;
         let project = write_agent(dir, model.port)?;
@@ -89,7 +92,7 @@ pub(crate) fn run(runtime: &Runtime, dir: &Path, quick: bool) -> Result<Vec<Benc
         out.push(syscalls(&http, &server, if quick { 20 } else { TRACED_TURNS }).await?);
         server.stop().await;
         let counted = if quick { (2, 6) } else { COUNTED_TURNS };
-        out.push(instructions(&http, &project, dir, counted).await?);
+        out.push(instructions(&http, &project, dir, keep, counted).await?);
         Ok(out)
     })
 }
@@ -311,11 +314,13 @@ async fn syscalls(http: &reqwest::Client, server: &Server, turns: usize) -> Resu
 
 /// `turn.load.instructions_per_turn`: the server's user-space
 /// instructions per turn under callgrind (its tool children not counted);
-/// `null` where valgrind is missing.
+/// `null` where valgrind is missing. The two runs' outputs are copied into
+/// `keep` and named in the entry.
 async fn instructions(
     http: &reqwest::Client,
     project: &Path,
     dir: &Path,
+    keep: &Path,
     (few, many): (usize, usize),
 ) -> Result<Bench> {
     let name = "turn.load.instructions_per_turn";
@@ -334,20 +339,21 @@ async fn instructions(
     if std::env::var_os("GLIBC_TUNABLES").is_none() {
         return Err("GLIBC_TUNABLES is unset: the counted server would re-execute itself".into());
     }
+    // Both runs see the same files around them (the same names in the same
+    // directories): the server's startup walks the folders above its state
+    // root to plan the sandbox, and its cost must cancel out.
+    std::fs::create_dir_all(keep)?;
+    let out = dir.join("callgrind.out");
+    let state = dir.join("counted-state");
     let mut totals = Vec::new();
-    for (run, turns) in [few, many].into_iter().enumerate() {
-        let out = dir.join(format!("callgrind-{run}.out"));
+    let mut kept = Vec::new();
+    for turns in [few, many] {
         let wrapper = vec![
             valgrind.clone().into_os_string(),
             "--tool=callgrind".into(),
             format!("--callgrind-out-file={}", out.display()).into(),
         ];
-        let server = Server::start(
-            project,
-            &dir.join(format!("counted-state-{run}")),
-            Some(wrapper),
-        )
-        .await?;
+        let server = Server::start(project, &state, Some(wrapper)).await?;
         drive(http, &server.base, turns, 1).await?;
         server.interrupt().await?;
         let written = std::fs::read_to_string(&out)?;
@@ -357,13 +363,18 @@ async fn instructions(
             .and_then(|t| t.trim().parse::<f64>().ok())
             .ok_or_else(|| format!("no totals in {}", out.display()))?;
         totals.push(total);
+        let copy = keep.join(format!("callgrind-turn-load-{turns}-turns.out"));
+        std::fs::copy(&out, &copy)?;
+        std::fs::remove_file(&out)?;
+        std::fs::remove_dir_all(&state)?;
+        kept.push(copy.display().to_string());
     }
     let per_turn = (totals[1] - totals[0]) / (many - few) as f64;
     Ok(Bench::new(
         name,
         "instructions",
         many - few,
-        json!({ "value": per_turn.round() }),
+        json!({ "value": per_turn.round(), "profiles": kept }),
         json!({}),
     ))
 }
