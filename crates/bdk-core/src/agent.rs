@@ -210,8 +210,8 @@ pub struct AgentSpec {
 }
 
 impl AgentSpec {
-    /// The tool definitions the model sees.
-    pub fn definitions(&self) -> Vec<ToolDefinition> {
+    /// The tool definitions the model sees (a turn builds them once).
+    pub fn definitions(&self) -> Arc<[ToolDefinition]> {
         let mut defs: Vec<ToolDefinition> = self
             .tools
             .values()
@@ -231,7 +231,7 @@ impl AgentSpec {
                 input_schema: spec.input_schema.clone(),
             });
         }
-        defs
+        defs.into()
     }
 }
 
@@ -321,6 +321,8 @@ struct StepClose {
 
 struct Run<'a> {
     input: TurnInput<'a>,
+    /// The tools' definitions, shared by every step's request.
+    definitions: Arc<[ToolDefinition]>,
     messages: Vec<Message>,
     added_from: usize,
     usage: Option<Usage>,
@@ -337,6 +339,7 @@ pub async fn run_turn(mut input: TurnInput<'_>) -> TurnOutcome {
     let added_from = input.history.len();
     let messages = std::mem::take(&mut input.history);
     let mut run = Run {
+        definitions: input.spec.definitions(),
         input,
         messages,
         added_from,
@@ -417,7 +420,7 @@ impl Run<'_> {
             model: self.input.spec.model_name.clone(),
             system: self.input.spec.system.clone(),
             messages: self.messages.clone(),
-            tools: self.input.spec.definitions(),
+            tools: Arc::clone(&self.definitions),
             effort: self.input.spec.effort.clone(),
             // Only the turn's first step is forced: after the forced call's
             // result the model must be free to answer.

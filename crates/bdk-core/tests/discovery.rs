@@ -1111,7 +1111,7 @@ async fn step(
         model: "scripted".into(),
         system: String::new(),
         messages,
-        tools: Vec::new(),
+        tools: Default::default(),
         effort: None,
         tool_choice: None,
         max_tokens: None,

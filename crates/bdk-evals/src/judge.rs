@@ -87,7 +87,7 @@ impl Judge {
             messages: vec![Message::User {
                 text: Self::prompt(rubric, question, answer),
             }],
-            tools: Vec::new(),
+            tools: Default::default(),
             effort: None,
             tool_choice: None,
             max_tokens: None,

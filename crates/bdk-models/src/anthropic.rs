@@ -657,7 +657,7 @@ mod tests {
             model: "claude-x".into(),
             system: "sys".into(),
             messages,
-            tools: Vec::new(),
+            tools: Default::default(),
             effort: effort.map(str::to_owned),
             tool_choice: None,
             max_tokens: None,

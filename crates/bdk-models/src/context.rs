@@ -698,7 +698,7 @@ mod tests {
             model: "test/counting".into(),
             system: "be brief".into(),
             messages,
-            tools: Vec::new(),
+            tools: Default::default(),
             effort: None,
             tool_choice: None,
             max_tokens: None,

@@ -20,6 +20,8 @@
 //! pricing a session's events) and nothing else of BDK: no agent folder,
 //! no sessions, no store.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use bdk_events::Usage;
 use futures::stream::BoxStream;
@@ -138,8 +140,9 @@ pub struct ModelRequest {
     pub system: String,
     /// The conversation, oldest first.
     pub messages: Vec<Message>,
-    /// The tools the model may call.
-    pub tools: Vec<ToolDefinition>,
+    /// The tools the model may call. Shared: a turn builds its tools'
+    /// definitions once and every step's request holds the same ones.
+    pub tools: Arc<[ToolDefinition]>,
     /// Reasoning effort, when configured.
     pub effort: Option<String>,
     /// Whether and which tool the model must call; `None` leaves it to the

@@ -640,7 +640,8 @@ mod tests {
                 name: "t".into(),
                 description: "d".into(),
                 input_schema: json!({"type": "object"}),
-            }],
+            }]
+            .into(),
             effort: None,
             tool_choice: None,
             max_tokens: None,
@@ -696,7 +697,7 @@ mod tests {
         assert_eq!(required["tool_choice"], "required");
         // Without tools there is nothing to choose: no tool_choice is sent.
         let toolless = serde_json::to_value(request_body(&ModelRequest {
-            tools: Vec::new(),
+            tools: Default::default(),
             tool_choice: Some(ToolChoice::Required),
             ..req
         }))

@@ -122,7 +122,7 @@ impl From<&ModelRequest> for RecordedRequest {
             model: r.model.clone(),
             system: r.system.clone(),
             messages: r.messages.clone(),
-            tools: r.tools.clone(),
+            tools: r.tools.to_vec(),
             effort: r.effort.clone(),
         }
     }
@@ -798,7 +798,8 @@ mod tests {
                 name: "lookup".into(),
                 description: "looks up".into(),
                 input_schema: json!({"type": "object"}),
-            }],
+            }]
+            .into(),
             effort: None,
             tool_choice: None,
             max_tokens: None,

@@ -285,7 +285,7 @@ mod tests {
             model: String::new(),
             system: String::new(),
             messages: Vec::new(),
-            tools: Vec::new(),
+            tools: Default::default(),
             effort: None,
             tool_choice: None,
             max_tokens: None,

@@ -59,7 +59,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
         model: "default".to_owned(),
         system: String::new(),
         messages,
-        tools: Vec::new(),
+        tools: Default::default(),
         effort: None,
         tool_choice: None,
         max_tokens: None,

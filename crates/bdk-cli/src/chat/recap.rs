@@ -45,7 +45,7 @@ pub(crate) fn recap(session: &str, events: &[Envelope], style: Style) -> Vec<Str
                 TurnLine {
                     message: one_line(&Value::String(m.message.clone()), 50),
                     status: None,
-                    tools: Vec::new(),
+                    tools: Default::default(),
                 },
             )),
             Event::ActionResult(r) => {
