@@ -16,6 +16,7 @@
 //! [`Host::containment`]: crate::host::Host::containment
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use bdk_sandbox::{Sandbox, Support, run_if_launcher};
@@ -69,10 +70,21 @@ pub enum ProgramEnd {
 }
 
 /// The containment of one host's programs.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Containment {
     sandbox: Option<Sandbox>,
     config: SandboxConfig,
+    /// The server's environment as it was when the containment was made
+    /// (its UTF-8 variables): every program's variables are picked from
+    /// it, rather than from a fresh copy of the whole environment per
+    /// program.
+    environment: Arc<Vec<(String, String)>>,
+}
+
+impl Default for Containment {
+    fn default() -> Self {
+        Self::new(None, SandboxConfig::default())
+    }
 }
 
 /// What one program may reach besides the system.
@@ -98,7 +110,14 @@ impl Containment {
     /// Programs run through `sandbox` (when given) under the agent's
     /// `[sandbox]` settings.
     pub fn new(sandbox: Option<Sandbox>, config: SandboxConfig) -> Self {
-        Self { sandbox, config }
+        let environment = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        Self {
+            sandbox,
+            config,
+            environment: Arc::new(environment),
+        }
     }
 
     /// The process's sandbox, when programs run contained.
@@ -115,9 +134,16 @@ impl Containment {
     /// The environment a program starts with: the allowlist plus the
     /// agent's and the program's pass-through names.
     pub fn env(&self, pass: &[String]) -> Vec<(String, String)> {
-        let mut names = self.config.env.clone();
-        names.extend(pass.iter().cloned());
-        bdk_sandbox::env::base(&names)
+        let passed = |name: &str| {
+            bdk_sandbox::env::is_allowed(name)
+                || self.config.env.iter().any(|p| p == name)
+                || pass.iter().any(|p| p == name)
+        };
+        self.environment
+            .iter()
+            .filter(|(name, _)| passed(name))
+            .cloned()
+            .collect()
     }
 
     /// The sandbox and its call policy for a program, or `None` when it
@@ -234,5 +260,43 @@ impl Drop for ScratchDir {
                 let _ = std::fs::remove_dir_all(&path);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_gets_the_allowlist_and_the_names_passed_of_the_snapshot() {
+        let config = SandboxConfig {
+            env: vec!["AGENT_WIDE".into()],
+            ..SandboxConfig::default()
+        };
+        let containment = Containment {
+            environment: Arc::new(
+                [
+                    ("PATH", "/usr/bin"),
+                    ("LC_ALL", "C"),
+                    ("AGENT_WIDE", "a"),
+                    ("TOOL_ONLY", "t"),
+                    ("API_KEY", "secret"),
+                ]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .to_vec(),
+            ),
+            ..Containment::new(None, config)
+        };
+        let names = |env: Vec<(String, String)>| -> Vec<String> {
+            env.into_iter().map(|(k, _)| k).collect()
+        };
+        assert_eq!(
+            names(containment.env(&[])),
+            ["PATH", "LC_ALL", "AGENT_WIDE"]
+        );
+        assert_eq!(
+            names(containment.env(&["TOOL_ONLY".into(), "UNSET".into()])),
+            ["PATH", "LC_ALL", "AGENT_WIDE", "TOOL_ONLY"]
+        );
     }
 }
