@@ -101,3 +101,38 @@ pub(crate) struct CallSpec<'a> {
     pub(crate) devices: &'a [PathBuf],
     pub(crate) sockets: &'a [PathBuf],
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launcher_reads_what_the_server_writes_for_a_call() {
+        let system = serde_json::value::to_raw_value(&["/usr", "/etc"]).unwrap();
+        let paths = |p: &[&str]| p.iter().map(PathBuf::from).collect::<Vec<_>>();
+        let (read, write, devices, sockets) = (
+            paths(&["/agent/tools"]),
+            paths(&["/state/ws"]),
+            paths(&["/dev/null"]),
+            paths(&["/state/host.sock"]),
+        );
+        let written = serde_json::to_string(&CallSpec {
+            parent: 7,
+            filesystem: true,
+            system_read: &system,
+            read: &read,
+            write: &write,
+            devices: &devices,
+            sockets: &sockets,
+        })
+        .unwrap();
+        let spec: Spec = serde_json::from_str(&written).unwrap();
+        assert_eq!(spec.parent, 7);
+        assert!(spec.filesystem);
+        assert_eq!(spec.system_read, paths(&["/usr", "/etc"]));
+        assert_eq!(
+            (spec.read, spec.write, spec.devices, spec.sockets),
+            (read, write, devices, sockets)
+        );
+    }
+}
