@@ -32,6 +32,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use crate::catalog;
+use crate::memo::ToolsMemo;
 use crate::{Message, Model, ModelError, ModelRequest, ModelStream, ToolDefinition};
 
 /// The context window assumed for a model that is not in the catalog and has
@@ -117,13 +118,17 @@ pub fn message_chars(m: &Message) -> usize {
     }
 }
 
-fn fixed_chars(system: &str, tools: &[ToolDefinition]) -> usize {
-    let tools = if tools.is_empty() {
+/// Characters the tool definitions contribute to the estimate.
+fn tools_chars(tools: &[ToolDefinition]) -> usize {
+    if tools.is_empty() {
         0
     } else {
         json_chars(&tools)
-    };
-    text_chars(system) + tools
+    }
+}
+
+fn fixed_chars(system: &str, tools: &[ToolDefinition]) -> usize {
+    text_chars(system) + tools_chars(tools)
 }
 
 /// The estimated size of a request in tokens (characters / 4, rounded up).
@@ -196,7 +201,12 @@ pub struct Fitted {
 /// Applies the policy of this module to one request's messages. `budget`
 /// is in tokens (see [`budget_for`]).
 pub fn fit(system: &str, tools: &[ToolDefinition], messages: Vec<Message>, budget: u64) -> Fitted {
-    let fixed = fixed_chars(system, tools);
+    fit_with(system, tools_chars(tools), messages, budget)
+}
+
+/// [`fit`] for tools whose size in characters (`tools_chars`) is known.
+fn fit_with(system: &str, tools_chars: usize, messages: Vec<Message>, budget: u64) -> Fitted {
+    let fixed = text_chars(system) + tools_chars;
     let sizes: Vec<usize> = messages.iter().map(message_chars).collect();
     let total: usize = fixed + sizes.iter().sum::<usize>();
     if tokens(total) <= budget {
@@ -317,7 +327,7 @@ pub fn fit(system: &str, tools: &[ToolDefinition], messages: Vec<Message>, budge
             truncated_results += 1;
         }
     }
-    let estimated_tokens = estimate_tokens(system, tools, &out);
+    let estimated_tokens = tokens(fixed + out.iter().map(message_chars).sum::<usize>());
     Fitted {
         messages: out,
         omitted_turns: omitted,
@@ -332,12 +342,19 @@ pub fn fit(system: &str, tools: &[ToolDefinition], messages: Vec<Message>, budge
 pub struct BudgetedModel {
     inner: Arc<dyn Model>,
     window: u64,
+    /// The size of the last tool definitions seen: the same for every
+    /// step of a turn, and for every turn while the tools stay the same.
+    tools_chars: ToolsMemo<usize>,
 }
 
 impl BudgetedModel {
     /// Wraps `inner` with a budget for a `window`-token context.
     pub fn new(inner: Arc<dyn Model>, window: u64) -> Self {
-        Self { inner, window }
+        Self {
+            inner,
+            window,
+            tools_chars: ToolsMemo::default(),
+        }
     }
 
     /// The context window this model is budgeted for.
@@ -359,7 +376,8 @@ impl Model for BudgetedModel {
     ) -> Result<ModelStream, ModelError> {
         let budget = budget_for(self.window);
         let messages = std::mem::take(&mut request.messages);
-        let fitted = fit(&request.system, &request.tools, messages, budget);
+        let tools_chars = self.tools_chars.get(&request.tools, tools_chars);
+        let fitted = fit_with(&request.system, tools_chars, messages, budget);
         if !fitted.unchanged {
             tracing::info!(
                 model = %self.inner.id(),

@@ -33,6 +33,7 @@ pub mod anthropic;
 pub mod catalog;
 pub mod context;
 pub mod http;
+mod memo;
 pub mod net;
 pub mod openai;
 pub mod prices;

@@ -11,11 +11,13 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bdk_events::Usage;
 use reqwest::header::{AUTHORIZATION, HeaderMap};
 use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +25,7 @@ use super::http::{
     Decoder, HttpOptions, PostRequest, SseEvent, StepClock, bad_chunk, drive, ended_early, open,
     secret_header, stream_error,
 };
+use super::memo::ToolsMemo;
 use super::{
     Message, Model, ModelError, ModelEvent, ModelRequest, ModelStream, StopReason, ToolCall,
     ToolChoice, ToolDefinition,
@@ -46,12 +49,18 @@ pub struct OpenAiConfig {
 /// A model behind an OpenAI-compatible Chat Completions endpoint.
 pub struct OpenAiModel {
     config: OpenAiConfig,
+    /// The wire form of the last tool definitions sent: encoded once for a
+    /// turn's steps, and once for every turn while the tools stay the same.
+    tools: ToolsMemo<Result<Option<Arc<RawValue>>, String>>,
 }
 
 impl OpenAiModel {
     /// A model with `config`. Nothing is contacted until the first step.
     pub fn new(config: OpenAiConfig) -> Self {
-        Self { config }
+        Self {
+            config,
+            tools: ToolsMemo::default(),
+        }
     }
 }
 
@@ -74,8 +83,14 @@ impl Model for OpenAiModel {
                 secret_header(&format!("Bearer {key}"), self.config.key_env.as_deref())?,
             );
         }
-        let body = serde_json::to_vec(&request_body(&request))
-            .map_err(|e| ModelError::Provider(format!("failed to encode the request: {e}")))?;
+        let encoding =
+            |e: String| ModelError::Provider(format!("failed to encode the request: {e}"));
+        let tools = self
+            .tools
+            .get(&request.tools, wire_tools)
+            .map_err(encoding)?;
+        let body = serde_json::to_vec(&request_body(&request, tools.as_deref()))
+            .map_err(|e| encoding(e.to_string()))?;
         let post = PostRequest {
             url: format!(
                 "{}/chat/completions",
@@ -90,11 +105,22 @@ impl Model for OpenAiModel {
     }
 }
 
-/// The Chat Completions request body of one step, borrowing the request:
-/// it is serialized straight into the bytes sent, with no JSON tree built
-/// (and no copy of the conversation or the tool schemas) in between.
-fn request_body(request: &ModelRequest) -> Body<'_> {
-    let tools = (!request.tools.is_empty()).then_some(Tools(&request.tools));
+/// The `tools` of a request body, encoded (none when there are no tools).
+fn wire_tools(tools: &[ToolDefinition]) -> Result<Option<Arc<RawValue>>, String> {
+    if tools.is_empty() {
+        return Ok(None);
+    }
+    let text = serde_json::to_string(&Tools(tools)).map_err(|e| e.to_string())?;
+    RawValue::from_string(text)
+        .map(|raw| Some(Arc::from(raw)))
+        .map_err(|e| e.to_string())
+}
+
+/// The Chat Completions request body of one step, borrowing the request
+/// and its tools' wire form (see [`wire_tools`]): it is serialized straight
+/// into the bytes sent, with no JSON tree built (and no copy of the
+/// conversation) in between.
+fn request_body<'a>(request: &'a ModelRequest, tools: Option<&'a RawValue>) -> Body<'a> {
     Body {
         model: &request.model,
         messages: Messages(request),
@@ -129,7 +155,7 @@ struct Body<'a> {
     stream: bool,
     stream_options: StreamOptions,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<Tools<'a>>,
+    tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Choice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -609,6 +635,12 @@ mod tests {
         );
     }
 
+    /// The body a step sends for `request`, as JSON.
+    fn body_of(request: &ModelRequest) -> Value {
+        let tools = wire_tools(&request.tools).unwrap();
+        serde_json::to_value(request_body(request, tools.as_deref())).unwrap()
+    }
+
     #[test]
     fn request_body_maps_every_message_kind() {
         let req = ModelRequest {
@@ -646,7 +678,7 @@ mod tests {
             tool_choice: None,
             max_tokens: None,
         };
-        let body = serde_json::to_value(request_body(&req)).unwrap();
+        let body = body_of(&req);
         assert_eq!(
             body["messages"],
             json!([
@@ -672,36 +704,32 @@ mod tests {
         assert!(body.get("tool_choice").is_none());
         assert!(body.get("max_tokens").is_none());
 
-        let forced = serde_json::to_value(request_body(&ModelRequest {
+        let forced = body_of(&ModelRequest {
             tool_choice: Some(ToolChoice::Tool("t".into())),
             max_tokens: Some(64),
             ..req.clone()
-        }))
-        .unwrap();
+        });
         assert_eq!(
             forced["tool_choice"],
             json!({"type": "function", "function": {"name": "t"}})
         );
         assert_eq!(forced["max_tokens"], 64);
-        let effortful = serde_json::to_value(request_body(&ModelRequest {
+        let effortful = body_of(&ModelRequest {
             effort: Some("high".into()),
             ..req.clone()
-        }))
-        .unwrap();
+        });
         assert_eq!(effortful["reasoning_effort"], "high");
-        let required = serde_json::to_value(request_body(&ModelRequest {
+        let required = body_of(&ModelRequest {
             tool_choice: Some(ToolChoice::Required),
             ..req.clone()
-        }))
-        .unwrap();
+        });
         assert_eq!(required["tool_choice"], "required");
         // Without tools there is nothing to choose: no tool_choice is sent.
-        let toolless = serde_json::to_value(request_body(&ModelRequest {
+        let toolless = body_of(&ModelRequest {
             tools: Default::default(),
             tool_choice: Some(ToolChoice::Required),
             ..req
-        }))
-        .unwrap();
+        });
         assert!(toolless.get("tool_choice").is_none());
     }
 }
