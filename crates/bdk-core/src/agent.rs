@@ -32,7 +32,7 @@
 //! nothing for them; `bdk-cli` turns them into OTLP traces and metrics.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -207,11 +207,54 @@ pub struct AgentSpec {
     /// Result gates judging each final reply, in the order they run (none
     /// for subagents: their reply goes to the parent, not to the user).
     pub gates: Arc<[Arc<dyn ResultGate>]>,
+    /// The tool definitions last built from `tools` and `task`
+    /// (`Default::default()` for a new spec; see [`AgentSpec::definitions`]).
+    pub definitions: DefinitionsCache,
+}
+
+/// The tool definitions an agent last gave its model, with the tools they
+/// were built from. Clones of a spec share it; it is only a cache, checked
+/// against the spec's own `tools` and `task` on every use, so a clone whose
+/// tools were replaced never sees definitions of the old ones.
+#[derive(Clone, Default)]
+pub struct DefinitionsCache(Arc<Mutex<Option<BuiltDefinitions>>>);
+
+struct BuiltDefinitions {
+    /// Held, not just compared by address, so the address cannot be reused
+    /// by another map while it is remembered.
+    tools: Arc<BTreeMap<String, ToolEntry>>,
+    task: Option<ToolSpec>,
+    definitions: Arc<[ToolDefinition]>,
 }
 
 impl AgentSpec {
-    /// The tool definitions the model sees (a turn builds them once).
+    /// The tool definitions the model sees. Built once and shared while the
+    /// tool map (the same `Arc`: a new one is made whenever the tools
+    /// change) and the `task` tool stay the same, so a turn's steps and an
+    /// agent's turns neither rebuild them nor make the model re-encode them.
     pub fn definitions(&self) -> Arc<[ToolDefinition]> {
+        let task = self.task.as_ref().map(|(spec, _)| spec);
+        let mut built = self
+            .definitions
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(b) = built.as_ref()
+            && Arc::ptr_eq(&b.tools, &self.tools)
+            && b.task.as_ref() == task
+        {
+            return Arc::clone(&b.definitions);
+        }
+        let definitions = self.build_definitions();
+        *built = Some(BuiltDefinitions {
+            tools: Arc::clone(&self.tools),
+            task: task.cloned(),
+            definitions: Arc::clone(&definitions),
+        });
+        definitions
+    }
+
+    fn build_definitions(&self) -> Arc<[ToolDefinition]> {
         let mut defs: Vec<ToolDefinition> = self
             .tools
             .values()
@@ -1110,5 +1153,102 @@ mod tests {
             Some("2026-01-15T11:00:00-02:00".into())
         );
         assert_eq!(later_than(&json!({"city": "Paris", "n": 3}), as_of), None);
+    }
+}
+
+#[cfg(test)]
+mod definitions_tests {
+    use std::path::Path;
+
+    use bdk_models::scripted::{RulesFile, ScriptedModel};
+    use schemars::JsonSchema;
+    use serde::Deserialize;
+
+    use super::*;
+    use crate::tool::builtin::task_spec;
+    use crate::tool::native::native_tool;
+
+    #[derive(Deserialize, JsonSchema)]
+    struct Input {
+        #[allow(dead_code)]
+        text: String,
+    }
+
+    fn tools(names: &[&str]) -> Arc<BTreeMap<String, ToolEntry>> {
+        let map = names
+            .iter()
+            .map(|name| {
+                let tool = native_tool(name, "echoes", |_: Input, _| async { Ok(json!({})) });
+                (name.to_string(), ToolEntry::new(Arc::new(tool)))
+            })
+            .collect();
+        Arc::new(map)
+    }
+
+    fn spec(tools: Arc<BTreeMap<String, ToolEntry>>) -> AgentSpec {
+        let rules =
+            RulesFile::parse("[[rules]]\nreply = \"ok\"\n", Path::new("rules.toml")).unwrap();
+        AgentSpec {
+            name: "a".into(),
+            system: String::new(),
+            model: Arc::new(ScriptedModel::from_rules(rules, "scripted/default")),
+            model_name: "default".into(),
+            effort: None,
+            tool_choice: None,
+            max_output_tokens: None,
+            max_steps: 4,
+            tool_timeout: Duration::from_secs(1),
+            tools,
+            task: None,
+            gates: Arc::from(Vec::new()),
+            definitions: Default::default(),
+        }
+    }
+
+    fn names(definitions: &[ToolDefinition]) -> Vec<&str> {
+        definitions.iter().map(|d| d.name.as_str()).collect()
+    }
+
+    #[test]
+    fn definitions_are_shared_while_the_tools_stay_and_rebuilt_when_they_change() {
+        let root = spec(tools(&["a", "b"]));
+        let first = root.definitions();
+        assert_eq!(names(&first), ["a", "b"]);
+        // Another turn of the same agent, or a clone of it: the same set.
+        assert!(Arc::ptr_eq(&first, &root.definitions()));
+        assert!(Arc::ptr_eq(&first, &root.clone().definitions()));
+
+        // A clone with another tool map (new MCP tools) shares the cache
+        // but never its stale entry.
+        let grown = AgentSpec {
+            tools: tools(&["a", "b", "c"]),
+            ..root.clone()
+        };
+        assert_eq!(names(&grown.definitions()), ["a", "b", "c"]);
+        assert_eq!(names(&root.definitions()), ["a", "b"]);
+
+        // The `task` tool is part of the key too.
+        let delegating = AgentSpec {
+            task: Some((
+                task_spec(&[("helper".into(), "helps".into())]),
+                Arc::new(BTreeMap::new()),
+            )),
+            ..root.clone()
+        };
+        assert_eq!(names(&delegating.definitions()), ["a", "b", "task"]);
+        let other_task = AgentSpec {
+            task: Some((
+                task_spec(&[("other".into(), "also helps".into())]),
+                Arc::new(BTreeMap::new()),
+            )),
+            ..root.clone()
+        };
+        let task = other_task.definitions();
+        assert_eq!(names(&task), ["a", "b", "task"]);
+        assert!(
+            task[2].description.contains("other"),
+            "{}",
+            task[2].description
+        );
     }
 }

@@ -466,6 +466,7 @@ pub(super) async fn load(
                 tools: Arc::clone(&tools),
                 task: None,
                 gates: Arc::from(Vec::new()),
+                definitions: Default::default(),
             },
         );
     }
@@ -506,6 +507,7 @@ pub(super) async fn load(
         tools: Arc::clone(&tools),
         task,
         gates: gates.into_values().collect(),
+        definitions: Default::default(),
     };
 
     // An arm on another model takes that model's own window.
