@@ -12,7 +12,9 @@
 //! pooled HTTP client; at 1, 8 and 32 connections it reports turns per
 //! second, latency percentiles, and the server's CPU per turn, user and
 //! system, tool children included (`/proc/<pid>/stat`: `utime`, `stime`,
-//! `cutime`, `cstime`). Where `strace` is on the machine, one more
+//! `cutime`, `cstime`), and, where the state root sits on a block device
+//! that reports them, the disk's cache flushes per turn (how far ext4 lets
+//! concurrent turns' fsyncs share one). Where `strace` is on the machine, one more
 //! sequential run is traced (`strace -f -c`) for the system calls per turn;
 //! where `valgrind` is, two short sequential runs of a server under
 //! callgrind give its user-space instructions per turn (the difference
@@ -67,6 +69,7 @@ pub(crate) fn run(runtime: &Runtime, dir: &Path, keep: &Path, quick: bool) -> Re
         let model = FakeModel::start().await?;
         let project = write_agent(dir, model.port)?;
         let server = Server::start(&project, &dir.join("state"), None).await?;
+        let disk = Disk::of(dir);
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(64)
             .timeout(DEADLINE)
@@ -78,8 +81,12 @@ pub(crate) fn run(runtime: &Runtime, dir: &Path, keep: &Path, quick: bool) -> Re
             total_turns += WARMUP.min(turns) + turns;
             drive(&http, &server.base, WARMUP.min(turns), connections).await?;
             let before = server.cpu()?;
+            let flushes_before = disk.as_ref().and_then(Disk::flushes);
             let (wall, mut latencies) = drive(&http, &server.base, turns, connections).await?;
             let cpu = server.cpu()?.since(&before);
+            let flushes = flushes_before
+                .zip(disk.as_ref().and_then(Disk::flushes))
+                .map(|(before, after)| after.saturating_sub(before));
             out.extend(level_benches(
                 connections,
                 turns,
@@ -87,6 +94,15 @@ pub(crate) fn run(runtime: &Runtime, dir: &Path, keep: &Path, quick: bool) -> Re
                 &mut latencies,
                 &cpu,
             ));
+            if let Some(flushes) = flushes {
+                out.push(Bench::new(
+                    format!("turn.load.c{connections}.disk_flushes_per_turn"),
+                    "flushes",
+                    turns,
+                    json!({ "value": (flushes as f64 / turns as f64 * 1000.0).round() / 1000.0 }),
+                    json!({}),
+                ));
+            }
         }
         out.push(model.connections_bench(total_turns));
         out.push(syscalls(&http, &server, if quick { 20 } else { TRACED_TURNS }).await?);
@@ -411,6 +427,39 @@ fn write_agent(dir: &Path, model_port: u16) -> Result<PathBuf> {
         "description = \"Echoes its request.\"\neffect = \"read\"\ncommand = [\"cat\"]\n\n[input_schema]\ntype = \"object\"\nproperties = { text = { type = \"string\" } }\n",
     )?;
     Ok(project)
+}
+
+/// The block device under the state root, whose statistics count the
+/// cache flushes it completed: what the server's fsyncs cost the disk.
+/// Concurrent fsyncs of different files can share one flush (ext4 commits
+/// its journal once for all of them), so at 8 and 32 clients the count per
+/// turn shows how much of that sharing happens. Other writers on the same
+/// device add to the count.
+struct Disk {
+    stat: PathBuf,
+}
+
+impl Disk {
+    /// `None` when the state root is not on a block device that reports
+    /// flushes (tmpfs, overlay, an old kernel).
+    fn of(path: &Path) -> Option<Disk> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(path).ok()?.dev();
+        // glibc's `major`/`minor` encoding of `dev_t`.
+        let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+        let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+        let disk = Disk {
+            stat: PathBuf::from(format!("/sys/dev/block/{major}:{minor}/stat")),
+        };
+        disk.flushes().map(|_| disk)
+    }
+
+    /// Flush requests completed so far (the 16th field of the block
+    /// device's `stat`, present since Linux 5.5).
+    fn flushes(&self) -> Option<u64> {
+        let text = std::fs::read_to_string(&self.stat).ok()?;
+        text.split_whitespace().nth(15)?.parse().ok()
+    }
 }
 
 /// CPU time of the server, in clock ticks.
