@@ -154,6 +154,12 @@ impl Model for AnthropicModel {
         } else {
             format!("{base}/v1/messages")
         };
+        let url = reqwest::Url::parse(&url).map_err(|e| {
+            ModelError::Config(format!(
+                "the model's base URL `{}` does not make a valid URL (`{url}`: {e})",
+                self.config.base_url
+            ))
+        })?;
         let post = PostRequest {
             url,
             headers,

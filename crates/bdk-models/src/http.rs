@@ -129,7 +129,8 @@ impl StepClock {
 
 /// One streaming POST to a provider.
 pub(crate) struct PostRequest {
-    pub(crate) url: String,
+    /// Parsed once by the provider, not by the client on every attempt.
+    pub(crate) url: reqwest::Url,
     /// Provider headers (auth, versions); content type and accept are added.
     pub(crate) headers: HeaderMap,
     pub(crate) body: Vec<u8>,
@@ -230,7 +231,7 @@ pub(crate) async fn open(
 
 async fn attempt(client: &reqwest::Client, req: &PostRequest) -> Result<Opened, Failure> {
     let sent = client
-        .post(&req.url)
+        .post(req.url.clone())
         .headers(req.headers.clone())
         .header(CONTENT_TYPE, "application/json")
         .header(ACCEPT, "text/event-stream")
@@ -239,7 +240,7 @@ async fn attempt(client: &reqwest::Client, req: &PostRequest) -> Result<Opened, 
         .await;
     let resp = match sent {
         Ok(resp) => resp,
-        Err(e) => return Err(transport_failure(&req.url, &e)),
+        Err(e) => return Err(transport_failure(req.url.as_str(), &e)),
     };
     let status = resp.status();
     if status.is_success() {
@@ -248,7 +249,7 @@ async fn attempt(client: &reqwest::Client, req: &PostRequest) -> Result<Opened, 
         // the first chunk is still safe to retry.
         return match body.next().await {
             Some(Ok(first)) => Ok(Opened { first, body }),
-            Some(Err(e)) => Err(transport_failure(&req.url, &e)),
+            Some(Err(e)) => Err(transport_failure(req.url.as_str(), &e)),
             // A success status with nothing after it is what
             // llama-cpp-python's server sends when a streamed prompt does not
             // fit its context (its error is raised after the status went
@@ -271,7 +272,7 @@ async fn attempt(client: &reqwest::Client, req: &PostRequest) -> Result<Opened, 
         &body,
         retry_after,
         req.key_env.as_deref(),
-        &req.url,
+        req.url.as_str(),
     ))
 }
 

@@ -52,16 +52,28 @@ pub struct OpenAiModel {
     /// The wire form of the last tool definitions sent: encoded once for a
     /// turn's steps, and once for every turn while the tools stay the same.
     tools: ToolsMemo<Result<Option<Arc<RawValue>>, String>>,
+    /// `{base_url}/chat/completions`, parsed once.
+    url: Result<reqwest::Url, String>,
 }
 
 impl OpenAiModel {
     /// A model with `config`. Nothing is contacted until the first step.
     pub fn new(config: OpenAiConfig) -> Self {
+        let url = completions_url(&config.base_url);
         Self {
             config,
             tools: ToolsMemo::default(),
+            url,
         }
     }
+}
+
+/// Where a step is posted, or why `base_url` cannot say.
+fn completions_url(base_url: &str) -> Result<reqwest::Url, String> {
+    let url = format!("{}/chat/completions", base_url.trim_end_matches('/'));
+    reqwest::Url::parse(&url).map_err(|e| {
+        format!("the model's base URL `{base_url}` does not make a valid URL (`{url}`: {e})")
+    })
 }
 
 #[async_trait]
@@ -92,10 +104,7 @@ impl Model for OpenAiModel {
         let body = serde_json::to_vec(&request_body(&request, tools.as_deref()))
             .map_err(|e| encoding(e.to_string()))?;
         let post = PostRequest {
-            url: format!(
-                "{}/chat/completions",
-                self.config.base_url.trim_end_matches('/')
-            ),
+            url: self.url.clone().map_err(ModelError::Config)?,
             headers,
             body,
             key_env: self.config.key_env.clone(),
@@ -639,6 +648,38 @@ mod tests {
     fn body_of(request: &ModelRequest) -> Value {
         let tools = wire_tools(&request.tools).unwrap();
         serde_json::to_value(request_body(request, tools.as_deref())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_base_url_that_makes_no_url_fails_the_step_and_says_which() {
+        let model = OpenAiModel::new(OpenAiConfig {
+            id: "openai-compatible/m".into(),
+            base_url: "http://[::1".into(),
+            api_key: None,
+            key_env: None,
+            http: HttpOptions::default(),
+        });
+        let request = ModelRequest {
+            model: "m".into(),
+            system: String::new(),
+            messages: vec![Message::User { text: "hi".into() }],
+            tools: Default::default(),
+            effort: None,
+            tool_choice: None,
+            max_tokens: None,
+        };
+        let Err(ModelError::Config(message)) = model.step(request, CancellationToken::new()).await
+        else {
+            panic!("the step should fail with a configuration error");
+        };
+        assert!(
+            message.contains("`http://[::1`") && message.contains("/chat/completions"),
+            "{message}"
+        );
+        assert!(
+            completions_url("http://127.0.0.1:8080/v1/")
+                .is_ok_and(|u| u.as_str() == "http://127.0.0.1:8080/v1/chat/completions")
+        );
     }
 
     #[test]
