@@ -209,7 +209,7 @@ pub struct AgentSpec {
     pub gates: Arc<[Arc<dyn ResultGate>]>,
     /// The tool definitions last built from `tools` and `task`
     /// (`Default::default()` for a new spec; see [`AgentSpec::definitions`]).
-    pub definitions: DefinitionsCache,
+    pub definitions_cache: DefinitionsCache,
 }
 
 /// The tool definitions an agent last gave its model, with the tools they
@@ -235,7 +235,7 @@ impl AgentSpec {
     pub fn definitions(&self) -> Arc<[ToolDefinition]> {
         let task = self.task.as_ref().map(|(spec, _)| spec);
         let mut built = self
-            .definitions
+            .definitions_cache
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -1201,7 +1201,7 @@ mod definitions_tests {
             tools,
             task: None,
             gates: Arc::from(Vec::new()),
-            definitions: Default::default(),
+            definitions_cache: Default::default(),
         }
     }
 

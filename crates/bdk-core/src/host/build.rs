@@ -466,7 +466,7 @@ pub(super) async fn load(
                 tools: Arc::clone(&tools),
                 task: None,
                 gates: Arc::from(Vec::new()),
-                definitions: Default::default(),
+                definitions_cache: Default::default(),
             },
         );
     }
@@ -507,7 +507,7 @@ pub(super) async fn load(
         tools: Arc::clone(&tools),
         task,
         gates: gates.into_values().collect(),
-        definitions: Default::default(),
+        definitions_cache: Default::default(),
     };
 
     // An arm on another model takes that model's own window.
