@@ -670,6 +670,29 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn a_base_url_that_makes_no_url_fails_the_step_and_says_which() {
+        let model = AnthropicModel::new(AnthropicConfig {
+            id: "anthropic/claude-x".into(),
+            base_url: "http://[::1".into(),
+            api_key: "key".into(),
+            key_env: None,
+            max_tokens: 64,
+            http: HttpOptions::default(),
+        });
+        let step = model.step(
+            request(vec![Message::User { text: "hi".into() }], None),
+            CancellationToken::new(),
+        );
+        let Err(ModelError::Config(message)) = step.await else {
+            panic!("the step should fail with a configuration error");
+        };
+        assert!(
+            message.contains("`http://[::1`") && message.contains("/v1/messages"),
+            "{message}"
+        );
+    }
+
     #[test]
     fn a_call_split_over_blocks_with_one_id_is_one_call() {
         // As LiteLLM's `/v1/messages` streams a call translated from an
