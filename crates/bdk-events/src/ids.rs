@@ -115,9 +115,26 @@ pub fn new_direct_call_id(tool: &str) -> String {
     new_id(&format!("tool_{tool}"))
 }
 
-/// An HTTP continuation token: opaque, `http:` followed by 32 random hex digits.
-pub fn new_http_token() -> String {
-    format!("http:{}", uuid::Uuid::new_v4().simple())
+/// A new HTTP continuation token for session `id`: `http:<id>.` followed by
+/// 32 random hex digits. Callers treat it as opaque; a store may read the
+/// session back out of it ([`http_token_session`]) instead of keeping an
+/// index entry for it. The id is no secret (it is in every URL of the
+/// session); the random part is what a caller must hold.
+pub fn new_http_token(id: &SessionId) -> String {
+    format!("http:{id}.{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The session an HTTP token made by [`new_http_token`] names, if `token` has
+/// that shape. Only a hint of where to look: the token is good only while that
+/// session's record holds it, and a caller may have pinned any token of this
+/// shape on any session.
+pub fn http_token_session(token: &str) -> Option<SessionId> {
+    let (id, random) = token.strip_prefix("http:")?.rsplit_once('.')?;
+    let random_ok = random.len() == 32
+        && random
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    random_ok.then(|| SessionId::parse(id)).flatten()
 }
 
 #[cfg(test)]
@@ -135,7 +152,33 @@ mod tests {
         assert!(DeliveryId::generate().as_str().starts_with("dlv_"));
         assert!(new_call_id().starts_with("call_"));
         assert!(new_direct_call_id("get_weather").starts_with("tool_get_weather_"));
-        assert!(new_http_token().starts_with("http:"));
+    }
+
+    #[test]
+    fn an_http_token_names_its_session_and_nothing_else_parses_as_one() {
+        let id = SessionId::generate();
+        let token = new_http_token(&id);
+        assert!(token.starts_with(&format!("http:{id}.")), "{token}");
+        assert_eq!(http_token_session(&token), Some(id.clone()));
+        assert_ne!(token, new_http_token(&id), "tokens are random");
+        let hex = "0123456789abcdef0123456789abcdef";
+        for other in [
+            format!("http:{hex}"),
+            format!("slack:{id}.{hex}"),
+            format!("http:{id}.{}", &hex[1..]),
+            format!("http:{id}.{}", hex.to_uppercase()),
+            format!("http:{id}.{hex}0"),
+            format!("http:ses_../../etc.{hex}"),
+            format!("http:ses_a/b.{hex}"),
+            format!("http:turn_abc.{hex}"),
+            format!("http:.{hex}"),
+            String::new(),
+        ] {
+            assert_eq!(http_token_session(&other), None, "{other:?}");
+        }
+        // An id may itself hold dots: the random part is what follows the last.
+        let dotted = SessionId::from_string("ses_a.b");
+        assert_eq!(http_token_session(&new_http_token(&dotted)), Some(dotted));
     }
 
     #[test]

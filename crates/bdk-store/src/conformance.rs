@@ -149,6 +149,7 @@ cases!(
     case_token_cas_race,
     case_token_stale,
     case_find_by_token,
+    case_find_by_token_naming_another_session,
     case_kv,
     case_kv_keys_are_opaque,
     case_kv_put_if_absent,
@@ -181,7 +182,7 @@ fn record_at(id: &SessionId, created_at: DateTime<Utc>) -> SessionRecord {
         mode: SessionMode::Chat,
         channel: "http".to_owned(),
         principal: Some("alice".to_owned()),
-        continuation_token: new_http_token(),
+        continuation_token: new_http_token(id),
         title: Some("a title".to_owned()),
         purpose: None,
         dry_run: false,
@@ -385,7 +386,7 @@ pub async fn case_list_order<H: Harness>(h: &H) {
 pub async fn case_update_keeps_token<H: Harness>(h: &H) {
     let store = h.fresh().await;
     let before = created(&store).await;
-    let rotated = new_http_token();
+    let rotated = new_http_token(&before.id);
     assert_eq!(
         store
             .rotate_token(&before.id, &before.continuation_token, &rotated)
@@ -891,7 +892,7 @@ pub async fn case_find_by_token<H: Harness>(h: &H) {
     );
     assert_eq!(store.find_by_token("http:nobody").await.unwrap(), None);
 
-    let rotated = new_http_token();
+    let rotated = new_http_token(&a.id);
     store
         .rotate_token(&a.id, &a.continuation_token, &rotated)
         .await
@@ -934,6 +935,72 @@ pub async fn case_find_by_token<H: Harness>(h: &H) {
         store.find_by_token(&b.continuation_token).await.unwrap(),
         None
     );
+}
+
+/// An HTTP token names the session it was made for, but a caller may pin
+/// one on another session: it belongs to whichever session holds it, through
+/// rotations, deletes and restarts.
+pub async fn case_find_by_token_naming_another_session<H: Harness>(h: &H) {
+    let store = h.fresh().await;
+    let a = created(&store).await;
+    let mut b = record_at(&SessionId::generate(), now());
+    b.continuation_token = new_http_token(&a.id);
+    store.create_session(b.clone()).await.unwrap();
+    let found = |token: String| {
+        let store = &store;
+        async move { store.find_by_token(&token).await.unwrap().map(|r| r.id) }
+    };
+    assert_eq!(
+        found(b.continuation_token.clone()).await,
+        Some(b.id.clone())
+    );
+    assert_eq!(
+        found(a.continuation_token.clone()).await,
+        Some(a.id.clone())
+    );
+
+    // A token naming a session that never existed finds nothing.
+    assert_eq!(found(new_http_token(&SessionId::generate())).await, None);
+
+    // A rotates onto another token naming A; B's pinned token stays B's.
+    let a_next = new_http_token(&a.id);
+    assert_eq!(
+        store
+            .rotate_token(&a.id, &a.continuation_token, &a_next)
+            .await
+            .unwrap(),
+        TokenSwap::Rotated
+    );
+    assert_eq!(found(a_next.clone()).await, Some(a.id.clone()));
+    assert_eq!(
+        found(b.continuation_token.clone()).await,
+        Some(b.id.clone())
+    );
+
+    // With A gone, B is still found by the token that names A.
+    assert!(store.delete_session(&a.id).await.unwrap());
+    assert_eq!(found(a_next.clone()).await, None);
+    assert_eq!(
+        found(b.continuation_token.clone()).await,
+        Some(b.id.clone())
+    );
+
+    // B moves onto a token naming B itself; the pinned one no longer finds it.
+    let b_next = new_http_token(&b.id);
+    assert_eq!(
+        store
+            .rotate_token(&b.id, &b.continuation_token, &b_next)
+            .await
+            .unwrap(),
+        TokenSwap::Rotated
+    );
+    let store = h.reopen(store).await;
+    let found = |token: String| {
+        let store = &store;
+        async move { store.find_by_token(&token).await.unwrap().map(|r| r.id) }
+    };
+    assert_eq!(found(b_next).await, Some(b.id.clone()));
+    assert_eq!(found(b.continuation_token.clone()).await, None);
 }
 
 // ---------------------------------------------------------------- kv

@@ -22,7 +22,7 @@ fn record(id: &SessionId) -> SessionRecord {
         mode: SessionMode::Chat,
         channel: "http".into(),
         principal: None,
-        continuation_token: new_http_token(),
+        continuation_token: new_http_token(id),
         title: None,
         purpose: None,
         dry_run: false,
@@ -438,7 +438,7 @@ async fn rotation_rewrites_the_record_atomically() {
         .unwrap()
         .continuation_token;
     for _ in 0..20 {
-        let next = new_http_token();
+        let next = new_http_token(&id);
         store.rotate_token(&id, &token, &next).await.unwrap();
         token = next;
     }
@@ -609,14 +609,92 @@ async fn idle_sessions_state_is_bounded_and_rebuilt_on_use() {
     assert_eq!(env.index, 0);
 }
 
+/// The token index files under `root`.
+fn token_entries(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "tok") {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root.join("token-index"), &mut out);
+    out
+}
+
+/// Tokens the host issues name their session, so creating and rotating them
+/// writes (and syncs) no index entry, and they are still found, also after a
+/// restart. Any other token is indexed.
+#[tokio::test]
+async fn tokens_that_name_their_session_need_no_index_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let id = new_session(&store).await;
+    let first = store
+        .get_session(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .continuation_token;
+    let next = new_http_token(&id);
+    store.rotate_token(&id, &first, &next).await.unwrap();
+    assert_eq!(token_entries(dir.path()), Vec::<std::path::PathBuf>::new());
+
+    // A channel token and an HTTP token naming another session are indexed.
+    let mut channel = record(&SessionId::generate());
+    channel.continuation_token = "slack:T1:C1:123.456".into();
+    store.create_session(channel.clone()).await.unwrap();
+    let mut pinned = record(&SessionId::generate());
+    pinned.continuation_token = new_http_token(&id);
+    store.create_session(pinned.clone()).await.unwrap();
+    assert_eq!(token_entries(dir.path()).len(), 2);
+    drop(store);
+
+    let store = FsStore::open(dir.path()).unwrap();
+    let find = |token: String| {
+        let store = &store;
+        async move { store.find_by_token(&token).await.unwrap().map(|r| r.id) }
+    };
+    assert_eq!(find(next.clone()).await, Some(id.clone()));
+    assert_eq!(find(first).await, None);
+    assert_eq!(find(channel.continuation_token).await, Some(channel.id));
+    assert_eq!(
+        find(pinned.continuation_token.clone()).await,
+        Some(pinned.id.clone())
+    );
+
+    // Rotating the pinned token onto one naming its own session drops the
+    // entry of the old one.
+    let own = new_http_token(&pinned.id);
+    store
+        .rotate_token(&pinned.id, &pinned.continuation_token, &own)
+        .await
+        .unwrap();
+    assert_eq!(token_entries(dir.path()).len(), 1);
+    assert_eq!(find(own).await, Some(pinned.id));
+    assert_eq!(find(pinned.continuation_token).await, None);
+}
+
 /// State roots written before the on-disk token index get it built on the
 /// first lookup; a restart needs no scan and no memory per session.
 #[tokio::test]
 async fn the_token_index_is_built_once_for_an_old_root_and_survives_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let store = FsStore::open(dir.path()).unwrap();
-    let a = new_session(&store).await;
-    let b = new_session(&store).await;
+    // Tokens of the shape issued before tokens named their session, which
+    // only the index can find.
+    let legacy = |id: &SessionId| {
+        let mut r = record(id);
+        r.continuation_token = format!("http:{}", &id.as_str()[4..]);
+        r
+    };
+    let (a, b) = (SessionId::generate(), SessionId::generate());
+    store.create_session(legacy(&a)).await.unwrap();
+    store.create_session(legacy(&b)).await.unwrap();
     let token_a = store
         .get_session(&a)
         .await
@@ -629,7 +707,7 @@ async fn the_token_index_is_built_once_for_an_old_root_and_survives_restarts() {
         .unwrap()
         .unwrap()
         .continuation_token;
-    let new_b = new_http_token();
+    let new_b = new_http_token(&b);
     assert_eq!(
         store.rotate_token(&b, &old_b, &new_b).await.unwrap(),
         bdk_store::TokenSwap::Rotated

@@ -55,7 +55,7 @@ fn record(id: &SessionId) -> SessionRecord {
         mode: SessionMode::Chat,
         channel: "http".to_owned(),
         principal: None,
-        continuation_token: new_http_token(),
+        continuation_token: new_http_token(id),
         title: None,
         purpose: None,
         dry_run: false,

@@ -58,7 +58,7 @@ impl Host {
         let token = opts
             .continuation_token
             .clone()
-            .unwrap_or_else(new_http_token);
+            .unwrap_or_else(|| new_http_token(&id));
         // Drawn (or pinned) before anything is stored, so a bad pin refuses
         // the start cleanly.
         let project = self.project();
@@ -211,7 +211,7 @@ impl Host {
                 .continuation_token
                 .clone()
                 .unwrap_or_else(|| record.continuation_token.clone());
-            let new = new_http_token();
+            let new = new_http_token(id);
             match self.inner.store.rotate_token(id, &expected, &new).await? {
                 TokenSwap::Rotated => new,
                 TokenSwap::Stale if opts.continuation_token.is_some() => {

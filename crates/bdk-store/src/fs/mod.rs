@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use bdk_events::ids::http_token_session;
 use bdk_events::{Envelope, SessionId};
 use chrono::Utc;
 use serde_json::Value;
@@ -365,6 +366,17 @@ impl Store for FsStore {
     }
 
     async fn find_by_token(&self, token: &str) -> Result<Option<SessionRecord>> {
+        // A token that names a session is looked for there first: the ones
+        // the host issues have no index entry (see `tokens`). One naming a
+        // session that does not hold it may still be pinned on another, so
+        // a miss falls through to the index.
+        if let Some(named) = http_token_session(token) {
+            match self.get_session(&named).await {
+                Ok(Some(record)) if record.continuation_token == token => return Ok(Some(record)),
+                Ok(_) | Err(StoreError::Invalid { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
         self.ensure_token_index().await?;
         let inner = self.inner.clone();
         let key = token.to_owned();

@@ -14,6 +14,13 @@
 //! its directory makes it durable, and a token is one entry in one directory
 //! unless it is very long.
 //!
+//! A token that names its own session (the `http:<session id>.<random>`
+//! tokens the host issues, see [`bdk_events::ids::new_http_token`]) gets no
+//! entry: a lookup reads the record of the session it names instead. That
+//! saves a directory `fsync` on every create and every rotation of such a
+//! token. Tokens of any other shape (channel tokens, tokens a caller pinned,
+//! tokens issued before this rule) are indexed as before.
+//!
 //! State roots written before the index existed get it built once, on the
 //! first lookup, from the records; `.built` marks it complete. These
 //! functions block; the store calls them from blocking tasks.
@@ -22,6 +29,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+
+use bdk_events::ids::http_token_session;
 
 use super::paths::{chunked_path, encode, is_missing, sync_dir, temp_name};
 
@@ -32,6 +41,12 @@ pub(crate) const MAX_TOKEN_LEN: usize = 1024;
 
 /// The marker of a complete index.
 const BUILT: &str = ".built";
+
+/// True when `token` names session `id` itself, so a lookup finds the session
+/// from the token alone and the index keeps no entry for it.
+pub(crate) fn names_its_session(token: &str, id: &str) -> bool {
+    http_token_session(token).is_some_and(|named| named.as_str() == id)
+}
 
 /// The index directory of a state root and its temp area (same file system).
 pub(crate) struct TokenIndex {
@@ -51,7 +66,11 @@ impl TokenIndex {
 
     /// Points `token` at session `id`, replacing any entry, durably: when
     /// this returns, a crash cannot lose the entry.
+    /// A token that names its own session needs no entry and gets none.
     pub(crate) fn link(&self, token: &str, id: &str) -> io::Result<()> {
+        if names_its_session(token, id) {
+            return Ok(());
+        }
         let target = self.path(token);
         let created = self.place(&target, id, true)?;
         // A new chunk directory of a long token must survive too.
@@ -116,7 +135,7 @@ impl TokenIndex {
     /// Removes the entry of `token` if it points at `id`. Not made durable:
     /// an entry that comes back after a crash is only a stale hint.
     pub(crate) fn unlink(&self, token: &str, id: &str) -> io::Result<()> {
-        if self.lookup(token)?.as_deref() != Some(id) {
+        if names_its_session(token, id) || self.lookup(token)?.as_deref() != Some(id) {
             return Ok(());
         }
         let path = self.path(token);
@@ -138,7 +157,7 @@ impl TokenIndex {
         fs::create_dir_all(&self.dir)?;
         let mut dirs = BTreeSet::new();
         for (token, id) in records {
-            if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+            if token.is_empty() || token.len() > MAX_TOKEN_LEN || names_its_session(token, id) {
                 continue;
             }
             let target = self.path(token);
