@@ -133,6 +133,44 @@ fn a_contained_program_reads_the_system_and_its_folder_but_nothing_protected() {
     assert_eq!(stdout(&o), "denied\ndenied", "{o:?}");
 }
 
+/// A grant reached through a symbolic link (in the folder above it or in
+/// its last part) opens what the link points at, as `open(2)` would.
+#[test]
+fn grants_through_symbolic_links_reach_their_targets() {
+    let f = fixture();
+    std::os::unix::fs::symlink(f.root.join("agent"), f.root.join("agent-link")).unwrap();
+    std::os::unix::fs::symlink(f.root.join("agent/tools"), f.root.join("tools-link")).unwrap();
+    for granted in [f.root.join("agent-link/tools"), f.root.join("tools-link")] {
+        let call = Call {
+            read: vec![granted.clone()],
+            ..f.call()
+        };
+        let wrapped = f
+            .sandbox
+            .wrap(
+                &call,
+                Path::new("/bin/cat"),
+                &[f.root.join("agent/tools/tool.sh").display().to_string()],
+            )
+            .unwrap();
+        let o = Command::new(&wrapped.program)
+            .args(&wrapped.args)
+            .env_clear()
+            .envs(bdk_sandbox::env::base(&[]))
+            .stdin(Stdio::null())
+            .process_group(0)
+            .output()
+            .unwrap();
+        assert_eq!(stdout(&o), "echo tool", "{}: {o:?}", granted.display());
+    }
+    // And the file the grant does not cover stays closed.
+    let o = f.sh(&format!(
+        "cat '{}'",
+        f.root.join("agent/agent.toml").display()
+    ));
+    assert!(!o.status.success(), "{o:?}");
+}
+
 #[test]
 fn a_contained_program_writes_only_its_grants() {
     let f = fixture();
