@@ -1043,3 +1043,99 @@ async fn delete_stops_the_running_turn_then_removes_the_session() {
     .await;
     assert!(!log.exists());
 }
+
+/// A follow-up keeps the rotated token in a link beside the session's
+/// record. A link that is not the server's own makes that session (and only
+/// that one) `session_corrupt` instead of being followed or ignored.
+#[tokio::test]
+async fn a_foreign_token_link_makes_only_its_session_corrupt() {
+    let s = single(Config::default()).await;
+    let (http, base) = (&s.http, s.base.as_str());
+    let mut tokens = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let started = start(http, base, json!({"message": "hi"})).await;
+        let id = started["sessionId"].as_str().unwrap().to_owned();
+        settle(http, base, &id, 1).await;
+        let sent = expect_ok(
+            post(
+                http,
+                format!("{base}/v1/session/{id}"),
+                &json!({"message": "again", "continuationToken": started["continuationToken"]}),
+            )
+            .await,
+        )
+        .await;
+        settle(http, base, &id, 2).await;
+        tokens.push(sent["continuationToken"].as_str().unwrap().to_owned());
+        ids.push(id);
+    }
+    let dir_of = |id: &str| {
+        s.agent
+            .host
+            .store()
+            .workspace_dir(&SessionId::parse(id).unwrap())
+            .parent()
+            .unwrap()
+            .to_path_buf()
+    };
+    let link = dir_of(&ids[0]).join("token");
+    assert!(
+        link.symlink_metadata().unwrap().file_type().is_symlink(),
+        "the follow-up's token is in the link"
+    );
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+
+    expect_error(
+        post(
+            http,
+            format!("{base}/v1/session/{}", ids[0]),
+            &json!({"message": "third", "continuationToken": tokens[0]}),
+        )
+        .await,
+        409,
+        "session_corrupt",
+    )
+    .await;
+    // The other session goes on, and the listing still shows it.
+    expect_ok(
+        post(
+            http,
+            format!("{base}/v1/session/{}", ids[1]),
+            &json!({"message": "third", "continuationToken": tokens[1]}),
+        )
+        .await,
+    )
+    .await;
+    settle(http, base, &ids[1], 3).await;
+    let list = expect_ok(get(http, format!("{base}/v1/sessions")).await).await;
+    assert!(
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["sessionId"] == ids[1].as_str()),
+        "{list}"
+    );
+    // Whose session it is cannot be read either, so not even a delete goes
+    // through until an operator removes the link on disk.
+    expect_error(
+        http.delete(format!("{base}/v1/session/{}", ids[0]))
+            .send()
+            .await
+            .unwrap(),
+        409,
+        "session_corrupt",
+    )
+    .await;
+    std::fs::remove_file(&link).unwrap();
+    expect_ok(
+        http.delete(format!("{base}/v1/session/{}", ids[0]))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(!dir_of(&ids[0]).exists());
+}

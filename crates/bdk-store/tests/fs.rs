@@ -426,35 +426,139 @@ async fn records_that_cannot_be_read_are_skipped_in_listings() {
     assert!(store.get_session(&bare).await.unwrap().is_some());
 }
 
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A rotation onto a token that names the session only replaces the link
+/// beside the record (one directory sync); onto any other token it rewrites
+/// the record and drops the link. Either way no temp file stays behind, and
+/// the last token counts, also after a restart.
 #[tokio::test]
-async fn rotation_rewrites_the_record_atomically() {
+async fn rotations_leave_no_temp_files_and_the_last_token_counts() {
     let dir = tempfile::tempdir().unwrap();
     let store = FsStore::open(dir.path()).unwrap();
     let id = new_session(&store).await;
+    let session_dir = dir.path().join("sessions").join(id.as_str());
+    let on_disk = || -> SessionRecord {
+        serde_json::from_slice(&fs::read(session_dir.join("session.json")).unwrap()).unwrap()
+    };
     let mut token = store
         .get_session(&id)
         .await
         .unwrap()
         .unwrap()
         .continuation_token;
-    for _ in 0..20 {
-        let next = new_http_token(&id);
-        store.rotate_token(&id, &token, &next).await.unwrap();
+    for i in 0..20 {
+        let next = if i % 2 == 0 {
+            new_http_token(&id)
+        } else {
+            format!("http:pinned-{i}")
+        };
+        assert_eq!(
+            store.rotate_token(&id, &token, &next).await.unwrap(),
+            bdk_store::TokenSwap::Rotated
+        );
         token = next;
     }
-    let session_dir = dir.path().join("sessions").join(id.as_str());
-    let names: Vec<String> = fs::read_dir(&session_dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    // The last rotation was onto a pinned token: the record holds it.
+    assert_eq!(entries(&session_dir), ["events.ndjson", "session.json"]);
+    assert_eq!(on_disk().continuation_token, token);
+
+    let before = store.get_session(&id).await.unwrap().unwrap();
+    let own = new_http_token(&id);
+    store.rotate_token(&id, &token, &own).await.unwrap();
     assert_eq!(
-        names.len(),
-        2,
-        "only session.json and events.ndjson: {names:?}"
+        entries(&session_dir),
+        ["events.ndjson", "session.json", "token"]
     );
-    let on_disk: SessionRecord =
-        serde_json::from_slice(&fs::read(session_dir.join("session.json")).unwrap()).unwrap();
-    assert_eq!(on_disk.continuation_token, token);
+    // The record itself is untouched; the link has the last word.
+    assert_eq!(on_disk().continuation_token, token);
+    let after = store.get_session(&id).await.unwrap().unwrap();
+    assert_eq!(after.continuation_token, own);
+    assert!(after.updated_at >= before.updated_at);
+    assert_eq!(
+        store
+            .rotate_token(&id, &token, &new_http_token(&id))
+            .await
+            .unwrap(),
+        bdk_store::TokenSwap::Stale
+    );
+    assert_eq!(entries(&dir.path().join("tmp")), Vec::<String>::new());
+
+    // An update keeps the current token, and a restart reads it back.
+    let mut update = after.clone();
+    update.title = Some("renamed".into());
+    update.continuation_token = "http:rolled-back".into();
+    store.update_session(update).await.unwrap();
+    drop(store);
+    let store = FsStore::open(dir.path()).unwrap();
+    let reopened = store.get_session(&id).await.unwrap().unwrap();
+    assert_eq!(reopened.continuation_token, own);
+    assert_eq!(reopened.title.as_deref(), Some("renamed"));
+    assert_eq!(
+        store.find_by_token(&own).await.unwrap().map(|r| r.id),
+        Some(id)
+    );
+}
+
+/// The token link is the store's own: one of another shape (or pointing
+/// anywhere) makes the session corrupt rather than being followed or
+/// ignored; and a directory left by an interrupted delete does not lend its
+/// old link to a new session of the same id.
+#[tokio::test]
+async fn a_foreign_token_link_is_corruption_and_a_leftover_one_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let id = new_session(&store).await;
+    let session_dir = dir.path().join("sessions").join(id.as_str());
+    let link = session_dir.join("token");
+    for target in ["/etc/passwd", "0123@x", "not-hex-at-all@1", "../../token"] {
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink(target, &link).unwrap();
+        assert!(
+            matches!(
+                store.get_session(&id).await,
+                Err(StoreError::Corrupt { .. })
+            ),
+            "{target}"
+        );
+    }
+
+    // A delete interrupted after the record went: the directory and the
+    // link of a rotated token stay. A new session with that id gets its own.
+    fs::remove_file(&link).unwrap();
+    let first = store
+        .get_session(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .continuation_token;
+    store
+        .rotate_token(&id, &first, &new_http_token(&id))
+        .await
+        .unwrap();
+    assert!(link.symlink_metadata().is_ok(), "the rotation made a link");
+    drop(store);
+    fs::remove_file(session_dir.join("session.json")).unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let fresh = record(&id);
+    store.create_session(fresh.clone()).await.unwrap();
+    assert_eq!(
+        store
+            .get_session(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .continuation_token,
+        fresh.continuation_token
+    );
+    assert!(link.symlink_metadata().is_err(), "the old link is gone");
 }
 
 #[cfg(target_os = "linux")]

@@ -6,6 +6,8 @@
 //! <state root>/
 //!   sessions/<id>/session.json     the session record (written atomically)
 //!   sessions/<id>/events.ndjson    the event log, one envelope per line
+//!   sessions/<id>/token            the current token, once rotated onto one
+//!                                  naming the session (a symlink)
 //!   sessions/<id>/workspace/       the session workspace (made by the caller)
 //!   traces/                        traces written by `bdk run`
 //!   tool-calls/<callId>/           scratch directories of direct tool calls
@@ -42,7 +44,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use bdk_events::ids::http_token_session;
 use bdk_events::{Envelope, SessionId};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use self::blobs::Areas;
@@ -228,13 +230,27 @@ fn read_record(path: &Path, id: &str) -> Result<Option<SessionRecord>> {
         path: path.display().to_string(),
         message,
     };
-    let record: SessionRecord =
+    let mut record: SessionRecord =
         serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
     if record.id.as_str() != id {
         return Err(corrupt(format!(
             "the record names session {} but lives in the directory of {id}",
             record.id
         )));
+    }
+    // A token rotated onto one naming the session is kept in a link beside
+    // the record (see `tokens::read_current`), which then has the last word.
+    if let Some(dir) = path.parent()
+        && let Some((token, millis)) =
+            tokens::read_current(dir, id).map_err(|e| StoreError::Corrupt {
+                path: tokens::current_path(dir).display().to_string(),
+                message: e.to_string(),
+            })?
+    {
+        record.continuation_token = token;
+        if let Some(at) = DateTime::from_timestamp_millis(millis) {
+            record.updated_at = record.updated_at.max(at);
+        }
     }
     Ok(Some(record))
 }
@@ -291,6 +307,10 @@ impl Store for FsStore {
             // its entry durable, and a log that is missing after a crash
             // reads as empty anyway (the first boundary append fsyncs it).
             fs::File::create(&guard.events_path)?;
+            // A directory left by a delete that a crash interrupted may
+            // still hold the old session's token link; the record's rename
+            // below syncs its removal.
+            tokens::remove_current(&dir)?;
             // The token's index entry before the record, so a session never
             // exists without it.
             inner.tokens.link(&record.continuation_token, id.as_str())?;
@@ -411,10 +431,26 @@ impl Store for FsStore {
             }
             record.continuation_token.clone_from(&new);
             record.updated_at = Utc::now();
-            // As on create: the new token's entry is durable before the
-            // record makes the token current; the old one goes after.
+            // As on create: the new token's entry (if it needs one) is
+            // durable before the token becomes current; the old one goes
+            // after.
             inner.tokens.link(&new, guard.id.as_str())?;
-            write_record(&guard.dir, &record)?;
+            if tokens::names_its_session(&new, guard.id.as_str()) {
+                // One sync: the link beside the record names the new token.
+                tokens::write_current(
+                    &inner.areas.tmp,
+                    &guard.dir,
+                    &new,
+                    record.updated_at.timestamp_millis(),
+                )?;
+            } else {
+                // The record names it, then the link (which would still
+                // name the old one) goes.
+                write_record(&guard.dir, &record)?;
+                if tokens::remove_current(&guard.dir)? {
+                    sync_dir(&guard.dir)?;
+                }
+            }
             if let Err(e) = inner.tokens.unlink(&expected, guard.id.as_str()) {
                 tracing::debug!(session_id = %guard.id, error = %e, "could not remove a rotated token's entry");
             }

@@ -21,6 +21,10 @@
 //! token. Tokens of any other shape (channel tokens, tokens a caller pinned,
 //! tokens issued before this rule) are indexed as before.
 //!
+//! The same tokens, once rotated, are kept in a link beside the session's
+//! record (`sessions/<id>/token`, see [`read_current`]) instead of in the
+//! record, so a rotation is one directory `fsync` rather than two.
+//!
 //! State roots written before the index existed get it built once, on the
 //! first lookup, from the records; `.built` marks it complete. These
 //! functions block; the store calls them from blocking tasks.
@@ -48,6 +52,74 @@ pub(crate) fn names_its_session(token: &str, id: &str) -> bool {
     http_token_session(token).is_some_and(|named| named.as_str() == id)
 }
 
+/// The name of the link beside a session's record that holds its current
+/// token when that token names the session.
+const CURRENT: &str = "token";
+
+/// The current token of the session in `dir`, when it is kept in the link
+/// beside the record rather than in the record: `token` is a symbolic link
+/// whose target is the token's random part and the time of the rotation,
+/// `<32 hex>@<unix ms>`. Short enough to live in the link's inode, so one
+/// `fsync` of the directory makes a rotation durable, where rewriting
+/// `session.json` takes two (the temp file and the directory). Returns the
+/// token and when it was set; `None` without a link. A link of another shape
+/// is an error: the store never writes one, and ignoring it could bring back
+/// an older token.
+pub(crate) fn read_current(dir: &Path, id: &str) -> io::Result<Option<(String, i64)>> {
+    let target = match fs::read_link(current_path(dir)) {
+        Ok(target) => target,
+        Err(e) if is_missing(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let malformed = || {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the token link of session {id} is malformed"),
+        )
+    };
+    let target = target.to_str().ok_or_else(malformed)?;
+    let (random, millis) = target.split_once('@').ok_or_else(malformed)?;
+    let token = format!("http:{id}.{random}");
+    let millis = millis.parse::<i64>().map_err(|_| malformed())?;
+    if !names_its_session(&token, id) {
+        return Err(malformed());
+    }
+    Ok(Some((token, millis)))
+}
+
+/// The token link of the session in `dir`.
+pub(crate) fn current_path(dir: &Path) -> PathBuf {
+    dir.join(CURRENT)
+}
+
+/// Makes `token` (which names the session in `dir`) current, durably: a new
+/// link made in `tmp` (same file system), renamed over the old one, and
+/// `dir` synced. A reader sees the old link or the new one, never none.
+pub(crate) fn write_current(tmp: &Path, dir: &Path, token: &str, millis: i64) -> io::Result<()> {
+    let random = token
+        .rsplit_once('.')
+        .map(|(_, random)| random)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a session's token"))?;
+    let temp = tmp.join(temp_name("token-link"));
+    std::os::unix::fs::symlink(format!("{random}@{millis}"), &temp)?;
+    if let Err(e) = fs::rename(&temp, current_path(dir)) {
+        let _ = fs::remove_file(&temp);
+        return Err(e);
+    }
+    sync_dir(dir)
+}
+
+/// Removes the token link of the session in `dir`, so the record's own token
+/// counts again. Not synced: true when there was one, and the caller then
+/// syncs `dir` (or lets the record's own write do it).
+pub(crate) fn remove_current(dir: &Path) -> io::Result<bool> {
+    match fs::remove_file(current_path(dir)) {
+        Ok(()) => Ok(true),
+        Err(e) if is_missing(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The index directory of a state root and its temp area (same file system).
 pub(crate) struct TokenIndex {
     pub(crate) dir: PathBuf,
@@ -65,8 +137,8 @@ impl TokenIndex {
     }
 
     /// Points `token` at session `id`, replacing any entry, durably: when
-    /// this returns, a crash cannot lose the entry.
-    /// A token that names its own session needs no entry and gets none.
+    /// this returns, a crash cannot lose the entry. A token that names its
+    /// own session needs no entry and gets none.
     pub(crate) fn link(&self, token: &str, id: &str) -> io::Result<()> {
         if names_its_session(token, id) {
             return Ok(());
