@@ -518,7 +518,22 @@ async fn a_foreign_token_link_is_corruption_and_a_leftover_one_is_dropped() {
     let id = new_session(&store).await;
     let session_dir = dir.path().join("sessions").join(id.as_str());
     let link = session_dir.join("token");
-    for target in ["/etc/passwd", "0123@x", "not-hex-at-all@1", "../../token"] {
+    let hex = "0123456789abcdef0123456789abcdef";
+    let targets: Vec<std::ffi::OsString> = [
+        "/etc/passwd".to_owned(),
+        "0123@x".to_owned(),
+        "not-hex-at-all@1".to_owned(),
+        "../../token".to_owned(),
+        hex.to_owned(),
+        format!("{hex}@"),
+        format!("{hex}@soon"),
+        format!("{}@1", hex.to_uppercase()),
+    ]
+    .into_iter()
+    .map(Into::into)
+    .chain([<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"\xff@1").to_owned()])
+    .collect();
+    for target in &targets {
         let _ = fs::remove_file(&link);
         std::os::unix::fs::symlink(target, &link).unwrap();
         assert!(
@@ -526,9 +541,21 @@ async fn a_foreign_token_link_is_corruption_and_a_leftover_one_is_dropped() {
                 store.get_session(&id).await,
                 Err(StoreError::Corrupt { .. })
             ),
-            "{target}"
+            "{target:?}"
         );
     }
+    // The store's own shape is read back.
+    fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(format!("{hex}@1"), &link).unwrap();
+    assert_eq!(
+        store
+            .get_session(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .continuation_token,
+        format!("http:{id}.{hex}")
+    );
 
     // A delete interrupted after the record went: the directory and the
     // link of a rotated token stay. A new session with that id gets its own.
