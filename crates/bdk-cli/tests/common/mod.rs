@@ -300,6 +300,9 @@ pub async fn acknowledged_work_survives(args: &[&str], dir: &Path, slug: &str, s
     assert_eq!(status, 200, "{slow}");
     let one = slow["sessionId"].as_str().unwrap().to_owned();
     let slow_turn = slow["turnId"].clone();
+    // Every accepted send hands out a new token; the last one must still be
+    // good after the restarts, and the one before it stale.
+    let mut tokens = vec![slow["continuationToken"].as_str().unwrap().to_owned()];
     let one_events = url(&first, &format!("/session/{one}/events"));
     wait_for(&c, &one_events, |e| e["type"] == "turn.started").await;
 
@@ -334,6 +337,7 @@ pub async fn acknowledged_work_survives(args: &[&str], dir: &Path, slug: &str, s
             sent.get("turnId").is_none(),
             "queued behind the running turn: {sent}"
         );
+        tokens.push(sent["continuationToken"].as_str().unwrap().to_owned());
     }
     match stop {
         Stop::Kill => {
@@ -410,6 +414,17 @@ pub async fn acknowledged_work_survives(args: &[&str], dir: &Path, slug: &str, s
     let counts = deliveries(&after_one);
     assert_eq!(counts.get("dlv_kill9_a"), Some(&1), "{counts:?}");
     assert_eq!(counts.get("dlv_kill9_b"), Some(&1), "{counts:?}");
+
+    // The tokens handed out before the kill: the last is current, the one
+    // before it was superseded.
+    let follow_up = |token: &str| serde_json::json!({"message": "after the restarts", "continuationToken": token});
+    let session_one = url(&third, &format!("/session/{one}"));
+    let (status, stale) = post(&c, &session_one, follow_up(&tokens[1])).await;
+    assert_eq!(status, 409, "{stale}");
+    assert_eq!(stale["error"], "stale_continuation_token", "{stale}");
+    let (status, sent) = post(&c, &session_one, follow_up(&tokens[2])).await;
+    assert_eq!(status, 200, "the last token survives: {sent}");
+    assert_ne!(sent["continuationToken"], tokens[2].as_str());
 }
 
 /// `bdk <args>` run in `cwd` with a pseudo-terminal as its stdout (through
