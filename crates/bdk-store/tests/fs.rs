@@ -43,6 +43,16 @@ fn waiting() -> NewEvent {
     NewEvent::session(SessionWaiting {})
 }
 
+/// The current continuation token of session `id`.
+async fn token_of(store: &FsStore, id: &SessionId) -> String {
+    store
+        .get_session(id)
+        .await
+        .unwrap()
+        .unwrap()
+        .continuation_token
+}
+
 async fn new_session(store: &FsStore) -> SessionId {
     let id = SessionId::generate();
     store.create_session(record(&id)).await.unwrap();
@@ -448,12 +458,7 @@ async fn rotations_leave_no_temp_files_and_the_last_token_counts() {
     let on_disk = || -> SessionRecord {
         serde_json::from_slice(&fs::read(session_dir.join("session.json")).unwrap()).unwrap()
     };
-    let mut token = store
-        .get_session(&id)
-        .await
-        .unwrap()
-        .unwrap()
-        .continuation_token;
+    let mut token = token_of(&store, &id).await;
     for i in 0..20 {
         let next = if i % 2 == 0 {
             new_http_token(&id)
@@ -560,12 +565,7 @@ async fn a_foreign_token_link_is_corruption_and_a_leftover_one_is_dropped() {
     // A delete interrupted after the record went: the directory and the
     // link of a rotated token stay. A new session with that id gets its own.
     fs::remove_file(&link).unwrap();
-    let first = store
-        .get_session(&id)
-        .await
-        .unwrap()
-        .unwrap()
-        .continuation_token;
+    let first = token_of(&store, &id).await;
     store
         .rotate_token(&id, &first, &new_http_token(&id))
         .await
@@ -765,12 +765,7 @@ async fn tokens_that_name_their_session_need_no_index_entry() {
     let dir = tempfile::tempdir().unwrap();
     let store = FsStore::open(dir.path()).unwrap();
     let id = new_session(&store).await;
-    let first = store
-        .get_session(&id)
-        .await
-        .unwrap()
-        .unwrap()
-        .continuation_token;
+    let first = token_of(&store, &id).await;
     let next = new_http_token(&id);
     store.rotate_token(&id, &first, &next).await.unwrap();
     assert_eq!(token_entries(dir.path()), Vec::<std::path::PathBuf>::new());
@@ -826,18 +821,8 @@ async fn the_token_index_is_built_once_for_an_old_root_and_survives_restarts() {
     let (a, b) = (SessionId::generate(), SessionId::generate());
     store.create_session(legacy(&a)).await.unwrap();
     store.create_session(legacy(&b)).await.unwrap();
-    let token_a = store
-        .get_session(&a)
-        .await
-        .unwrap()
-        .unwrap()
-        .continuation_token;
-    let old_b = store
-        .get_session(&b)
-        .await
-        .unwrap()
-        .unwrap()
-        .continuation_token;
+    let token_a = token_of(&store, &a).await;
+    let old_b = token_of(&store, &b).await;
     let new_b = new_http_token(&b);
     assert_eq!(
         store.rotate_token(&b, &old_b, &new_b).await.unwrap(),
