@@ -445,10 +445,9 @@ fn entries(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-/// A rotation onto a token that names the session only replaces the link
-/// beside the record (one directory sync); onto any other token it rewrites
-/// the record and drops the link. Either way no temp file stays behind, and
-/// the last token counts, also after a restart.
+/// A rotation rewrites the record (the journal makes it durable) and drops
+/// a token link an older version left beside it. No temp file stays behind,
+/// and the last token counts, also after a restart.
 #[tokio::test]
 async fn rotations_leave_no_temp_files_and_the_last_token_counts() {
     let dir = tempfile::tempdir().unwrap();
@@ -471,19 +470,20 @@ async fn rotations_leave_no_temp_files_and_the_last_token_counts() {
         );
         token = next;
     }
-    // The last rotation was onto a pinned token: the record holds it.
     assert_eq!(entries(&session_dir), ["events.ndjson", "session.json"]);
     assert_eq!(on_disk().continuation_token, token);
 
+    // A link left by an older version has the last word until a rotation
+    // replaces it.
+    let hex = "0123456789abcdef0123456789abcdef";
+    std::os::unix::fs::symlink(format!("{hex}@1"), session_dir.join("token")).unwrap();
+    assert_eq!(token_of(&store, &id).await, format!("http:{id}.{hex}"));
+    token = format!("http:{id}.{hex}");
     let before = store.get_session(&id).await.unwrap().unwrap();
     let own = new_http_token(&id);
     store.rotate_token(&id, &token, &own).await.unwrap();
-    assert_eq!(
-        entries(&session_dir),
-        ["events.ndjson", "session.json", "token"]
-    );
-    // The record itself is untouched; the link has the last word.
-    assert_eq!(on_disk().continuation_token, token);
+    assert_eq!(entries(&session_dir), ["events.ndjson", "session.json"]);
+    assert_eq!(on_disk().continuation_token, own);
     let after = store.get_session(&id).await.unwrap().unwrap();
     assert_eq!(after.continuation_token, own);
     assert!(after.updated_at >= before.updated_at);
@@ -563,14 +563,10 @@ async fn a_foreign_token_link_is_corruption_and_a_leftover_one_is_dropped() {
     );
 
     // A delete interrupted after the record went: the directory and the
-    // link of a rotated token stay. A new session with that id gets its own.
+    // token link (as an older version wrote them) stay. A new session with
+    // that id gets its own token.
     fs::remove_file(&link).unwrap();
-    let first = token_of(&store, &id).await;
-    store
-        .rotate_token(&id, &first, &new_http_token(&id))
-        .await
-        .unwrap();
-    assert!(link.symlink_metadata().is_ok(), "the rotation made a link");
+    std::os::unix::fs::symlink(format!("{hex}@1"), &link).unwrap();
     drop(store);
     fs::remove_file(session_dir.join("session.json")).unwrap();
     let store = FsStore::open(dir.path()).unwrap();
@@ -852,4 +848,147 @@ async fn the_token_index_is_built_once_for_an_old_root_and_survives_restarts() {
         store.create_session(r).await,
         Err(StoreError::Invalid { .. })
     ));
+}
+
+const CHILD_JOURNAL: &str = "BDK_STORE_TEST_CHILD_JOURNAL";
+
+/// The writer half of [`the_journal_restores_what_a_power_cut_may_lose`]:
+/// creates, appends, updates, rotates and deletes, reports the ids and the
+/// last token, then waits to be killed. Run alone, it uses its own temp dir.
+#[test]
+#[ignore = "run as a child process by the_journal_restores_what_a_power_cut_may_lose"]
+fn child_journal_writer() {
+    let own = tempfile::tempdir().unwrap();
+    let as_child = std::env::var_os(CHILD_JOURNAL).is_some();
+    let root =
+        std::env::var_os(CHILD_JOURNAL).map_or_else(|| own.path().to_path_buf(), PathBuf::from);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = FsStore::open(&root).unwrap();
+        let a = new_session(&store).await;
+        append_n(&store, &a, 3).await;
+        store.append(&a, vec![delta(3), waiting()]).await.unwrap();
+        append_n(&store, &a, 2).await;
+        let mut update = store.get_session(&a).await.unwrap().unwrap();
+        update.title = Some("renamed".into());
+        store.update_session(update).await.unwrap();
+        let token = new_http_token(&a);
+        store
+            .rotate_token(&a, &token_of(&store, &a).await, &token)
+            .await
+            .unwrap();
+        let b = new_session(&store).await;
+        store.append(&b, vec![waiting()]).await.unwrap();
+        let c = new_session(&store).await;
+        assert!(store.delete_session(&c).await.unwrap());
+        println!("ready {a} {b} {c} {token}");
+        std::io::stdout().flush().unwrap();
+    });
+    if as_child {
+        let mut sink = String::new();
+        while std::io::stdin().read_line(&mut sink).unwrap_or(0) > 0 {}
+    }
+}
+
+/// A power cut can lose whatever was only in the page cache, and the
+/// session files are written without syncs: only the journal is synced.
+/// After a kill -9, this test takes away from the files what a power cut
+/// could (an event log's acknowledged tail, a record rewritten empty, a
+/// whole session directory, a delete), and the next open puts every
+/// acknowledged change back from the journal.
+#[test]
+fn the_journal_restores_what_a_power_cut_may_lose() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_journal_writer",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_JOURNAL, dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let ready = BufReader::new(stdout)
+        .lines()
+        .map(|l| l.unwrap())
+        .find_map(|l| {
+            l.split_once("ready ")
+                .map(|(_, rest)| rest.trim().to_owned())
+        })
+        .expect("the child reports what it wrote");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let words: Vec<&str> = ready.split(' ').collect();
+    let [a, b, c, token] = words[..] else {
+        panic!("unexpected report {ready:?}")
+    };
+    let (a, b, c) = (
+        SessionId::parse(a).unwrap(),
+        SessionId::parse(b).unwrap(),
+        SessionId::parse(c).unwrap(),
+    );
+    let sessions = dir.path().join("sessions");
+    assert_eq!(fs::read_dir(dir.path().join("journal")).unwrap().count(), 1);
+
+    // A's log keeps only its first two events, its record is empty.
+    let log = fs::read(events_path(dir.path(), &a)).unwrap();
+    let two: usize = log
+        .split_inclusive(|&b| b == b'\n')
+        .take(2)
+        .map(<[u8]>::len)
+        .sum();
+    fs::write(events_path(dir.path(), &a), &log[..two]).unwrap();
+    fs::write(sessions.join(a.as_str()).join("session.json"), b"").unwrap();
+    // B never reached the disk at all.
+    fs::remove_dir_all(sessions.join(b.as_str())).unwrap();
+    // C's delete did not either.
+    fs::create_dir_all(sessions.join(c.as_str())).unwrap();
+    fs::write(
+        sessions.join(c.as_str()).join("session.json"),
+        serde_json::to_vec(&record(&c)).unwrap(),
+    )
+    .unwrap();
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = FsStore::open(dir.path()).unwrap();
+        // Up to and including the boundary batch; the two deltas after it
+        // were never acknowledged as durable and are gone.
+        let events = store.read(&a, 0).await.unwrap();
+        assert_eq!(indices(&events), (0..5).collect::<Vec<_>>());
+        assert_eq!(events[4].kind(), "session.waiting");
+        let record_a = store.get_session(&a).await.unwrap().unwrap();
+        assert_eq!(record_a.title.as_deref(), Some("renamed"));
+        assert_eq!(record_a.continuation_token, token);
+        assert_eq!(
+            store.find_by_token(token).await.unwrap().map(|r| r.id),
+            Some(a.clone())
+        );
+        let events = store.read(&b, 0).await.unwrap();
+        assert_eq!(indices(&events), vec![0]);
+        assert!(store.get_session(&c).await.unwrap().is_none());
+        assert!(!sessions.join(c.as_str()).exists());
+        // The replayed journal is gone; only this store's own is there.
+        assert_eq!(fs::read_dir(dir.path().join("journal")).unwrap().count(), 1);
+        let next = store.append(&a, vec![waiting()]).await.unwrap();
+        assert_eq!(indices(&next), vec![5]);
+    });
+}
+
+/// A store closed in order leaves no journal behind: nothing to replay.
+#[tokio::test]
+async fn a_store_closed_in_order_leaves_no_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let id = new_session(&store).await;
+    store.append(&id, vec![waiting()]).await.unwrap();
+    assert_eq!(fs::read_dir(dir.path().join("journal")).unwrap().count(), 1);
+    drop(store);
+    assert_eq!(fs::read_dir(dir.path().join("journal")).unwrap().count(), 0);
 }

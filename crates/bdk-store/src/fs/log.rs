@@ -19,6 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
@@ -28,6 +29,7 @@ use chrono::{SubsecRound, Utc};
 use futures::StreamExt;
 use tokio::sync::{Mutex, OwnedMutexGuard, broadcast};
 
+use super::journal::{Entry, Journal};
 use super::paths::is_missing;
 use super::task::blocking;
 use crate::{EventStream, NewEvent, Result, StoreError};
@@ -210,6 +212,11 @@ pub(crate) struct Log {
     checkpoints: Vec<u64>,
     file: Option<CountedFile>,
     last_used: u64,
+    /// The events before this index (bytes before `journaled_len`) are
+    /// durable: covered by a journal entry or synced. The next boundary
+    /// batch journals everything after it.
+    journaled_index: u64,
+    journaled_len: u64,
 }
 
 impl Log {
@@ -221,6 +228,8 @@ impl Log {
             checkpoints: Vec::new(),
             file: None,
             last_used: 0,
+            journaled_index: 0,
+            journaled_len: 0,
         }
     }
 }
@@ -337,6 +346,10 @@ fn corrupt(path: &Path, message: impl Into<String>) -> StoreError {
     }
 }
 
+/// Whatever the log holds when it is scanned is synced, so the next journal
+/// entry can start after it: the events after the last boundary may be
+/// only in the page cache (left by a killed process, by this one before it
+/// dropped the slot, or by another writer), and no entry carries them.
 fn load(id: &SessionId, path: &Path) -> Result<Log> {
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
@@ -365,6 +378,8 @@ fn load(id: &SessionId, path: &Path) -> Result<Log> {
         let file = OpenOptions::new().write(true).open(path)?;
         file.set_len(scan.valid_len)?;
         file.sync_data()?;
+    } else if !bytes.is_empty() {
+        File::open(path)?.sync_data()?;
     }
     let valid = usize::try_from(scan.valid_len).unwrap_or(bytes.len());
     Ok(Log {
@@ -373,6 +388,8 @@ fn load(id: &SessionId, path: &Path) -> Result<Log> {
         checkpoints: checkpoints(&bytes[..valid]),
         file: None,
         last_used: 0,
+        journaled_index: scan.events.len() as u64,
+        journaled_len: scan.valid_len,
     })
 }
 
@@ -507,9 +524,12 @@ fn encode_batch(
     Ok((envs, buf, marks))
 }
 
-/// Appends one batch under the held lock: indices, one `write_all`, `fsync`
-/// when `durable`, then live fan-out. On a failed write or fsync the file is
-/// cut back to its committed length so no reader ever sees a partial batch.
+/// Appends one batch under the held lock: indices, one `write_all`, then,
+/// with a `journal` (a boundary batch), one journal entry carrying every
+/// event not yet journaled up to the end of this batch, synced before this
+/// returns; then live fan-out. On a failed write or journal commit the file
+/// is cut back to its committed length so no reader ever sees a partial
+/// batch.
 ///
 /// This is a plain synchronous function on purpose: called inline for
 /// ordinary batches it holds no await point between the write and the
@@ -518,7 +538,7 @@ pub(crate) fn commit(
     state: &mut SlotState,
     slots: &Slots,
     events: Vec<NewEvent>,
-    durable: bool,
+    journal: Option<&Arc<Journal>>,
 ) -> Result<Vec<Envelope>> {
     let tick = slots.tick.fetch_add(1, Ordering::Relaxed);
     let SlotState {
@@ -534,16 +554,15 @@ pub(crate) fn commit(
     open_handle(log, id, events_path, slots)?;
     let (envs, buf, marks) = encode_batch(id, log.next_index, events)?;
     log.last_used = tick;
+    let count = envs.len() as u64;
     let written = match log.file.as_mut() {
-        Some(handle) => handle.file.write_all(&buf).and_then(|()| {
-            if durable {
-                handle.file.sync_data()
-            } else {
-                Ok(())
-            }
-        }),
+        Some(handle) => handle.file.write_all(&buf),
         None => Err(io::Error::other("append handle closed")),
-    };
+    }
+    .and_then(|()| match (journal, log.file.as_ref()) {
+        (Some(journal), Some(handle)) => journal_tail(journal, &handle.file, id, log, &buf, count),
+        _ => Ok(()),
+    });
     if let Err(e) = written {
         let rolled_back = log
             .file
@@ -559,7 +578,11 @@ pub(crate) fn commit(
         log.checkpoints.push(log.len + mark);
     }
     log.len += buf.len() as u64;
-    log.next_index += envs.len() as u64;
+    log.next_index += count;
+    if journal.is_some() {
+        log.journaled_len = log.len;
+        log.journaled_index = log.next_index;
+    }
     if let Some(sender) = tx {
         if sender.receiver_count() == 0 {
             *tx = None;
@@ -572,6 +595,32 @@ pub(crate) fn commit(
     Ok(envs)
 }
 
+/// Journals the events of `log` not yet journaled plus the batch `buf` just
+/// written after them, and waits for the sync that covers the entry. The
+/// earlier events are read back from the file (the page cache, in practice).
+fn journal_tail(
+    journal: &Arc<Journal>,
+    file: &File,
+    id: &SessionId,
+    log: &Log,
+    buf: &[u8],
+    count: u64,
+) -> io::Result<()> {
+    let tail = usize::try_from(log.len - log.journaled_len)
+        .map_err(|_| io::Error::other("unjournaled tail too large"))?;
+    let mut lines = vec![0; tail];
+    file.read_exact_at(&mut lines, log.journaled_len)?;
+    lines.extend_from_slice(buf);
+    let entry = Entry::Append {
+        session: id.as_str(),
+        first: log.journaled_index,
+        count: log.next_index + count - log.journaled_index,
+        lines: &lines,
+    };
+    // The events are in the file already: nothing is left to apply.
+    journal.commit(&entry).map(drop)
+}
+
 /// Opens the append handle of `log` if it has none.
 fn open_handle(log: &mut Log, id: &SessionId, events_path: &Path, slots: &Slots) -> Result<()> {
     if log.file.is_some() {
@@ -581,6 +630,7 @@ fn open_handle(log: &mut Log, id: &SessionId, events_path: &Path, slots: &Slots)
     // recreated here, the open fails and the append reports the session as
     // not found.
     let file = OpenOptions::new()
+        .read(true)
         .append(true)
         .create(true)
         .open(events_path)
@@ -755,9 +805,9 @@ pub(crate) fn append(
     guard: &mut SlotGuard,
     slots: &Slots,
     events: Vec<NewEvent>,
-    durable: bool,
+    journal: Option<&Arc<Journal>>,
 ) -> Result<Vec<Envelope>> {
-    let result = commit(guard, slots, events, durable);
+    let result = commit(guard, slots, events, journal);
     if matches!(result, Err(StoreError::SessionNotFound(_))) {
         slots.retire(guard);
     }

@@ -15,6 +15,7 @@
 //!   files/<path>                   the file area
 //!   artifacts/<id>.json, <id>.bin  artifact records and contents
 //!   token-index/<token>.tok        continuation token -> session id (symlinks)
+//!   journal/<store>-<gen>.wal      the journal: group commit (see `journal`)
 //!   tmp/                           temp files of atomic writes
 //! ```
 //!
@@ -30,6 +31,7 @@
 //! and the token index is on disk.
 
 mod blobs;
+mod journal;
 mod log;
 pub(crate) mod paths;
 mod task;
@@ -48,8 +50,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use self::blobs::Areas;
+use self::journal::{Entry, Journal};
 use self::log::{SlotGuard, Slots};
-use self::paths::{invalid, is_missing, safe_id, sync_dir, write_atomic};
+use self::paths::{invalid, is_missing, replace_unsynced, safe_id};
 use self::task::blocking;
 use self::tokens::{MAX_TOKEN_LEN, TokenIndex};
 use crate::{
@@ -75,6 +78,7 @@ struct Inner {
     tool_calls: PathBuf,
     areas: Areas,
     slots: Slots,
+    journal: Arc<Journal>,
     tokens: TokenIndex,
     /// Set once the token index is known to be complete.
     tokens_built: AtomicBool,
@@ -86,11 +90,23 @@ struct Inner {
 impl FsStore {
     /// Opens (creating if needed) the state root and its top-level folders.
     ///
-    /// This is a plain function: it runs once at startup, before any request,
-    /// and makes a handful of `mkdir` calls.
+    /// This is a plain function: it runs once at startup, before any request.
+    /// It makes a handful of `mkdir` calls and replays the journals of
+    /// stores whose processes stopped without closing them (see
+    /// `docs/design/store-durability.md`), which costs one `syncfs` when
+    /// there was anything to replay.
     pub fn open(state_root: impl Into<PathBuf>) -> Result<FsStore> {
         let root = std::path::absolute(state_root.into())?;
+        for dir in ["sessions", "tmp"] {
+            fs::create_dir_all(root.join(dir))?;
+        }
+        let (journal, _) = Journal::open(
+            &root.join("journal"),
+            &root.join("sessions"),
+            &root.join("tmp"),
+        )?;
         let inner = Inner {
+            journal: Arc::new(journal),
             sessions: root.join("sessions"),
             traces: root.join("traces"),
             tool_calls: root.join("tool-calls"),
@@ -255,11 +271,40 @@ fn read_record(path: &Path, id: &str) -> Result<Option<SessionRecord>> {
     Ok(Some(record))
 }
 
-/// Writes `session.json` atomically beside itself.
-fn write_record(dir: &Path, record: &SessionRecord) -> Result<()> {
-    let bytes = serde_json::to_vec_pretty(record)?;
-    write_atomic(dir, &dir.join("session.json"), &bytes)?;
-    Ok(())
+impl Inner {
+    /// Journals a session's new record, then writes it (atomically, without
+    /// a sync: the journal is what makes it durable) and drops any token
+    /// link beside it, which would name an older token. `previous` is what
+    /// to journal back if the files cannot be written, so that a restart
+    /// does not bring back a change the caller was told failed.
+    fn replace_record(
+        &self,
+        dir: &Path,
+        record: &SessionRecord,
+        previous: &SessionRecord,
+    ) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(record)?;
+        let session = record.id.as_str();
+        let applying = self.journal.commit(&Entry::Record {
+            session,
+            record: &bytes,
+        })?;
+        let written = replace_unsynced(&self.areas.tmp, &dir.join("session.json"), &bytes)
+            .and_then(|()| tokens::remove_current(dir).map(drop));
+        drop(applying);
+        if let Err(e) = written {
+            if let Ok(old) = serde_json::to_vec_pretty(previous)
+                && let Err(undo) = self.journal.commit(&Entry::Record {
+                    session,
+                    record: &old,
+                })
+            {
+                tracing::warn!(session_id = %session, error = %undo, "could not journal the undo of a failed record write");
+            }
+            return Err(e.into());
+        }
+        Ok(())
+    }
 }
 
 /// Every readable session record, in no particular order. Directories
@@ -298,24 +343,39 @@ impl Store for FsStore {
             if fs::metadata(&guard.record_path).is_ok() {
                 return Err(StoreError::SessionExists(id.to_string()));
             }
-            fs::create_dir_all(&dir)?;
-            // The log first and the record last: the record is the commit
-            // point, so a crash in between leaves a directory that is not a
-            // session and that a later create simply reuses.
-            // The empty log needs no fsync of its own: it holds no data, the
-            // fsync of the session directory after the record's rename makes
-            // its entry durable, and a log that is missing after a crash
-            // reads as empty anyway (the first boundary append fsyncs it).
-            fs::File::create(&guard.events_path)?;
-            // A directory left by a delete that a crash interrupted may
-            // still hold the old session's token link; the record's rename
-            // below syncs its removal.
-            tokens::remove_current(&dir)?;
-            // The token's index entry before the record, so a session never
+            // The token's index entry before the session, so a session never
             // exists without it.
             inner.tokens.link(&record.continuation_token, id.as_str())?;
-            write_record(&dir, &record)?;
-            sync_dir(&inner.sessions)?;
+            // The journal entry is the commit point: once it is synced, a
+            // restart makes the directory, the empty log and the record
+            // even if the writes below never reach the disk.
+            let bytes = serde_json::to_vec_pretty(&record)?;
+            let applying = inner.journal.commit(&Entry::Create {
+                session: id.as_str(),
+                record: &bytes,
+            })?;
+            // The log first and the record last: the record is what makes
+            // the directory a session for a reader.
+            let written = (|| {
+                fs::create_dir_all(&dir)?;
+                fs::File::create(&guard.events_path)?;
+                // A directory left by a delete that a crash interrupted may
+                // still hold the old session's token link.
+                tokens::remove_current(&dir)?;
+                replace_unsynced(&inner.areas.tmp, &guard.record_path, &bytes)
+            })();
+            drop(applying);
+            if let Err(e) = written {
+                // Undo, so a restart does not create what the caller was
+                // told failed.
+                if let Err(undo) = inner.journal.commit(&Entry::Delete {
+                    session: id.as_str(),
+                }) {
+                    tracing::warn!(session_id = %id, error = %undo, "could not journal the undo of a failed create");
+                }
+                let _ = fs::remove_dir_all(&dir);
+                return Err(e.into());
+            }
             guard.reset_empty();
             Ok(())
         })
@@ -333,12 +393,15 @@ impl Store for FsStore {
     /// record read before a rotation cannot roll the rotation back.
     async fn update_session(&self, mut record: SessionRecord) -> Result<()> {
         let guard = self.lock_existing(&record.id).await?;
+        let inner = self.inner.clone();
         blocking(move || {
             let Some(current) = read_record(&guard.record_path, guard.id.as_str())? else {
                 return Err(StoreError::SessionNotFound(guard.id.to_string()));
             };
-            record.continuation_token = current.continuation_token;
-            write_record(&guard.dir, &record)
+            record
+                .continuation_token
+                .clone_from(&current.continuation_token);
+            inner.replace_record(&guard.dir, &record, &current)
         })
         .await
     }
@@ -363,6 +426,10 @@ impl Store for FsStore {
                 .ok()
                 .flatten()
                 .map(|r| r.continuation_token);
+            // Journaled first: once synced, a restart finishes the delete.
+            let applying = inner.journal.commit(&Entry::Delete {
+                session: guard.id.as_str(),
+            })?;
             // The record goes first: from that moment the session no longer
             // exists, even if removing the rest is interrupted.
             fs::remove_file(&guard.record_path)?;
@@ -371,7 +438,7 @@ impl Store for FsStore {
                 Err(e) if is_missing(&e) => {}
                 Err(e) => return Err(e.into()),
             }
-            sync_dir(&inner.sessions)?;
+            drop(applying);
             // Retiring drops the live sender, which ends every subscription.
             inner.slots.retire(&mut guard);
             if let Some(token) = token
@@ -423,34 +490,20 @@ impl Store for FsStore {
         let inner = self.inner.clone();
         let (expected, new) = (expected.to_owned(), new.to_owned());
         blocking(move || {
-            let Some(mut record) = read_record(&guard.record_path, guard.id.as_str())? else {
+            let Some(current) = read_record(&guard.record_path, guard.id.as_str())? else {
                 return Err(StoreError::SessionNotFound(guard.id.to_string()));
             };
-            if record.continuation_token != expected {
+            if current.continuation_token != expected {
                 return Ok(TokenSwap::Stale);
             }
+            let mut record = current.clone();
             record.continuation_token.clone_from(&new);
             record.updated_at = Utc::now();
             // As on create: the new token's entry (if it needs one) is
             // durable before the token becomes current; the old one goes
             // after.
             inner.tokens.link(&new, guard.id.as_str())?;
-            if tokens::names_its_session(&new, guard.id.as_str()) {
-                // One sync: the link beside the record names the new token.
-                tokens::write_current(
-                    &inner.areas.tmp,
-                    &guard.dir,
-                    &new,
-                    record.updated_at.timestamp_millis(),
-                )?;
-            } else {
-                // The record names it, then the link (which would still
-                // name the old one) goes.
-                write_record(&guard.dir, &record)?;
-                if tokens::remove_current(&guard.dir)? {
-                    sync_dir(&guard.dir)?;
-                }
-            }
+            inner.replace_record(&guard.dir, &record, &current)?;
             if let Err(e) = inner.tokens.unlink(&expected, guard.id.as_str()) {
                 tracing::debug!(session_id = %guard.id, error = %e, "could not remove a rotated token's entry");
             }
@@ -471,13 +524,14 @@ impl Store for FsStore {
             // lock, so the runtime never waits on the disk and a cancelled
             // caller cannot interrupt the commit between write and fan-out.
             let inner = self.inner.clone();
-            blocking(move || log::append(&mut guard, &inner.slots, events, true)).await
+            blocking(move || log::append(&mut guard, &inner.slots, events, Some(&inner.journal)))
+                .await
         } else {
             // Ordinary batches are written inline: one `write(2)` of an
             // in-memory buffer into the page cache, short and bounded. A
             // blocking-task hop per append would cost more than the write
             // itself and cap throughput well below the 100k events/s target.
-            log::append(&mut guard, &self.inner.slots, events, false)
+            log::append(&mut guard, &self.inner.slots, events, None)
         }
     }
 

@@ -274,6 +274,27 @@ pub(crate) fn write_atomic(temp_dir: &Path, target: &Path, bytes: &[u8]) -> io::
     result
 }
 
+/// Replaces `target` with `bytes` atomically but without syncing anything: a
+/// temp file in `temp_dir` (same file system), renamed over the target. A
+/// reader sees the old content or the new. For files whose durability the
+/// journal provides (see `journal`).
+pub(crate) fn replace_unsynced(temp_dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temp = temp_dir.join(temp_name("record"));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        drop(file);
+        fs::rename(&temp, target)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
 /// Writes `bytes` to `target` only if nothing is there yet; false when the
 /// target already existed (then nothing changes). The content is written and
 /// fsynced in a temp file first and then hard-linked into place: `link(2)`

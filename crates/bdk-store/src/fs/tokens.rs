@@ -92,23 +92,6 @@ pub(crate) fn current_path(dir: &Path) -> PathBuf {
     dir.join(CURRENT)
 }
 
-/// Makes `token` (which names the session in `dir`) current, durably: a new
-/// link made in `tmp` (same file system), renamed over the old one, and
-/// `dir` synced. A reader sees the old link or the new one, never none.
-pub(crate) fn write_current(tmp: &Path, dir: &Path, token: &str, millis: i64) -> io::Result<()> {
-    let random = token
-        .rsplit_once('.')
-        .map(|(_, random)| random)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a session's token"))?;
-    let temp = tmp.join(temp_name("token-link"));
-    std::os::unix::fs::symlink(format!("{random}@{millis}"), &temp)?;
-    if let Err(e) = fs::rename(&temp, current_path(dir)) {
-        let _ = fs::remove_file(&temp);
-        return Err(e);
-    }
-    sync_dir(dir)
-}
-
 /// Removes the token link of the session in `dir`, so the record's own token
 /// counts again. Not synced: true when there was one, and the caller then
 /// syncs `dir` (or lets the record's own write do it).
