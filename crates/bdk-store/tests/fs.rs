@@ -647,25 +647,19 @@ fn child_writer() {
     }
 }
 
-#[test]
-fn killed_writer_loses_nothing_it_wrote() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let id = rt.block_on(async {
-        let store = FsStore::open(dir.path()).unwrap();
-        new_session(&store).await
-    });
-
+/// Runs the ignored test `name` of this binary as a child process with
+/// `env`, waits for its `ready ...` report, kills it with SIGKILL (no
+/// destructor, no flush, no goodbye) and returns the report.
+fn run_and_kill(name: &str, env: &[(&str, &std::ffi::OsStr)]) -> String {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_writer",
+            name,
             "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ROOT, dir.path())
-        .env(CHILD_SESSION, id.as_str())
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -677,12 +671,33 @@ fn killed_writer_loses_nothing_it_wrote() {
     let ready = BufReader::new(stdout)
         .lines()
         .map(|l| l.unwrap())
-        .find_map(|l| l.split_once("ready ").map(|(_, n)| n.trim().to_owned()))
-        .expect("the child reports its appends");
-    assert_eq!(ready, "152");
-    // SIGKILL on Unix: no destructor, no flush, no goodbye.
+        .find_map(|l| {
+            l.split_once("ready ")
+                .map(|(_, rest)| rest.trim().to_owned())
+        })
+        .expect("the child reports what it wrote");
     child.kill().unwrap();
     child.wait().unwrap();
+    ready
+}
+
+#[test]
+fn killed_writer_loses_nothing_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let id = rt.block_on(async {
+        let store = FsStore::open(dir.path()).unwrap();
+        new_session(&store).await
+    });
+
+    let ready = run_and_kill(
+        "child_writer",
+        &[
+            (CHILD_ROOT, dir.path().as_os_str()),
+            (CHILD_SESSION, id.as_str().as_ref()),
+        ],
+    );
+    assert_eq!(ready, "152");
 
     rt.block_on(async {
         let store = FsStore::open(dir.path()).unwrap();
@@ -899,31 +914,10 @@ fn child_journal_writer() {
 #[test]
 fn the_journal_restores_what_a_power_cut_may_lose() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_journal_writer",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_JOURNAL, dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let ready = BufReader::new(stdout)
-        .lines()
-        .map(|l| l.unwrap())
-        .find_map(|l| {
-            l.split_once("ready ")
-                .map(|(_, rest)| rest.trim().to_owned())
-        })
-        .expect("the child reports what it wrote");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let ready = run_and_kill(
+        "child_journal_writer",
+        &[(CHILD_JOURNAL, dir.path().as_os_str())],
+    );
     let words: Vec<&str> = ready.split(' ').collect();
     let [a, b, c, token] = words[..] else {
         panic!("unexpected report {ready:?}")

@@ -246,26 +246,30 @@ pub(crate) fn temp_name(stem: &str) -> String {
 /// must be on the same file system), fsynced, renamed over the target, and the
 /// target's directory fsynced so the rename itself survives a power cut.
 pub(crate) fn write_atomic(temp_dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(temp_dir, target, bytes, true)
+}
+
+/// [`write_atomic`] without any sync: a reader still sees the old content or
+/// the new, but nothing is durable. For files whose durability the journal
+/// provides (see `journal`).
+pub(crate) fn replace_unsynced(temp_dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<()> {
+    replace(temp_dir, target, bytes, false)
+}
+
+fn replace(temp_dir: &Path, target: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
     let stem = target
         .file_name()
         .and_then(|n| n.to_str())
         .filter(|n| n.len() <= 64)
         .unwrap_or("write");
     let temp = temp_dir.join(temp_name(stem));
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
+    let result = write_temp(&temp, bytes, durable).and_then(|()| {
         fs::rename(&temp, target)?;
-        if let Some(parent) = target.parent() {
-            sync_dir(parent)?;
+        match target.parent() {
+            Some(parent) if durable => sync_dir(parent),
+            _ => Ok(()),
         }
-        Ok(())
-    })();
+    });
     if result.is_err() {
         // Best effort: the temp file is garbage either way and `open` sweeps
         // old ones, so a failed removal changes nothing.
@@ -274,25 +278,14 @@ pub(crate) fn write_atomic(temp_dir: &Path, target: &Path, bytes: &[u8]) -> io::
     result
 }
 
-/// Replaces `target` with `bytes` atomically but without syncing anything: a
-/// temp file in `temp_dir` (same file system), renamed over the target. A
-/// reader sees the old content or the new. For files whose durability the
-/// journal provides (see `journal`).
-pub(crate) fn replace_unsynced(temp_dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<()> {
-    let temp = temp_dir.join(temp_name("record"));
-    let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        drop(file);
-        fs::rename(&temp, target)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
+/// Creates `temp` (which must not exist) holding `bytes`, fsynced when `sync`.
+fn write_temp(temp: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).create_new(true).open(temp)?;
+    file.write_all(bytes)?;
+    if sync {
+        file.sync_all()?;
     }
-    result
+    Ok(())
 }
 
 /// Writes `bytes` to `target` only if nothing is there yet; false when the
@@ -304,13 +297,7 @@ pub(crate) fn replace_unsynced(temp_dir: &Path, target: &Path, bytes: &[u8]) -> 
 pub(crate) fn write_new(temp_dir: &Path, target: &Path, bytes: &[u8]) -> io::Result<bool> {
     let temp = temp_dir.join(temp_name("new"));
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
+        write_temp(&temp, bytes, true)?;
         match fs::hard_link(&temp, target) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
