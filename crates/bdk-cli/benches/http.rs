@@ -141,6 +141,10 @@ struct Env {
     /// removed when the run ends.
     scratch: tempfile::TempDir,
     quick: bool,
+    /// The `bdk` program `turn.load` serves with: this build's, or the one
+    /// `--server PATH` names (another build, timed by the same driver in
+    /// the same run, for before/after figures).
+    server: PathBuf,
 }
 
 impl Env {
@@ -178,8 +182,9 @@ fn run_like_serve() {
 
 fn main() -> ExitCode {
     run_like_serve();
-    // `cargo bench` passes `--bench`; only `--quick` and `--only GROUP`
-    // (repeatable: run just the groups named, e.g. `--only turn.load`) mean
+    // `cargo bench` passes `--bench`; only `--quick`, `--only GROUP`
+    // (repeatable: run just the groups named, e.g. `--only turn.load`) and
+    // `--server PATH` (serve `turn.load` with another build of `bdk`) mean
     // anything here.
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -188,7 +193,11 @@ fn main() -> ExitCode {
         .filter(|w| w[0] == "--only")
         .map(|w| w[1].as_str())
         .collect();
-    match run(quick, &only) {
+    let server = args.windows(2).find(|w| w[0] == "--server").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_bdk")),
+        |w| PathBuf::from(&w[1]),
+    );
+    match run(quick, &only, server) {
         Ok(report) => {
             println!("{report}");
             ExitCode::SUCCESS
@@ -200,7 +209,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(quick: bool, only: &[&str]) -> Result<Value> {
+fn run(quick: bool, only: &[&str], server: PathBuf) -> Result<Value> {
+    if !server.is_file() {
+        return Err(format!("--server {}: no such program", server.display()).into());
+    }
     if let Some(unknown) = only
         .iter()
         .find(|o| !BENCHMARKS.iter().any(|(name, _)| name == *o))
@@ -219,6 +231,7 @@ fn run(quick: bool, only: &[&str]) -> Result<Value> {
             .build()?,
         scratch: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?,
         quick,
+        server,
     };
     let mut benchmarks = Vec::new();
     for (name, group) in BENCHMARKS {
@@ -1091,5 +1104,5 @@ fn turn_load(env: &Env) -> Result<Vec<Bench>> {
     std::fs::create_dir_all(&dir)?;
     // Profiles outlive the scratch directory: they sit beside the report.
     let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-profiles");
-    load::run(&env.runtime, &dir, &keep, env.quick)
+    load::run(&env.runtime, &env.server, &dir, &keep, env.quick)
 }

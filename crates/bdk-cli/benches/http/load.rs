@@ -25,8 +25,9 @@
 //! opens to it, which shows whether the server reuses them.
 //!
 //! It names nothing of the program around it: the caller passes a runtime,
-//! a scratch directory, a directory to keep profiles in and whether the run
-//! is quick.
+//! the `bdk` program to serve with (this build's, or another one for a
+//! before/after comparison under the same driver), a scratch directory, a
+//! directory to keep profiles in and whether the run is quick.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -64,11 +65,17 @@ const TURNS_PER_SECOND_AT_32_MIN: f64 = 1_000.0;
 const MODEL_CONNECTIONS_PER_TURN_MAX: f64 = 0.1;
 
 /// Runs the load benchmarks.
-pub(crate) fn run(runtime: &Runtime, dir: &Path, keep: &Path, quick: bool) -> Result<Vec<Bench>> {
+pub(crate) fn run(
+    runtime: &Runtime,
+    bdk: &Path,
+    dir: &Path,
+    keep: &Path,
+    quick: bool,
+) -> Result<Vec<Bench>> {
     runtime.block_on(async {
         let model = FakeModel::start().await?;
         let project = write_agent(dir, model.port)?;
-        let server = Server::start(&project, &dir.join("state"), None).await?;
+        let server = Server::start(bdk, &project, &dir.join("state"), None).await?;
         let disk = Disk::of(dir);
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(64)
@@ -108,7 +115,7 @@ pub(crate) fn run(runtime: &Runtime, dir: &Path, keep: &Path, quick: bool) -> Re
         out.push(syscalls(&http, &server, if quick { 20 } else { TRACED_TURNS }).await?);
         server.stop().await;
         let counted = if quick { (2, 6) } else { COUNTED_TURNS };
-        out.push(instructions(&http, &project, dir, keep, counted).await?);
+        out.push(instructions(&http, bdk, &project, dir, keep, counted).await?);
         Ok(out)
     })
 }
@@ -334,6 +341,7 @@ async fn syscalls(http: &reqwest::Client, server: &Server, turns: usize) -> Resu
 /// `keep` and named in the entry.
 async fn instructions(
     http: &reqwest::Client,
+    bdk: &Path,
     project: &Path,
     dir: &Path,
     keep: &Path,
@@ -369,7 +377,7 @@ async fn instructions(
             "--tool=callgrind".into(),
             format!("--callgrind-out-file={}", out.display()).into(),
         ];
-        let server = Server::start(project, &state, Some(wrapper)).await?;
+        let server = Server::start(bdk, project, &state, Some(wrapper)).await?;
         drive(http, &server.base, turns, 1).await?;
         server.interrupt().await?;
         let written = std::fs::read_to_string(&out)?;
@@ -499,16 +507,16 @@ struct Server {
 }
 
 impl Server {
-    /// Starts `bdk serve`, under `wrapper` (a program and its arguments,
-    /// e.g. valgrind) when given.
+    /// Starts `bdk serve` (the program `bdk`), under `wrapper` (a program
+    /// and its arguments, e.g. valgrind) when given.
     async fn start(
+        bdk: &Path,
         project: &Path,
         state_root: &Path,
         wrapper: Option<Vec<std::ffi::OsString>>,
     ) -> Result<Server> {
-        let bdk = std::ffi::OsString::from(env!("CARGO_BIN_EXE_bdk"));
         let mut argv = wrapper.unwrap_or_default();
-        argv.push(bdk);
+        argv.push(bdk.into());
         let mut child = tokio::process::Command::new(&argv[0])
             .args(&argv[1..])
             .arg("serve")
