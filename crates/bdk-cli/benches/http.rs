@@ -145,6 +145,8 @@ struct Env {
     /// `--server PATH` names (another build, timed by the same driver in
     /// the same run, for before/after figures).
     server: PathBuf,
+    /// Whether `server` is another build than this one.
+    other_server: bool,
 }
 
 impl Env {
@@ -193,10 +195,15 @@ fn main() -> ExitCode {
         .filter(|w| w[0] == "--only")
         .map(|w| w[1].as_str())
         .collect();
-    let server = args.windows(2).find(|w| w[0] == "--server").map_or_else(
-        || PathBuf::from(env!("CARGO_BIN_EXE_bdk")),
-        |w| PathBuf::from(&w[1]),
-    );
+    // A `--server` without its path must not quietly time this build.
+    if args.last().is_some_and(|a| a == "--server") {
+        eprintln!("bench: --server needs the path of a bdk program");
+        return ExitCode::FAILURE;
+    }
+    let server = args
+        .windows(2)
+        .find(|w| w[0] == "--server")
+        .map(|w| PathBuf::from(&w[1]));
     match run(quick, &only, server) {
         Ok(report) => {
             println!("{report}");
@@ -209,9 +216,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(quick: bool, only: &[&str], server: PathBuf) -> Result<Value> {
-    if !server.is_file() {
-        return Err(format!("--server {}: no such program", server.display()).into());
+fn run(quick: bool, only: &[&str], other: Option<PathBuf>) -> Result<Value> {
+    if let Some(path) = other.as_ref().filter(|p| !p.is_file()) {
+        return Err(format!("--server {}: no such program", path.display()).into());
     }
     if let Some(unknown) = only
         .iter()
@@ -231,7 +238,8 @@ fn run(quick: bool, only: &[&str], server: PathBuf) -> Result<Value> {
             .build()?,
         scratch: tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?,
         quick,
-        server,
+        other_server: other.is_some(),
+        server: other.unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_bdk"))),
     };
     let mut benchmarks = Vec::new();
     for (name, group) in BENCHMARKS {
@@ -1102,7 +1110,11 @@ fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
 fn turn_load(env: &Env) -> Result<Vec<Bench>> {
     let dir = env.dir("load");
     std::fs::create_dir_all(&dir)?;
-    // Profiles outlive the scratch directory: they sit beside the report.
-    let keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-profiles");
+    // Profiles outlive the scratch directory: they sit beside the report,
+    // another build's apart, so a before/after pair keeps both.
+    let mut keep = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-profiles");
+    if env.other_server {
+        keep.push("other-build");
+    }
     load::run(&env.runtime, &env.server, &dir, &keep, env.quick)
 }
