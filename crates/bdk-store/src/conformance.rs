@@ -148,6 +148,7 @@ cases!(
     case_subscribe_ends_on_delete,
     case_token_cas_race,
     case_token_stale,
+    case_token_deferred,
     case_find_by_token,
     case_find_by_token_naming_another_session,
     case_kv,
@@ -416,6 +417,12 @@ pub async fn case_unknown_session<H: Harness>(h: &H) {
     assert_not_found(store.next_index(&id).await, "next_index");
     assert_not_found(store.subscribe(&id, 0).await.map(|_| ()), "subscribe");
     assert_not_found(store.rotate_token(&id, "a", "b").await, "rotate_token");
+    assert_not_found(
+        store
+            .rotate_token_deferred(&id, &new_http_token(&id), &new_http_token(&id))
+            .await,
+        "rotate_token_deferred",
+    );
     assert_not_found(
         store.update_session(record_at(&id, now())).await,
         "update_session",
@@ -874,6 +881,114 @@ pub async fn case_token_stale<H: Harness>(h: &H) {
     assert_eq!(
         store.rotate_token(id, "http:b", "http:c").await.unwrap(),
         TokenSwap::Rotated
+    );
+}
+
+/// A deferred rotation is the same compare-and-swap: every reader sees the
+/// new token as soon as it returns, the session's next boundary append or
+/// `commit_token` makes it durable, an update keeps it, a swap back undoes
+/// it and a delete takes it along.
+pub async fn case_token_deferred<H: Harness>(h: &H) {
+    let store = h.fresh().await;
+    let [a, b, c, d] = [
+        created(&store).await,
+        created(&store).await,
+        created(&store).await,
+        created(&store).await,
+    ];
+    let next = |r: &SessionRecord| new_http_token(&r.id);
+    let (a1, b1, c1, d1) = (next(&a), next(&b), next(&c), next(&d));
+    let found = |token: String| {
+        let store = &store;
+        async move { store.find_by_token(&token).await.unwrap().map(|r| r.id) }
+    };
+
+    assert_eq!(
+        store
+            .rotate_token_deferred(&a.id, &next(&a), &a1)
+            .await
+            .unwrap(),
+        TokenSwap::Stale
+    );
+    assert_eq!(
+        store
+            .rotate_token_deferred(&a.id, &a.continuation_token, &a1)
+            .await
+            .unwrap(),
+        TokenSwap::Rotated
+    );
+    let stored = store.get_session(&a.id).await.unwrap().unwrap();
+    assert_eq!(stored.continuation_token, a1);
+    assert_eq!(found(a1.clone()).await, Some(a.id.clone()));
+    assert_eq!(found(a.continuation_token.clone()).await, None);
+    let listed = store.list_sessions().await.unwrap();
+    let listed_a = listed.iter().find(|r| r.id == a.id).unwrap();
+    assert_eq!(listed_a.continuation_token, a1);
+    // The old token lost the swap, deferred or not.
+    for stale in [
+        store
+            .rotate_token_deferred(&a.id, &a.continuation_token, &next(&a))
+            .await,
+        store
+            .rotate_token(&a.id, &a.continuation_token, &next(&a))
+            .await,
+    ] {
+        assert_eq!(stale.unwrap(), TokenSwap::Stale);
+    }
+    let mut renamed = stored.clone();
+    renamed.title = Some("renamed".into());
+    renamed.continuation_token = a.continuation_token.clone();
+    store.update_session(renamed).await.unwrap();
+    store.append(&a.id, vec![waiting()]).await.unwrap();
+
+    store
+        .rotate_token_deferred(&b.id, &b.continuation_token, &b1)
+        .await
+        .unwrap();
+    store.commit_token(&b.id).await.unwrap();
+    // Nothing pending: nothing to do.
+    store.commit_token(&b.id).await.unwrap();
+
+    store
+        .rotate_token_deferred(&c.id, &c.continuation_token, &c1)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .rotate_token(&c.id, &c1, &c.continuation_token)
+            .await
+            .unwrap(),
+        TokenSwap::Rotated
+    );
+
+    store
+        .rotate_token_deferred(&d.id, &d.continuation_token, &d1)
+        .await
+        .unwrap();
+    assert!(store.delete_session(&d.id).await.unwrap());
+    assert_eq!(found(d1.clone()).await, None);
+
+    let store = h.reopen(store).await;
+    let token = |id: SessionId| {
+        let store = &store;
+        async move {
+            let record = store.get_session(&id).await.unwrap();
+            record.map(|r| (r.continuation_token, r.title))
+        }
+    };
+    assert_eq!(
+        token(a.id.clone()).await,
+        Some((a1.clone(), Some("renamed".into())))
+    );
+    assert_eq!(token(b.id.clone()).await, Some((b1, b.title.clone())));
+    assert_eq!(
+        token(c.id.clone()).await,
+        Some((c.continuation_token.clone(), c.title.clone()))
+    );
+    assert_eq!(token(d.id.clone()).await, None);
+    assert_eq!(
+        store.find_by_token(&a1).await.unwrap().map(|r| r.id),
+        Some(a.id.clone())
     );
 }
 

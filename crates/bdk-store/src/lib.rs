@@ -219,6 +219,31 @@ pub trait Store: Send + Sync + 'static {
     async fn find_by_token(&self, token: &str) -> Result<Option<SessionRecord>>;
     /// Replaces the token if it is still `expected` (compare-and-swap).
     async fn rotate_token(&self, id: &SessionId, expected: &str, new: &str) -> Result<TokenSwap>;
+    /// [`Store::rotate_token`] for a caller whose next write to the session
+    /// is durable anyway (a follow-up's `message.received`): the swap is
+    /// decided, and seen by every reader of this store, before this returns,
+    /// but may become durable only with the session's next boundary append,
+    /// its next record write, rotation or delete, or
+    /// [`Store::commit_token`]. A crash before then may lose the swap
+    /// (`expected` is then current again). So a caller must not hand `new`
+    /// to anyone before one of those has returned; one that gives up
+    /// instead swaps back with [`Store::rotate_token`]. An engine without a
+    /// cheaper way keeps this default, a durable rotation.
+    async fn rotate_token_deferred(
+        &self,
+        id: &SessionId,
+        expected: &str,
+        new: &str,
+    ) -> Result<TokenSwap> {
+        self.rotate_token(id, expected, new).await
+    }
+    /// Makes a deferred rotation of the session's token
+    /// ([`Store::rotate_token_deferred`]) durable now; nothing to do when
+    /// none is pending.
+    async fn commit_token(&self, id: &SessionId) -> Result<()> {
+        let _ = id;
+        Ok(())
+    }
 
     /// Appends events atomically in order; returns them with their indices.
     async fn append(&self, id: &SessionId, events: Vec<NewEvent>) -> Result<Vec<Envelope>>;

@@ -892,11 +892,34 @@ fn child_journal_writer() {
             .rotate_token(&a, &token_of(&store, &a).await, &token)
             .await
             .unwrap();
+        // B's follow-up: a deferred rotation, made durable by the sync of
+        // the boundary batch that follows it.
         let b = new_session(&store).await;
+        let b_token = new_http_token(&b);
+        store
+            .rotate_token_deferred(&b, &token_of(&store, &b).await, &b_token)
+            .await
+            .unwrap();
         store.append(&b, vec![waiting()]).await.unwrap();
         let c = new_session(&store).await;
         assert!(store.delete_session(&c).await.unwrap());
-        println!("ready {a} {b} {c} {token}");
+        // D's deferred rotation is never followed by a write: only the
+        // journal holds it, and no sync has covered it.
+        let d = new_session(&store).await;
+        let journal = fs::read_dir(root.join("journal"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let synced = fs::metadata(&journal).unwrap().len();
+        let d_token = token_of(&store, &d).await;
+        store
+            .rotate_token_deferred(&d, &d_token, &new_http_token(&d))
+            .await
+            .unwrap();
+        assert_ne!(token_of(&store, &d).await, d_token);
+        println!("ready {a} {b} {c} {token} {b_token} {d} {d_token} {synced}");
         std::io::stdout().flush().unwrap();
     });
     if as_child {
@@ -919,16 +942,30 @@ fn the_journal_restores_what_a_power_cut_may_lose() {
         &[(CHILD_JOURNAL, dir.path().as_os_str())],
     );
     let words: Vec<&str> = ready.split(' ').collect();
-    let [a, b, c, token] = words[..] else {
+    let [a, b, c, token, b_token, d, d_token, synced] = words[..] else {
         panic!("unexpected report {ready:?}")
     };
-    let (a, b, c) = (
+    let (a, b, c, d) = (
         SessionId::parse(a).unwrap(),
         SessionId::parse(b).unwrap(),
         SessionId::parse(c).unwrap(),
+        SessionId::parse(d).unwrap(),
     );
     let sessions = dir.path().join("sessions");
-    assert_eq!(fs::read_dir(dir.path().join("journal")).unwrap().count(), 1);
+    let journals: Vec<PathBuf> = fs::read_dir(dir.path().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(journals.len(), 1);
+
+    // D's rotation never reached its record, and its journal entry was
+    // never synced, so the power cut takes it.
+    let d_record = fs::read(sessions.join(d.as_str()).join("session.json")).unwrap();
+    let d_on_disk = serde_json::from_slice::<SessionRecord>(&d_record).unwrap();
+    assert_eq!(d_on_disk.continuation_token, d_token);
+    let journal = OpenOptions::new().write(true).open(&journals[0]).unwrap();
+    assert!(journal.metadata().unwrap().len() > synced.parse::<u64>().unwrap());
+    journal.set_len(synced.parse().unwrap()).unwrap();
 
     // A's log keeps only its first two events, its record is empty.
     let log = fs::read(events_path(dir.path(), &a)).unwrap();
@@ -966,6 +1003,8 @@ fn the_journal_restores_what_a_power_cut_may_lose() {
         );
         let events = store.read(&b, 0).await.unwrap();
         assert_eq!(indices(&events), vec![0]);
+        assert_eq!(token_of(&store, &b).await, b_token);
+        assert_eq!(token_of(&store, &d).await, d_token);
         assert!(store.get_session(&c).await.unwrap().is_none());
         assert!(!sessions.join(c.as_str()).exists());
         // The replayed journal is gone; only this store's own is there.
@@ -973,6 +1012,68 @@ fn the_journal_restores_what_a_power_cut_may_lose() {
         let next = store.append(&a, vec![waiting()]).await.unwrap();
         assert_eq!(indices(&next), vec![5]);
     });
+}
+
+/// A deferred rotation is in no file but the journal until a sync covers
+/// it: `session.json` keeps the old token through ordinary appends and is
+/// rewritten once the next boundary batch (or `commit_token`) is synced.
+#[tokio::test]
+async fn a_deferred_rotation_reaches_the_record_only_after_its_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let on_disk = |id: &SessionId| {
+        let path = dir
+            .path()
+            .join("sessions")
+            .join(id.as_str())
+            .join("session.json");
+        serde_json::from_slice::<SessionRecord>(&fs::read(path).unwrap())
+            .unwrap()
+            .continuation_token
+    };
+    for settle_by_append in [true, false] {
+        let id = new_session(&store).await;
+        let old = token_of(&store, &id).await;
+        let new = new_http_token(&id);
+        store.rotate_token_deferred(&id, &old, &new).await.unwrap();
+        assert_eq!(token_of(&store, &id).await, new);
+        store.append(&id, vec![delta(0)]).await.unwrap();
+        assert_eq!(on_disk(&id), old);
+        if settle_by_append {
+            store.append(&id, vec![waiting()]).await.unwrap();
+        } else {
+            store.commit_token(&id).await.unwrap();
+        }
+        assert_eq!(on_disk(&id), new);
+    }
+    // A swap that is not between tokens naming the session (a pinned
+    // channel token) is an ordinary durable rotation.
+    let id = new_session(&store).await;
+    let old = token_of(&store, &id).await;
+    store
+        .rotate_token_deferred(&id, &old, "slack:C1:T1")
+        .await
+        .unwrap();
+    assert_eq!(on_disk(&id), "slack:C1:T1");
+    assert_eq!(
+        store
+            .find_by_token("slack:C1:T1")
+            .await
+            .unwrap()
+            .map(|r| r.id),
+        Some(id)
+    );
+
+    // Closed in order with a rotation still pending: the store writes it
+    // out, and leaves no journal behind.
+    let id = new_session(&store).await;
+    let old = token_of(&store, &id).await;
+    let new = new_http_token(&id);
+    store.rotate_token_deferred(&id, &old, &new).await.unwrap();
+    assert_eq!(on_disk(&id), old);
+    drop(store);
+    assert_eq!(on_disk(&id), new);
+    assert_eq!(fs::read_dir(dir.path().join("journal")).unwrap().count(), 0);
 }
 
 /// A store closed in order leaves no journal behind: nothing to replay.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use bdk_events::ids::new_http_token;
 use bdk_events::view::turn_end;
 use bdk_events::{DeliveryId, SessionId, SessionMode, SessionStarted, SessionWaiting, TurnId};
-use bdk_store::{NewEvent, SessionRecord, TokenSwap};
+use bdk_store::{NewEvent, SessionRecord, Store, TokenSwap};
 use chrono::Utc;
 use futures::StreamExt;
 use serde_json::Value;
@@ -205,15 +205,33 @@ impl Host {
         // Opaque HTTP tokens rotate on every accepted send, as a
         // compare-and-swap so that of two racing sends with one token exactly
         // one wins (also across replicas). Channel tokens (`<channel>:<key>`)
-        // name a conversation and stay as they are.
+        // name a conversation and stay as they are. The swap may become
+        // durable only with this send's `message.received` (one sync for
+        // both), so the new token goes to the caller only after that write,
+        // or after `commit_token` when the message is queued instead.
+        let mut rotation = None;
         let new_token = if record.continuation_token.starts_with("http:") {
             let expected = opts
                 .continuation_token
                 .clone()
                 .unwrap_or_else(|| record.continuation_token.clone());
             let new = new_http_token(id);
-            match self.inner.store.rotate_token(id, &expected, &new).await? {
-                TokenSwap::Rotated => new,
+            match self
+                .inner
+                .store
+                .rotate_token_deferred(id, &expected, &new)
+                .await?
+            {
+                TokenSwap::Rotated => {
+                    rotation = Some(Rotation {
+                        store: Arc::clone(&self.inner.store),
+                        id: id.clone(),
+                        new: new.clone(),
+                        old: expected,
+                        settled: false,
+                    });
+                    new
+                }
                 TokenSwap::Stale if opts.continuation_token.is_some() => {
                     return Err(HostError::StaleToken);
                 }
@@ -225,20 +243,10 @@ impl Host {
             record.continuation_token.clone()
         };
         // From here on a failure means nothing was accepted, so the caller's
-        // token stays good for a retry.
-        let unrotate = || async {
-            if new_token != record.continuation_token
-                && let Err(e) = self
-                    .inner
-                    .store
-                    .rotate_token(id, &new_token, &record.continuation_token)
-                    .await
-            {
-                tracing::warn!(session_id = %id, error = %e, "cannot restore the continuation token of a refused send");
-            }
-        };
+        // token stays good for a retry: `Rotation::undo`, or its drop when
+        // the send itself is dropped (a caller that hung up).
         if let Err(e) = workspace::write_files(&workspace, &opts.workspace_files).await {
-            unrotate().await;
+            Rotation::undo(rotation).await;
             return Err(HostError::InvalidRequest(e.to_string()));
         }
         let delivery = opts
@@ -251,12 +259,18 @@ impl Host {
         };
         let running = slot.state().running.is_some();
         if opts.admission == bdk_events::Admission::Coalesce && running {
+            // No `message.received` follows a queued message, so the new
+            // token is made durable on its own.
+            if let Err(e) = self.inner.store.commit_token(id).await {
+                Rotation::undo(rotation).await;
+                return Err(e.into());
+            }
             // Recorded before the answer, so an acknowledged message survives
             // a crash: recovery delivers it.
             let key = match self.queue_durably(id, &nudge).await {
                 Ok(key) => key,
                 Err(e) => {
-                    unrotate().await;
+                    Rotation::undo(rotation).await;
                     return Err(e);
                 }
             };
@@ -272,6 +286,7 @@ impl Host {
                 running
             };
             if queued {
+                Rotation::keep(rotation);
                 return Ok(Sent {
                     session_id: id.clone(),
                     continuation_token: new_token,
@@ -306,10 +321,11 @@ impl Host {
             Err(e) => {
                 // The turn did not start (another replica's turn did not end
                 // in time, the log cannot be written): nothing was accepted.
-                unrotate().await;
+                Rotation::undo(rotation).await;
                 return Err(e);
             }
         };
+        Rotation::keep(rotation);
         Ok(Sent {
             session_id: id.clone(),
             continuation_token: new_token,
@@ -547,5 +563,142 @@ impl Host {
         self.begin_turn(record, &slot, Vec::new(), messages).await?;
         self.forget_queued(keys).await;
         Ok(())
+    }
+}
+
+/// A send's token swap until the send is accepted or refused. Dropped
+/// unsettled (the send's future was dropped half-way: a caller that hung
+/// up, a shutdown), it swaps back in a task of its own, so that the session
+/// does not keep a token nobody was given.
+struct Rotation {
+    store: Arc<dyn Store>,
+    id: SessionId,
+    new: String,
+    old: String,
+    settled: bool,
+}
+
+impl Rotation {
+    /// The send was accepted: the new token stays.
+    fn keep(rotation: Option<Rotation>) {
+        if let Some(mut rotation) = rotation {
+            rotation.settled = true;
+        }
+    }
+
+    /// The send was refused: the caller's token becomes current again.
+    async fn undo(rotation: Option<Rotation>) {
+        if let Some(mut rotation) = rotation {
+            rotation.settled = true;
+            rotation.swap_back().await;
+        }
+    }
+
+    async fn swap_back(&self) {
+        if let Err(e) = self
+            .store
+            .rotate_token(&self.id, &self.new, &self.old)
+            .await
+        {
+            tracing::warn!(session_id = %self.id, error = %e, "cannot restore the continuation token of a refused send");
+        }
+    }
+}
+
+impl Drop for Rotation {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let rotation = Rotation {
+            store: Arc::clone(&self.store),
+            id: self.id.clone(),
+            new: std::mem::take(&mut self.new),
+            old: std::mem::take(&mut self.old),
+            settled: true,
+        };
+        runtime.spawn(async move { rotation.swap_back().await });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::time::Duration;
+
+    use bdk_events::SessionMode;
+    use bdk_store::FsStore;
+
+    use super::*;
+
+    async fn token(store: &Arc<dyn Store>, id: &SessionId) -> String {
+        store
+            .get_session(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .continuation_token
+    }
+
+    /// A send dropped between its token swap and its answer (a caller that
+    /// hung up) leaves the caller's token current again; an accepted one
+    /// keeps the new token, durably.
+    #[tokio::test]
+    async fn a_rotation_dropped_unsettled_swaps_back_and_a_kept_one_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path()).unwrap());
+        let id = SessionId::generate();
+        let old = new_http_token(&id);
+        let now = Utc::now();
+        store
+            .create_session(SessionRecord {
+                id: id.clone(),
+                mode: SessionMode::Chat,
+                channel: "http".into(),
+                principal: None,
+                continuation_token: old.clone(),
+                title: None,
+                purpose: None,
+                dry_run: false,
+                as_of: None,
+                created_at: now,
+                updated_at: now,
+                extra: Value::Null,
+            })
+            .await
+            .unwrap();
+        let rotate = |new: String, old: String| Rotation {
+            store: Arc::clone(&store),
+            id: id.clone(),
+            new,
+            old,
+            settled: false,
+        };
+
+        let new = new_http_token(&id);
+        let swap = store.rotate_token_deferred(&id, &old, &new).await.unwrap();
+        assert_eq!(swap, TokenSwap::Rotated);
+        assert_eq!(token(&store, &id).await, new);
+        drop(rotate(new.clone(), old.clone()));
+        let restored = tokio::time::timeout(Duration::from_secs(10), async {
+            while token(&store, &id).await != old {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(restored.is_ok(), "the dropped rotation was not undone");
+
+        let kept = new_http_token(&id);
+        store.rotate_token_deferred(&id, &old, &kept).await.unwrap();
+        Rotation::keep(Some(rotate(kept.clone(), old.clone())));
+        store.commit_token(&id).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(token(&store, &id).await, kept);
+        let reopened = FsStore::open(dir.path()).unwrap();
+        let record = reopened.get_session(&id).await.unwrap().unwrap();
+        assert_eq!(record.continuation_token, kept);
     }
 }

@@ -268,6 +268,13 @@ impl Drop for Applying {
     }
 }
 
+/// An entry written by [`Journal::write`]: its sequence number (for
+/// [`Journal::wait`]) and the guard a checkpoint of its generation waits for.
+pub(crate) struct Written {
+    pub(crate) seq: u64,
+    pub(crate) applying: Applying,
+}
+
 /// What a store's opening found in journals left by processes that are gone.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Replayed {
@@ -318,6 +325,17 @@ impl Journal {
     /// blocking task. The returned guard must live until the entry's changes
     /// are made to the session files (for entries written before them).
     pub(crate) fn commit(self: &Arc<Self>, entry: &Entry<'_>) -> io::Result<Applying> {
+        let written = self.write(entry)?;
+        self.wait(written.seq)?;
+        Ok(written.applying)
+    }
+
+    /// Writes `entry` without waiting for a sync: it becomes durable with the
+    /// next sync, which any later [`Journal::commit`] (of any session) or a
+    /// [`Journal::wait`] for its sequence number runs or joins. The returned
+    /// guard must live until the entry's changes are made to the session
+    /// files, which must not happen before the entry is synced.
+    pub(crate) fn write(self: &Arc<Self>, entry: &Entry<'_>) -> io::Result<Written> {
         let bytes = entry.encode()?;
         let mut st = self.lock();
         failed(&st)?;
@@ -340,18 +358,32 @@ impl Journal {
         st.current.last_seq = seq;
         let generation = st.current.number;
         *st.applying.entry(generation).or_default() += 1;
-        let (mut st, result) = self.wait_synced(st, seq);
-        if result.is_err() {
-            if let Some(n) = st.applying.get_mut(&generation) {
-                *n -= 1;
-            }
-            self.changed.notify_all();
-        }
-        drop(st);
-        result.map(|()| Applying {
-            journal: self.clone(),
-            generation,
+        Ok(Written {
+            seq,
+            applying: Applying {
+                journal: self.clone(),
+                generation,
+            },
         })
+    }
+
+    /// Keeps the journal for the next start to replay instead of removing
+    /// it at close, and fails every later durable write: the session files
+    /// are missing a change that only the journal holds.
+    pub(crate) fn retain(&self, why: String) {
+        let mut st = self.lock();
+        if st.failed.is_none() {
+            st.failed = Some(why);
+        }
+        self.changed.notify_all();
+    }
+
+    /// Returns once entry `seq` is synced, leading a sync when none runs.
+    /// Blocks: call from a blocking task.
+    pub(crate) fn wait(self: &Arc<Self>, seq: u64) -> io::Result<()> {
+        let st = self.lock();
+        let (_st, result) = self.wait_synced(st, seq);
+        result
     }
 
     /// Waits until entry `seq` is synced, leading a sync when none runs.

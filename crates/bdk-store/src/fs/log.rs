@@ -48,6 +48,9 @@ const CHECKPOINT_STRIDE: u64 = 256;
 /// Batches buffered per session for live subscribers. A subscriber that falls
 /// further behind is not lost: it re-reads the gap from the file.
 const LIVE_CAPACITY: usize = 256;
+/// A subscription's catch-up read of at most this many bytes runs on the
+/// async task rather than in a blocking task.
+const INLINE_READ: u64 = 64 << 10;
 /// Append handles kept open at once. Past this, the least recently used idle
 /// handles are closed (and reopened on their next append), so thousands of
 /// idle sessions never exhaust the process's file descriptors.
@@ -728,7 +731,15 @@ impl Subscription {
             if let Some(plan) = self.plan.take() {
                 let id = self.id.clone();
                 let from = self.expected;
-                match blocking(move || read_plan(&id, &plan, from)).await {
+                // A short range (the usual catch-up of a client that
+                // subscribes just after its send) is read inline: from the
+                // page cache, that is cheaper than a blocking-task hop.
+                let read = if plan.end - plan.offset <= INLINE_READ {
+                    read_plan(&id, &plan, from)
+                } else {
+                    blocking(move || read_plan(&id, &plan, from)).await
+                };
+                match read {
                     Ok(events) => self.pending.extend(events),
                     // The session was deleted under us: the stream just ends.
                     Err(StoreError::SessionNotFound(_)) => self.done = true,

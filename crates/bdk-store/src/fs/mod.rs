@@ -37,10 +37,11 @@ pub(crate) mod paths;
 mod task;
 mod tokens;
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -50,11 +51,11 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use self::blobs::Areas;
-use self::journal::{Entry, Journal};
+use self::journal::{Applying, Entry, Journal};
 use self::log::{SlotGuard, Slots};
 use self::paths::{invalid, is_missing, replace_unsynced, safe_id};
 use self::task::blocking;
-use self::tokens::{MAX_TOKEN_LEN, TokenIndex};
+use self::tokens::{MAX_TOKEN_LEN, TokenIndex, names_its_session};
 use crate::{
     ArtifactFilter, ArtifactRecord, EventStream, NewEvent, Result, SessionRecord, Store,
     StoreError, TokenSwap,
@@ -85,6 +86,22 @@ struct Inner {
     /// Serializes the one-time scan that builds the token index of a state
     /// root written before it existed.
     token_build: tokio::sync::Mutex<()>,
+    /// Deferred token rotations ([`Store::rotate_token_deferred`]) by
+    /// session id: journaled but not yet synced, so not yet in
+    /// `session.json`. Readers of this store see these records instead of
+    /// the files'. An entry goes once its record is written to the file,
+    /// under the session's lock.
+    pending: StdMutex<HashMap<String, Pending>>,
+}
+
+/// A deferred rotation: the new record, its journal entry's sequence
+/// number, and the guard that keeps a checkpoint from deleting the entry's
+/// generation before the record reaches `session.json`.
+struct Pending {
+    record: SessionRecord,
+    bytes: Vec<u8>,
+    seq: u64,
+    _applying: Applying,
 }
 
 impl FsStore {
@@ -124,6 +141,7 @@ impl FsStore {
             slots: Slots::default(),
             tokens_built: AtomicBool::new(false),
             token_build: tokio::sync::Mutex::new(()),
+            pending: StdMutex::default(),
         };
         for dir in [
             &inner.root,
@@ -165,6 +183,7 @@ impl FsStore {
             Ok(_) => Ok(guard),
             Err(e) if is_missing(&e) => {
                 self.inner.slots.retire(&mut guard);
+                self.inner.forget_pending(id.as_str());
                 Err(StoreError::SessionNotFound(id.to_string()))
             }
             Err(e) => Err(e.into()),
@@ -198,6 +217,28 @@ impl FsStore {
             Ok(())
         })
         .await
+    }
+}
+
+impl Drop for Inner {
+    /// Writes out the deferred rotations still pending, so that closing the
+    /// journal (which removes it) loses none that a sync made durable. One
+    /// that cannot be written keeps the journal for the next start.
+    fn drop(&mut self) {
+        let pending: Vec<String> = self.pending().keys().cloned().collect();
+        for id in pending {
+            let dir = self.sessions.join(&id);
+            // A session removed from outside has no record to write.
+            if !dir.join("session.json").exists() {
+                continue;
+            }
+            if let Err(e) = self.settle(&id, &dir) {
+                tracing::warn!(session_id = %id, error = %e, "could not write a rotated session record at close; the journal stays for the next start");
+                self.journal.retain(format!(
+                    "the record of session {id} could not be written: {e}"
+                ));
+            }
+        }
     }
 }
 
@@ -272,6 +313,49 @@ fn read_record(path: &Path, id: &str) -> Result<Option<SessionRecord>> {
 }
 
 impl Inner {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The record of a deferred rotation of `id`, if one is pending.
+    fn pending_record(&self, id: &str) -> Option<SessionRecord> {
+        self.pending().get(id).map(|p| p.record.clone())
+    }
+
+    /// Drops the deferred rotation of `id` (the session is gone, or a later
+    /// journal entry already replaced it).
+    fn forget_pending(&self, id: &str) {
+        self.pending().remove(id);
+    }
+
+    /// A session's record as this store's readers must see it: a deferred
+    /// rotation's record in place of the file's. The pending map is read
+    /// before the file: a rotation applied in between has already written
+    /// the file, so the reader never sees an older record than at the
+    /// moment it looked.
+    fn current_record(&self, path: &Path, id: &str) -> Result<Option<SessionRecord>> {
+        let pending = self.pending_record(id);
+        Ok(read_record(path, id)?.map(|on_disk| pending.unwrap_or(on_disk)))
+    }
+
+    /// Makes the deferred rotation of the session in `dir` durable (waits
+    /// for, or runs, the journal sync that covers its entry) and writes its
+    /// record to `session.json`. Nothing to do without one. Blocks; the
+    /// caller holds the session's lock. On failure the rotation stays
+    /// pending (readers still see it; a synced entry is replayed at the
+    /// next start) and the next settle tries again.
+    fn settle(&self, id: &str, dir: &Path) -> Result<()> {
+        let Some((seq, bytes)) = self.pending().get(id).map(|p| (p.seq, p.bytes.clone())) else {
+            return Ok(());
+        };
+        self.journal.wait(seq)?;
+        replace_unsynced(&self.areas.tmp, &dir.join("session.json"), &bytes)?;
+        tokens::remove_current(dir)?;
+        // Under the session's lock nobody else changed the entry meanwhile.
+        self.forget_pending(id);
+        Ok(())
+    }
+
     /// Journals a session's new record, then writes it (atomically, without
     /// a sync: the journal is what makes it durable) and drops any token
     /// link beside it, which would name an older token. `previous` is what
@@ -385,7 +469,10 @@ impl Store for FsStore {
     async fn get_session(&self, id: &SessionId) -> Result<Option<SessionRecord>> {
         let dir = self.session_dir(id)?;
         let id = id.to_string();
-        blocking(move || read_record(&dir.join("session.json"), &id)).await
+        // Inline, like the `stat` of every append: a record is a small file
+        // read from the page cache in practice, and a blocking-task hop
+        // costs more than the read (it is on every request's path).
+        self.inner.current_record(&dir.join("session.json"), &id)
     }
 
     /// Replaces the record but keeps the stored continuation token: tokens
@@ -395,6 +482,7 @@ impl Store for FsStore {
         let guard = self.lock_existing(&record.id).await?;
         let inner = self.inner.clone();
         blocking(move || {
+            inner.settle(guard.id.as_str(), &guard.dir)?;
             let Some(current) = read_record(&guard.record_path, guard.id.as_str())? else {
                 return Err(StoreError::SessionNotFound(guard.id.to_string()));
             };
@@ -407,8 +495,23 @@ impl Store for FsStore {
     }
 
     async fn list_sessions(&self) -> Result<Vec<SessionRecord>> {
-        let sessions = self.inner.sessions.clone();
-        let mut records = blocking(move || read_all_records(&sessions)).await?;
+        let inner = self.inner.clone();
+        let mut records = blocking(move || {
+            // Deferred rotations first, then the files: see `current_record`.
+            let mut pending: HashMap<String, SessionRecord> = inner
+                .pending()
+                .iter()
+                .map(|(id, p)| (id.clone(), p.record.clone()))
+                .collect();
+            let mut records = read_all_records(&inner.sessions)?;
+            for record in &mut records {
+                if let Some(newer) = pending.remove(record.id.as_str()) {
+                    *record = newer;
+                }
+            }
+            Ok(records)
+        })
+        .await?;
         records.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
         Ok(records)
     }
@@ -422,7 +525,8 @@ impl Store for FsStore {
                 inner.slots.retire(&mut guard);
                 return Ok(false);
             }
-            let token = read_record(&guard.record_path, guard.id.as_str())
+            let token = inner
+                .current_record(&guard.record_path, guard.id.as_str())
                 .ok()
                 .flatten()
                 .map(|r| r.continuation_token);
@@ -433,6 +537,8 @@ impl Store for FsStore {
             // The record goes first: from that moment the session no longer
             // exists, even if removing the rest is interrupted.
             fs::remove_file(&guard.record_path)?;
+            // The delete's entry is synced after any deferred rotation's.
+            inner.forget_pending(guard.id.as_str());
             match fs::remove_dir_all(&dir) {
                 Ok(()) => {}
                 Err(e) if is_missing(&e) => {}
@@ -490,6 +596,7 @@ impl Store for FsStore {
         let inner = self.inner.clone();
         let (expected, new) = (expected.to_owned(), new.to_owned());
         blocking(move || {
+            inner.settle(guard.id.as_str(), &guard.dir)?;
             let Some(current) = read_record(&guard.record_path, guard.id.as_str())? else {
                 return Err(StoreError::SessionNotFound(guard.id.to_string()));
             };
@@ -512,6 +619,62 @@ impl Store for FsStore {
         .await
     }
 
+    /// Journals the new record without waiting for a sync and keeps it in
+    /// memory; the session's next boundary append (whose sync covers the
+    /// entry), or any other write of its record, writes it to
+    /// `session.json`. Only for a swap between tokens that name the session
+    /// (no index entries to change); any other swap is a plain
+    /// [`Store::rotate_token`].
+    async fn rotate_token_deferred(
+        &self,
+        id: &SessionId,
+        expected: &str,
+        new: &str,
+    ) -> Result<TokenSwap> {
+        let session = id.as_str();
+        if !(names_its_session(new, session) && names_its_session(expected, session)) {
+            return self.rotate_token(id, expected, new).await;
+        }
+        check_token(new)?;
+        // Inline: a small read from the page cache and one `write(2)` to the
+        // journal, no sync, so shorter than a blocking-task hop.
+        let guard = self.lock_existing(id).await?;
+        let inner = &self.inner;
+        let Some(current) = inner.current_record(&guard.record_path, guard.id.as_str())? else {
+            return Err(StoreError::SessionNotFound(guard.id.to_string()));
+        };
+        if current.continuation_token != expected {
+            return Ok(TokenSwap::Stale);
+        }
+        let mut record = current;
+        new.clone_into(&mut record.continuation_token);
+        record.updated_at = Utc::now();
+        let bytes = serde_json::to_vec_pretty(&record)?;
+        let written = inner.journal.write(&Entry::Record {
+            session: guard.id.as_str(),
+            record: &bytes,
+        })?;
+        inner.pending().insert(
+            guard.id.to_string(),
+            Pending {
+                record,
+                bytes,
+                seq: written.seq,
+                _applying: written.applying,
+            },
+        );
+        Ok(TokenSwap::Rotated)
+    }
+
+    async fn commit_token(&self, id: &SessionId) -> Result<()> {
+        if self.inner.pending_record(id.as_str()).is_none() {
+            return Ok(());
+        }
+        let guard = self.lock_existing(id).await?;
+        let inner = self.inner.clone();
+        blocking(move || inner.settle(guard.id.as_str(), &guard.dir)).await
+    }
+
     async fn append(&self, id: &SessionId, events: Vec<NewEvent>) -> Result<Vec<Envelope>> {
         if events.is_empty() {
             self.lock_existing(id).await?;
@@ -524,8 +687,19 @@ impl Store for FsStore {
             // lock, so the runtime never waits on the disk and a cancelled
             // caller cannot interrupt the commit between write and fan-out.
             let inner = self.inner.clone();
-            blocking(move || log::append(&mut guard, &inner.slots, events, Some(&inner.journal)))
-                .await
+            blocking(move || {
+                let appended = log::append(&mut guard, &inner.slots, events, Some(&inner.journal))?;
+                // The batch's sync covered a deferred rotation journaled
+                // before it: the rotation is durable, so its record can
+                // reach the file now. A failure leaves it pending (still
+                // what readers see, replayed after a crash) and does not
+                // undo the append, which is durable.
+                if let Err(e) = inner.settle(guard.id.as_str(), &guard.dir) {
+                    tracing::warn!(session_id = %guard.id, error = %e, "could not write a rotated session record; it stays pending");
+                }
+                Ok(appended)
+            })
+            .await
         } else {
             // Ordinary batches are written inline: one `write(2)` of an
             // in-memory buffer into the page cache, short and bounded. A
