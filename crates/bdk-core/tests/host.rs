@@ -333,6 +333,20 @@ reply = "follow-up: {{ user }}"
         .await
         .unwrap();
     assert_eq!(steer.turn_id, None);
+    // No `message.received` was written for the queued message, yet the
+    // token it answered with is already the durable one: in the record on
+    // disk, not only in the store's memory.
+    let record = dir
+        .path()
+        .join("state/sessions")
+        .join(s.session_id.as_str())
+        .join("session.json");
+    let on_disk: Value = serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
+    assert_eq!(
+        on_disk["continuationToken"],
+        steer.continuation_token.as_str()
+    );
+    assert_ne!(steer.continuation_token, s.continuation_token);
     release.notify_one();
     let r = session::wait_turn(&host, &s).await;
     assert!(r.ok);
