@@ -1071,8 +1071,20 @@ async fn a_deferred_rotation_reaches_the_record_only_after_its_sync() {
     let new = new_http_token(&id);
     store.rotate_token_deferred(&id, &old, &new).await.unwrap();
     assert_eq!(on_disk(&id), old);
+    // One whose session was removed from outside meanwhile has nothing to
+    // write: the close neither brings the session back nor keeps the
+    // journal for a replay.
+    let gone = new_session(&store).await;
+    let gone_old = token_of(&store, &gone).await;
+    store
+        .rotate_token_deferred(&gone, &gone_old, &new_http_token(&gone))
+        .await
+        .unwrap();
+    let gone_dir = dir.path().join("sessions").join(gone.as_str());
+    fs::remove_dir_all(&gone_dir).unwrap();
     drop(store);
     assert_eq!(on_disk(&id), new);
+    assert!(!gone_dir.exists());
     assert_eq!(fs::read_dir(dir.path().join("journal")).unwrap().count(), 0);
 }
 

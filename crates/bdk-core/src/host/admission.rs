@@ -682,7 +682,14 @@ mod tests {
         let swap = store.rotate_token_deferred(&id, &old, &new).await.unwrap();
         assert_eq!(swap, TokenSwap::Rotated);
         assert_eq!(token(&store, &id).await, new);
+        let alive = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        assert_eq!(alive(), 0);
         drop(rotate(new.clone(), old.clone()));
+        assert_eq!(alive(), 1, "a dropped rotation spawns its swap-back");
         let restored = tokio::time::timeout(Duration::from_secs(10), async {
             while token(&store, &id).await != old {
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -694,8 +701,8 @@ mod tests {
         let kept = new_http_token(&id);
         store.rotate_token_deferred(&id, &old, &kept).await.unwrap();
         Rotation::keep(Some(rotate(kept.clone(), old.clone())));
+        assert_eq!(alive(), 0, "a kept rotation spawns no swap-back");
         store.commit_token(&id).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(token(&store, &id).await, kept);
         let reopened = FsStore::open(dir.path()).unwrap();
         let record = reopened.get_session(&id).await.unwrap().unwrap();

@@ -667,7 +667,7 @@ impl Store for FsStore {
     }
 
     async fn commit_token(&self, id: &SessionId) -> Result<()> {
-        if self.inner.pending_record(id.as_str()).is_none() {
+        if !self.inner.pending().contains_key(id.as_str()) {
             return Ok(());
         }
         let guard = self.lock_existing(id).await?;
