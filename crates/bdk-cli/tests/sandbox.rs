@@ -315,6 +315,69 @@ async fn a_hostile_tool_reaches_nothing_of_the_server_or_other_sessions() {
 }
 
 // Several threads: the pending call runs while the test polls /proc.
+/// Reports its `TMPDIR` and how many entries it holds, after leaving a file
+/// there when asked.
+const SCRATCH: &str = r#"read line
+case "$line" in *'"leave":true'*) echo left > "$TMPDIR/left.txt" ;; esac
+printf '{"tmpdir":"%s","entries":%s}\n' "$TMPDIR" "$(ls -A "$TMPDIR" | wc -l)"
+"#;
+
+#[tokio::test]
+async fn a_temp_dir_left_empty_serves_the_next_call_and_a_used_one_never_does() {
+    let a = agent();
+    for (name, sandbox) in [("scratch", ""), ("scratch_off", "sandbox = \"off\"\n")] {
+        write_tool(
+            &a.dir,
+            name,
+            &format!(
+                "description = \"Reports its temp dir.\"\neffect = \"read\"\n{sandbox}command = [\"sh\", \"scratch.sh\"]\n[input_schema]\ntype = \"object\"\n"
+            ),
+            Some(("scratch.sh", SCRATCH)),
+        );
+    }
+    let server = serve(&a.dir, &[]);
+    let http = client();
+    let base = server.base.clone();
+    let run = |tool: &'static str, leave: bool| {
+        let http = http.clone();
+        let base = base.clone();
+        async move {
+            let (status, out) = call(&http, &base, tool, json!({"input": {"leave": leave}})).await;
+            assert_eq!(status, 200, "{out}");
+            assert_eq!(out["isError"], false, "{out}");
+            let dir = PathBuf::from(out["result"]["tmpdir"].as_str().unwrap());
+            (dir, out["result"]["entries"].as_u64().unwrap())
+        }
+    };
+
+    // A contained call that leaves its temp dir empty hands it to the next.
+    let (first, entries) = run("scratch", false).await;
+    assert_eq!(entries, 0);
+    let (second, entries) = run("scratch", false).await;
+    assert_eq!((&second, entries), (&first, 0));
+    // One that leaves a file gets its directory removed: the next call
+    // starts in a new, empty one.
+    let (third, entries) = run("scratch", true).await;
+    assert_eq!((&third, entries), (&first, 1));
+    let (fourth, entries) = run("scratch", false).await;
+    assert_ne!(fourth, first);
+    assert_eq!(entries, 0);
+    poll::until("the used temp dir to be removed", || async {
+        !first.exists()
+    })
+    .await;
+
+    // An uncontained call may leave processes behind: its directory is
+    // never handed on, even empty.
+    let (off_first, _) = run("scratch_off", false).await;
+    let (off_second, _) = run("scratch_off", false).await;
+    assert_ne!(off_first, off_second);
+    poll::until("the uncontained calls' temp dirs to be removed", || async {
+        !off_first.exists() && !off_second.exists()
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_detached_grandchild_dies_at_the_timeout_and_with_the_server() {
     let a = agent();

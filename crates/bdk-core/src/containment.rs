@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::process::{self, ProcessEnd, ProcessSpec};
 use crate::project::{SandboxConfig, SandboxMode};
+use crate::scratch::{ScratchDir, ScratchPool};
 
 /// A program the host runs once on an author's behalf (a channel's command
 /// delivery, a handler): one input on stdin, a bounded stdout.
@@ -79,6 +80,9 @@ pub struct Containment {
     /// it, rather than from a fresh copy of the whole environment per
     /// program.
     environment: Arc<Vec<(String, String)>>,
+    /// Temp dirs of finished runs, kept for the next ones (see
+    /// [`crate::scratch`]).
+    scratch: Arc<ScratchPool>,
 }
 
 impl Default for Containment {
@@ -117,6 +121,7 @@ impl Containment {
             sandbox,
             config,
             environment: Arc::new(environment),
+            scratch: Arc::default(),
         }
     }
 
@@ -129,6 +134,30 @@ impl Containment {
     /// the agent did not turn it off).
     pub fn is_on(&self) -> bool {
         self.sandbox.is_some() && self.config.mode == SandboxMode::On
+    }
+
+    /// A temp dir (`TMPDIR`) for one run under `<state_root>/tmp/`: an idle
+    /// one of an earlier run, or a new `<state_root>/tmp/<name>`.
+    pub(crate) async fn scratch(
+        &self,
+        state_root: &Path,
+        name: &str,
+    ) -> std::io::Result<ScratchDir> {
+        ScratchDir::create(&self.scratch, state_root, name).await
+    }
+
+    /// True when a run that ended with `end` left no process behind that
+    /// could still use its temp dir: it ran `contained`, exited, and the
+    /// system gives contained programs a PID namespace of their own (which
+    /// dies with the program), as this process's probe of the launcher found.
+    pub(crate) fn tree_gone(&self, contained: bool, end: &ProcessEnd) -> bool {
+        contained
+            && matches!(end, ProcessEnd::Exited { .. })
+            && self
+                .sandbox
+                .as_ref()
+                .and_then(Sandbox::probed)
+                .is_some_and(|support| support.pid_namespace)
     }
 
     /// The environment a program starts with: the allowlist plus the
@@ -181,7 +210,10 @@ impl Containment {
         let Some((name, args)) = program.argv.split_first() else {
             return ProgramEnd::SpawnFailed(std::io::Error::other("the command is empty"));
         };
-        let scratch = match ScratchDir::create(state_root, &bdk_events::ids::new_id("run")).await {
+        let scratch = match self
+            .scratch(state_root, &bdk_events::ids::new_id("run"))
+            .await
+        {
             Ok(dir) => dir,
             Err(e) => return ProgramEnd::Failed(e),
         };
@@ -205,8 +237,9 @@ impl Containment {
             timeout: program.timeout,
             sandbox: self.call(&grants),
         };
+        let contained = spec.sandbox.is_some();
         let end = process::run_process(spec, cancel).await;
-        drop(scratch);
+        scratch.finish(self.tree_gone(contained, &end));
         match end {
             ProcessEnd::Exited {
                 status,
@@ -222,43 +255,6 @@ impl Containment {
             ProcessEnd::OutputExceeded { .. } => ProgramEnd::OutputExceeded,
             ProcessEnd::SpawnFailed(e) => ProgramEnd::SpawnFailed(e),
             ProcessEnd::Failed(e) => ProgramEnd::Failed(e),
-        }
-    }
-}
-
-/// A directory of one program run (its `TMPDIR`), removed when dropped.
-pub(crate) struct ScratchDir {
-    path: PathBuf,
-}
-
-impl ScratchDir {
-    /// Creates `<root>/tmp/<name>` (the state root's `tmp/` holds them, so
-    /// no other program can reach it).
-    pub(crate) async fn create(root: &Path, name: &str) -> std::io::Result<Self> {
-        let path = root.join("tmp").join(name);
-        tokio::fs::create_dir_all(&path).await?;
-        Ok(Self { path })
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let path = std::mem::take(&mut self.path);
-        // The removal walks a tree: keep it off the async threads when there
-        // is a runtime to hand it to.
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn_blocking(move || {
-                    let _ = std::fs::remove_dir_all(&path);
-                });
-            }
-            Err(_) => {
-                let _ = std::fs::remove_dir_all(&path);
-            }
         }
     }
 }

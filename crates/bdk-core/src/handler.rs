@@ -32,7 +32,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::containment::{Containment, Grants, ScratchDir};
+use crate::containment::{Containment, Grants};
 use crate::endpoint::grant::{EndpointGrant, SOCKET_ENV, TOKEN_ENV};
 use crate::process::{ProcessEnd, ProcessSpec, run_process, temp_env};
 use crate::project::{HandlerCommand, HandlerSpec, Project, ScheduleAction};
@@ -227,7 +227,9 @@ pub(crate) async fn run(run: Run<'_>) -> Result<Map<String, Value>, HandlerError
             reason: "the command is empty".to_owned(),
         });
     };
-    let scratch = ScratchDir::create(run.state_root, run.call_id)
+    let scratch = run
+        .containment
+        .scratch(run.state_root, run.call_id)
         .await
         .map_err(|e| HandlerError::Failed {
             program: program.clone(),
@@ -271,8 +273,9 @@ pub(crate) async fn run(run: Run<'_>) -> Result<Map<String, Value>, HandlerError
         timeout: command.timeout,
         sandbox: run.containment.call(&grants),
     };
+    let contained = spec.sandbox.is_some();
     let end = run_process(spec, run.cancel).await;
-    drop(scratch);
+    scratch.finish(run.containment.tree_gone(contained, &end));
     match end {
         ProcessEnd::Exited { status, stdout, .. } if status.success() => answer(&program, &stdout),
         ProcessEnd::Exited { status, stderr, .. } => Err(HandlerError::Exited {

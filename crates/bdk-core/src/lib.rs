@@ -27,6 +27,7 @@ pub mod models;
 mod process;
 pub mod project;
 pub mod replica;
+mod scratch;
 pub mod tool;
 pub mod trajectory;
 pub mod workspace;

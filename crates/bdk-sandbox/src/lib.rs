@@ -215,9 +215,28 @@ impl Sandbox {
         })
     }
 
+    /// What the last successful [`Sandbox::probe`] of this launcher in this
+    /// process found, if there was one. What the system enforces is a
+    /// property of the kernel and the launcher, not of one sandbox's paths,
+    /// so the result is shared by every sandbox with the same launcher.
+    pub fn probed(&self) -> Option<Support> {
+        probes()
+            .iter()
+            .find(|(launcher, _)| *launcher == self.launcher)
+            .map(|(_, support)| support.clone())
+    }
+
     /// Runs the launcher once, the whole way, and reads back what the system
-    /// enforced.
+    /// enforced (also kept for [`Sandbox::probed`]).
     pub fn probe(&self) -> Result<Support, Error> {
+        let support = self.probe_once()?;
+        let mut probes = probes();
+        probes.retain(|(launcher, _)| *launcher != self.launcher);
+        probes.push((self.launcher.clone(), support.clone()));
+        Ok(support)
+    }
+
+    fn probe_once(&self) -> Result<Support, Error> {
         let spec = Spec {
             parent: std::process::id(),
             filesystem: true,
@@ -314,6 +333,15 @@ impl Builder {
             devices: Arc::new(devices),
         }
     }
+}
+
+/// The probe results of this process, per launcher.
+fn probes() -> std::sync::MutexGuard<'static, Vec<(PathBuf, Support)>> {
+    static PROBES: std::sync::Mutex<Vec<(PathBuf, Support)>> = std::sync::Mutex::new(Vec::new());
+    // Every update leaves the list consistent.
+    PROBES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The policy argument: `spec` as JSON, once every one of its `paths` is

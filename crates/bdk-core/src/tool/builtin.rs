@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
-use crate::containment::{Containment, Grants, ScratchDir};
+use crate::containment::{Containment, Grants};
 use crate::process::{self, ProcessEnd, ProcessSpec};
 use crate::tool::subprocess;
 use crate::tool::{Effect, NewArtifact, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
@@ -753,7 +753,8 @@ async fn shell(
     tokio::fs::create_dir_all(&ctx.workspace_dir)
         .await
         .map_err(|e| ToolOutput::error(format!("failed to create the workspace: {e}")))?;
-    let scratch = ScratchDir::create(&ctx.state_root, &ctx.call_id)
+    let scratch = containment
+        .scratch(&ctx.state_root, &ctx.call_id)
         .await
         .map_err(|e| ToolOutput::error(format!("failed to create the command's temp dir: {e}")))?;
     let mut env = containment.env(&[]);
@@ -773,7 +774,10 @@ async fn shell(
         timeout: Duration::from_millis(timeout_ms),
         sandbox: containment.call(&grants),
     };
-    match process::run_process(spec, &ctx.cancel).await {
+    let contained = spec.sandbox.is_some();
+    let end = process::run_process(spec, &ctx.cancel).await;
+    scratch.finish(containment.tree_gone(contained, &end));
+    match end {
         ProcessEnd::Exited {
             status,
             stdout,

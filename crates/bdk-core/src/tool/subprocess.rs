@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
-use crate::containment::{Containment, Grants, ScratchDir};
+use crate::containment::{Containment, Grants};
 use crate::endpoint::grant::{SOCKET_ENV, TOKEN_ENV};
 use crate::process::{ProcessEnd, ProcessSpec, Tail, run_process, temp_env};
 use crate::project::{ToolManifest, ToolRunner};
@@ -136,7 +136,11 @@ impl Tool for CommandTool {
         };
         let mut stdin = request_body(&input, &ctx).to_string().into_bytes();
         stdin.push(b'\n');
-        let scratch = match ScratchDir::create(&ctx.state_root, &ctx.call_id).await {
+        let scratch = match self
+            .containment
+            .scratch(&ctx.state_root, &ctx.call_id)
+            .await
+        {
             Ok(dir) => dir,
             Err(e) => {
                 return ToolOutput::error(format!("failed to create the tool's temp dir: {e}"));
@@ -177,7 +181,7 @@ impl Tool for CommandTool {
         let contained = spec.sandbox.is_some();
         let end = run_process(spec, &ctx.cancel).await;
         drop(grant);
-        drop(scratch);
+        scratch.finish(self.containment.tree_gone(contained, &end));
         match end {
             ProcessEnd::Exited {
                 status,
