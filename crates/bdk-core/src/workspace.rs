@@ -231,8 +231,10 @@ enum Source {
 /// session's own edits survive.
 pub async fn materialize(root: &Path, project: &Project) -> Result<bool, WorkspaceError> {
     let marker = resolve(root, MATERIALIZED_MARKER)?;
-    if tokio::fs::try_exists(&marker)
-        .await
+    // One `stat` of a path the host just used: checked in place rather
+    // than through the blocking pool (every direct tool call asks).
+    if marker
+        .try_exists()
         .map_err(|e| WorkspaceError::io("check", &marker, e))?
     {
         return Ok(false);
@@ -317,30 +319,43 @@ pub async fn materialize(root: &Path, project: &Project) -> Result<bool, Workspa
         ));
     }
 
-    tokio::fs::create_dir_all(root)
+    // Everything is written in one trip to the blocking pool: a workspace
+    // costs one hop however many directories and files it gets.
+    let owned = root.to_path_buf();
+    tokio::task::spawn_blocking(move || write_plan(&owned, plan, &marker))
         .await
-        .map_err(|e| WorkspaceError::io("create directory", root, e))?;
+        .map_err(|e| WorkspaceError::io("write", root, io::Error::other(e)))??;
+    Ok(true)
+}
+
+/// Writes a [`materialize`] plan under `root`, then the marker.
+fn write_plan(
+    root: &Path,
+    plan: Vec<(PathBuf, Source)>,
+    marker: &Path,
+) -> Result<(), WorkspaceError> {
+    let create_parent = |path: &Path| match path.parent() {
+        Some(parent) => std::fs::create_dir_all(parent)
+            .map_err(|e| WorkspaceError::io("create directory", parent, e)),
+        None => Ok(()),
+    };
+    std::fs::create_dir_all(root).map_err(|e| WorkspaceError::io("create directory", root, e))?;
     for (dest, source) in plan {
+        create_parent(&dest)?;
         match source {
-            Source::Bytes(bytes) => write_with_parents(&dest, &bytes).await?,
+            Source::Bytes(bytes) => {
+                std::fs::write(&dest, bytes).map_err(|e| WorkspaceError::io("write", &dest, e))?;
+            }
             Source::Copy { from, executable } => {
-                if let Some(parent) = dest.parent() {
-                    tokio::fs::create_dir_all(parent)
-                        .await
-                        .map_err(|e| WorkspaceError::io("create directory", parent, e))?;
-                }
-                tokio::fs::copy(&from, &dest)
-                    .await
-                    .map_err(|e| WorkspaceError::io("copy", &from, e))?;
+                std::fs::copy(&from, &dest).map_err(|e| WorkspaceError::io("copy", &from, e))?;
                 if executable {
-                    set_executable(&dest).await?;
+                    set_executable(&dest)?;
                 }
             }
         }
     }
-
-    write_with_parents(&marker, b"").await?;
-    Ok(true)
+    create_parent(marker)?;
+    std::fs::write(marker, b"").map_err(|e| WorkspaceError::io("write", marker, e))
 }
 
 /// A YAML scalar for frontmatter. JSON strings are valid YAML double-quoted
@@ -417,22 +432,20 @@ fn catalog(entries: &[String]) -> String {
 }
 
 #[cfg(unix)]
-async fn set_executable(path: &Path) -> Result<(), WorkspaceError> {
+fn set_executable(path: &Path) -> Result<(), WorkspaceError> {
     use std::os::unix::fs::PermissionsExt;
-    let meta = tokio::fs::metadata(path)
-        .await
-        .map_err(|e| WorkspaceError::io("read metadata of", path, e))?;
+    let meta =
+        std::fs::metadata(path).map_err(|e| WorkspaceError::io("read metadata of", path, e))?;
     let mut perms = meta.permissions();
     // Executable for everyone who may read it.
     let mode = perms.mode();
     perms.set_mode(mode | ((mode & 0o444) >> 2));
-    tokio::fs::set_permissions(path, perms)
-        .await
+    std::fs::set_permissions(path, perms)
         .map_err(|e| WorkspaceError::io("set permissions of", path, e))
 }
 
 #[cfg(not(unix))]
-async fn set_executable(_path: &Path) -> Result<(), WorkspaceError> {
+fn set_executable(_path: &Path) -> Result<(), WorkspaceError> {
     Ok(())
 }
 
