@@ -22,7 +22,9 @@
 //! with the machine's noise. Both callgrind outputs are kept in a directory
 //! the caller names, for `callgrind_annotate --inclusive=yes` to say where
 //! the instructions go. The fake model counts the connections the server
-//! opens to it, which shows whether the server reuses them.
+//! opens to it, which shows whether the server reuses them. First of all,
+//! the tool program is started plainly a few hundred times for the CPU one
+//! start costs in itself: the floor under the per-turn CPU.
 //!
 //! It names nothing of the program around it: the caller passes a runtime,
 //! the `bdk` program to serve with (this build's, or another one for a
@@ -53,6 +55,8 @@ const WARMUP: usize = 20;
 const TRACED_TURNS: usize = 100;
 /// Sequential turns of the two callgrind runs (startup cancels out).
 const COUNTED_TURNS: (usize, usize) = (5, 25);
+/// Bare starts of the tool program timed for its CPU floor.
+const FLOOR_RUNS: usize = 500;
 /// The longest any one step of a turn may take before the run fails.
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -72,6 +76,7 @@ pub(crate) fn run(
     keep: &Path,
     quick: bool,
 ) -> Result<Vec<Bench>> {
+    let floor = tool_floor(if quick { 50 } else { FLOOR_RUNS })?;
     runtime.block_on(async {
         let model = FakeModel::start().await?;
         let project = write_agent(dir, model.port)?;
@@ -81,7 +86,7 @@ pub(crate) fn run(
             .pool_max_idle_per_host(64)
             .timeout(DEADLINE)
             .build()?;
-        let mut out = Vec::new();
+        let mut out = vec![floor];
         let mut total_turns = 0;
         for (connections, turns) in LEVELS {
             let turns = if quick { (turns / 10).max(20) } else { turns };
@@ -496,6 +501,63 @@ impl Cpu {
     }
 }
 
+/// The CPU time of process `pid` and of its reaped children, from
+/// `/proc/<pid>/stat`.
+fn cpu_of(pid: u32) -> Result<Cpu> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may hold spaces: fields start after its `)`.
+    let rest = stat.rsplit_once(')').ok_or("unreadable /proc stat")?.1;
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    Ok(Cpu {
+        user: f[0],
+        system: f[1],
+        children_user: f[2],
+        children_system: f[3],
+        ticks_per_second: rustix::param::clock_ticks_per_second(),
+    })
+}
+
+/// `turn.load.tool_floor_cpu`: the CPU one bare start of the tool program
+/// costs (the process alone: started plainly from this process, fed a
+/// request-sized input, reaped), with no sandbox and no server. The
+/// per-turn CPU target includes one such start, so this says how much of
+/// the target any process per call takes on this machine. Run before the
+/// server starts, so that the only children reaped meanwhile are these.
+fn tool_floor(runs: usize) -> Result<Bench> {
+    use std::io::Write;
+    let input = vec![b'x'; 512];
+    let before = cpu_of(std::process::id())?;
+    for _ in 0..runs {
+        let mut child = std::process::Command::new("cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .ok_or("no stdin pipe")?
+            .write_all(&input)?;
+        if !child.wait()?.success() {
+            return Err("cat failed".into());
+        }
+    }
+    let cpu = cpu_of(std::process::id())?.since(&before);
+    let per_run = cpu.ms(cpu.children_user + cpu.children_system) / runs as f64;
+    Ok(Bench::new(
+        "turn.load.tool_floor_cpu",
+        "ms",
+        runs,
+        json!({ "value": (per_run * 1000.0).round() / 1000.0 }),
+        json!({}),
+    ))
+}
+
 /// `bdk serve` in its own process.
 struct Server {
     child: tokio::process::Child,
@@ -560,22 +622,7 @@ impl Server {
     }
 
     fn cpu(&self) -> Result<Cpu> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
-        // The command name may hold spaces: fields start after its `)`.
-        let rest = stat.rsplit_once(')').ok_or("unreadable /proc stat")?.1;
-        let f: Vec<u64> = rest
-            .split_whitespace()
-            .skip(11)
-            .take(4)
-            .map(str::parse)
-            .collect::<Result<_, _>>()?;
-        Ok(Cpu {
-            user: f[0],
-            system: f[1],
-            children_user: f[2],
-            children_system: f[3],
-            ticks_per_second: rustix::param::clock_ticks_per_second(),
-        })
+        cpu_of(self.pid)
     }
 
     async fn stop(mut self) {
