@@ -108,6 +108,23 @@ fn the_probe_finds_every_protection_on_this_machine() {
 }
 
 #[test]
+fn a_probe_is_remembered_for_every_sandbox_of_the_same_launcher() {
+    let f = fixture();
+    // Another sandbox of the same launcher, with other paths.
+    let other = Sandbox::builder(env!("CARGO_BIN_EXE_bdk-sandbox"))
+        .protect(f.root.join("state"))
+        .build();
+    let elsewhere = Sandbox::builder(f.root.join("no-such-launcher")).build();
+    assert_eq!(f.sandbox.probed(), None, "nothing probed yet");
+    let support = f.sandbox.probe().unwrap();
+    assert_eq!(f.sandbox.probed(), Some(support.clone()));
+    assert_eq!(other.probed(), Some(support));
+    // A launcher that cannot run leaves no result.
+    assert!(elsewhere.probe().is_err());
+    assert_eq!(elsewhere.probed(), None);
+}
+
+#[test]
 fn a_contained_program_reads_the_system_and_its_folder_but_nothing_protected() {
     let f = fixture();
     let o = f.sh("cat tool.sh && test -r /usr/bin/env && echo system-ok");
