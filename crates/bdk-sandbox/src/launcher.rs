@@ -3,6 +3,7 @@
 //!
 //! Stage 1 (`run`, `probe`) supervises from outside the PID namespace; stage
 //! 2, a fork of stage 1, confines itself inside it and becomes the program.
+//! The `serve` stage (`fork_server.rs`) forks a stage 1 per call instead.
 //! Both are short and single-threaded: they run before any runtime or thread
 //! of the host program starts, which is what makes `unshare`, blocking
 //! signals process-wide and running ordinary code after `fork` safe here.
@@ -41,18 +42,59 @@ const WATCHED: [Signal; 5] = [
 pub(crate) fn main(args: Vec<OsString>) -> ExitCode {
     let mut args = args.into_iter();
     let stage = args.next();
-    let Some(spec_text) = args.next() else {
-        return fail("missing the sandbox policy argument");
+    let spec = match spec_of(args.next()) {
+        Ok(spec) => spec,
+        Err(code) => return ExitCode::from(code),
     };
-    let spec: Spec = match spec_text.to_str().map(serde_json::from_str) {
-        Some(Ok(spec)) => spec,
-        _ => return fail("the sandbox policy argument is not valid"),
-    };
-    let rest: Vec<OsString> = args.collect();
+    let argv: Vec<OsString> = args.collect();
     match stage.as_deref().and_then(OsStr::to_str) {
-        Some("run") => supervise(&spec, rest, false),
-        Some("probe") => supervise(&spec, Vec::new(), true),
+        Some("run") => ExitCode::from(supervise(&spec, None, Program { argv, env: None }, false)),
+        Some("probe") => ExitCode::from(supervise(&spec, None, Program::default(), true)),
         _ => fail("unknown launcher stage"),
+    }
+}
+
+/// The policy argument, parsed; the launcher's exit status when it is
+/// missing or invalid.
+pub(crate) fn spec_of(arg: Option<OsString>) -> Result<Spec, u8> {
+    let Some(text) = arg else {
+        return Err(failed("missing the sandbox policy argument"));
+    };
+    match text.to_str().map(serde_json::from_str) {
+        Some(Ok(spec)) => Ok(spec),
+        _ => Err(failed("the sandbox policy argument is not valid")),
+    }
+}
+
+/// What stage 2 becomes.
+#[derive(Default)]
+pub(crate) struct Program {
+    /// The program and its arguments.
+    pub(crate) argv: Vec<OsString>,
+    /// Its whole environment; `None` keeps the launcher's own.
+    pub(crate) env: Option<Vec<(String, String)>>,
+}
+
+/// The system's grants opened once, by a fork server, for every call.
+pub(crate) struct Held {
+    pub(crate) system_read: Vec<PathFd>,
+    pub(crate) devices: Vec<PathFd>,
+}
+
+impl Held {
+    /// Opens the system grants of `spec`; paths that do not exist are left
+    /// out, as [`confine`] leaves them out.
+    pub(crate) fn open(spec: &Spec) -> Self {
+        let open = |paths: &[std::path::PathBuf]| {
+            paths
+                .iter()
+                .filter_map(|p| PathFd::new(p).ok())
+                .collect::<Vec<_>>()
+        };
+        Self {
+            system_read: open(&spec.system_read),
+            devices: open(&spec.devices),
+        }
     }
 }
 
@@ -61,7 +103,7 @@ fn fail(message: &str) -> ExitCode {
 }
 
 /// Says why the launcher failed and returns its exit status.
-fn failed(message: &str) -> u8 {
+pub(crate) fn failed(message: &str) -> u8 {
     eprintln!("{ERROR_PREFIX}{message}");
     LAUNCHER_FAILED as u8
 }
@@ -82,71 +124,77 @@ fn watched() -> SigSet {
 /// child may run any code, and a second `exec` of the launcher binary (the
 /// whole `bdk` program, when `bdk` is the launcher) would cost more than
 /// everything else the sandbox does.
-fn supervise(spec: &Spec, rest: Vec<OsString>, probe: bool) -> ExitCode {
+///
+/// `held` holds the system grants already opened (a fork server's); the
+/// policy's paths are opened otherwise. Returns the exit status: the
+/// program's, or [`LAUNCHER_FAILED`].
+pub(crate) fn supervise(spec: &Spec, held: Option<&Held>, program: Program, probe: bool) -> u8 {
     // Block the stop signals first, so that from here on a stop waits for
     // the loop below instead of killing this process before it can take the
     // namespace down. Stage 2 unblocks them before anything else.
     let mask = watched();
     if let Err(e) = mask.thread_block() {
-        return fail(&format!("cannot block signals: {e}"));
+        return failed(&format!("cannot block signals: {e}"));
     }
     if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM) {
-        return fail(&format!("cannot ask for a parent-death signal: {e}"));
+        return failed(&format!("cannot ask for a parent-death signal: {e}"));
     }
     // The server may have died between starting us and the line above:
     // then no signal is coming, and the program must not start.
     let parent = nix::unistd::getppid().as_raw();
     if u32::try_from(parent).ok() != Some(spec.parent) {
-        return fail("the process that started the launcher is gone");
+        return failed("the process that started the launcher is gone");
     }
     let pid_namespace = match enter_pid_namespace() {
         Ok(entered) => entered,
-        Err(message) => return fail(&message),
+        Err(message) => return failed(&message),
     };
-    let child = match fork_stage_two() {
+    let child = match fork_single_threaded() {
         Ok(ForkResult::Child) => {
-            let code = confine_and_exec(spec, rest, probe);
+            let code = confine_and_exec(spec, held, program, probe);
             let _ = std::io::Write::flush(&mut std::io::stdout());
             std::process::exit(i32::from(code));
         }
         Ok(ForkResult::Parent { child }) => child,
-        Err(e) => return fail(&format!("cannot start the sandbox: {e}")),
+        Err(e) => return failed(&format!("cannot start the sandbox: {e}")),
     };
     loop {
         match mask.wait() {
             Ok(Signal::SIGCHLD) => match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(_, code)) => {
-                    return ExitCode::from(u8::try_from(code).unwrap_or(1));
+                    return u8::try_from(code).unwrap_or(1);
                 }
                 Ok(WaitStatus::Signaled(_, signal, _)) => return die_like(signal),
                 Ok(_) => {}
                 Err(e) => {
                     stop(child, pid_namespace);
-                    return fail(&format!("cannot wait for the program: {e}"));
+                    return failed(&format!("cannot wait for the program: {e}"));
                 }
             },
             Ok(_) => {
                 stop(child, pid_namespace);
-                return ExitCode::from(128 + 9);
+                return 128 + 9;
             }
             Err(nix::errno::Errno::EINTR) => {}
             Err(e) => {
                 stop(child, pid_namespace);
-                return fail(&format!("cannot wait for signals: {e}"));
+                return failed(&format!("cannot wait for signals: {e}"));
             }
         }
     }
 }
 
-/// Forks the process that becomes stage 2. The only unsafe code of the
-/// workspace (the crate's lints allow it here by name).
+/// Forks this process: stage 2 from a supervisor, a supervisor from a fork
+/// server. The only unsafe code of the workspace (the crate's lints allow
+/// it here by name).
 #[allow(unsafe_code)]
-fn fork_stage_two() -> nix::Result<ForkResult> {
+pub(crate) fn fork_single_threaded() -> nix::Result<ForkResult> {
     // SAFETY: `fork` is unsound only where another thread may hold a lock
     // (the allocator's, stdout's) that the child then waits on forever. The
     // launcher runs from `run_if_launcher`, which its binaries call first
     // thing in `main`, before any thread or runtime exists, and it starts
-    // none; so this process has one thread and the child may run any code.
+    // none (a fork server included); so this process has one thread and the
+    // child may run any code.
     unsafe { nix::unistd::fork() }
 }
 
@@ -163,12 +211,12 @@ fn stop(child: Pid, pid_namespace: bool) {
 }
 
 /// Ends the launcher the way the program ended: by its signal.
-fn die_like(signal: Signal) -> ExitCode {
+fn die_like(signal: Signal) -> u8 {
     let _ = SigSet::all().thread_unblock();
     let _ = nix::sys::signal::raise(signal);
     // Still here: the signal was one that does not kill (a stop, or an
     // ignored one). Report it the way shells do.
-    ExitCode::from(u8::try_from(128 + signal as i32).unwrap_or(1))
+    u8::try_from(128 + signal as i32).unwrap_or(1)
 }
 
 /// Unshares a PID namespace for the next child. Root can do it directly; any
@@ -198,7 +246,7 @@ fn enter_pid_namespace() -> Result<bool, String> {
 
 /// Stage 2: confine this process and become the program. Returns the exit
 /// status when it cannot (or when it only probes).
-fn confine_and_exec(spec: &Spec, rest: Vec<OsString>, probe: bool) -> u8 {
+fn confine_and_exec(spec: &Spec, held: Option<&Held>, program: Program, probe: bool) -> u8 {
     // The program starts with no signal blocked, as programs expect; the
     // supervisor's mask came along with the fork.
     let _ = SigSet::empty().thread_set_mask();
@@ -212,7 +260,7 @@ fn confine_and_exec(spec: &Spec, rest: Vec<OsString>, probe: bool) -> u8 {
         ..Support::default()
     };
     let privileges = drop_capabilities();
-    match confine(spec) {
+    match confine(spec, held) {
         Ok((abi, status)) => {
             support.landlock_abi = abi;
             let enforced = status.ruleset != RulesetStatus::NotEnforced;
@@ -231,14 +279,19 @@ fn confine_and_exec(spec: &Spec, rest: Vec<OsString>, probe: bool) -> u8 {
             Err(e) => failed(&format!("cannot report: {e}")),
         };
     }
-    let mut rest = rest.into_iter();
-    let Some(program) = rest.next() else {
+    let mut argv = program.argv.into_iter();
+    let Some(name) = argv.next() else {
         return failed("no program to run");
     };
-    let error = Command::new(&program).args(rest).exec();
+    let mut command = Command::new(&name);
+    command.args(argv);
+    if let Some(env) = program.env {
+        command.env_clear().envs(env);
+    }
+    let error = command.exec();
     eprintln!(
         "{EXEC_FAILED_PREFIX}`{}`: {error}",
-        Path::new(&program).display()
+        Path::new(&name).display()
     );
     if error.kind() == std::io::ErrorKind::NotFound {
         127
@@ -278,7 +331,7 @@ fn drop_capabilities() -> bool {
 /// Applies the Landlock ruleset of `spec` to this process. Returns the
 /// kernel's Landlock ABI and the enforcement status. Paths that vanished
 /// since the plan was made are skipped.
-fn confine(spec: &Spec) -> Result<(i32, landlock::RestrictionStatus), String> {
+fn confine(spec: &Spec, held: Option<&Held>) -> Result<(i32, landlock::RestrictionStatus), String> {
     let error = |e: landlock::RulesetError| format!("cannot set up Landlock: {e}");
     let mut ruleset = Ruleset::default();
     if spec.filesystem {
@@ -293,13 +346,28 @@ fn confine(spec: &Spec) -> Result<(i32, landlock::RestrictionStatus), String> {
         let write = AccessFs::from_all(ABI_WANTED);
         let device = make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate | IoctlDev});
         let socket = BitFlags::from(AccessFs::ResolveUnix);
-        let grants = spec
-            .system_read
+        if let Some(held) = held {
+            let grants = held
+                .system_read
+                .iter()
+                .map(|fd| (fd, read))
+                .chain(held.devices.iter().map(|fd| (fd, device)));
+            for (fd, access) in grants {
+                created = created
+                    .add_rule(PathBeneath::new(fd, access))
+                    .map_err(error)?;
+            }
+        }
+        let (system_read, devices): (&[_], &[_]) = match held {
+            Some(_) => (&[], &[]),
+            None => (&spec.system_read, &spec.devices),
+        };
+        let grants = system_read
             .iter()
             .chain(&spec.read)
             .map(|p| (p, read))
             .chain(spec.write.iter().map(|p| (p, write)))
-            .chain(spec.devices.iter().map(|p| (p, device)))
+            .chain(devices.iter().map(|p| (p, device)))
             .chain(spec.sockets.iter().map(|p| (p, socket)));
         for (path, access) in grants {
             let Ok(fd) = PathFd::new(path) else {

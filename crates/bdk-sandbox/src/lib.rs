@@ -55,6 +55,12 @@
 //! namespace down (stage 2 still dies with it through its own parent-death
 //! signal, unless the program cleared that).
 //!
+//! A host that runs many programs can start them through a [`ForkServer`]
+//! instead ([`Sandbox::fork_server`]): one launcher that stays, holds the
+//! system grants open and forks a stage 1 per call, so a call costs no
+//! launcher `exec` and no reopening of the grants. What the program gets is
+//! the same.
+//!
 //! Failures of the launcher itself exit with [`LAUNCHER_FAILED`] and a line
 //! on stderr starting with [`ERROR_PREFIX`]; a program that cannot be
 //! executed exits with 127 (not found) or 126 (any other reason) and a line
@@ -74,57 +80,25 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+mod call;
 pub mod env;
+#[cfg(target_os = "linux")]
+mod fork_client;
+#[cfg(target_os = "linux")]
+mod fork_server;
 #[cfg(target_os = "linux")]
 mod launcher;
 mod plan;
 mod protocol;
 
+pub use call::{Call, Error};
+#[cfg(target_os = "linux")]
+pub use fork_client::{CallId, Event, ForkServer};
 use protocol::{CallSpec, Spec};
 pub use protocol::{
     ERROR_PREFIX, EXEC_FAILED_PREFIX, LAUNCHER_ARG, LAUNCHER_FAILED, STOP_SIGNAL, Support,
 };
 use serde_json::value::RawValue;
-
-/// Errors of building a sandbox or probing it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// A path cannot be passed to the launcher.
-    #[error("path {0} is not valid UTF-8")]
-    NonUtf8Path(PathBuf),
-    /// The launcher could not be run.
-    #[error("failed to run the sandbox launcher {launcher}: {source}")]
-    Launch {
-        /// The launcher.
-        launcher: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The launcher ran but did not report.
-    #[error("the sandbox launcher {launcher} failed: {message}")]
-    Probe {
-        /// The launcher.
-        launcher: PathBuf,
-        /// What it said.
-        message: String,
-    },
-}
-
-/// What one call may reach beyond the system: its own folder, its
-/// workspace, a socket.
-#[derive(Clone, Debug, Default)]
-pub struct Call {
-    /// Confine the filesystem (Landlock). `false` keeps only the lifetime
-    /// and privilege protections (for long-lived servers that need more).
-    pub filesystem: bool,
-    /// Readable and executable: the program's folder and its shared code.
-    pub read: Vec<PathBuf>,
-    /// Readable and writable: the workspace and the call's temp dir.
-    pub write: Vec<PathBuf>,
-    /// Unix sockets the program may connect to (the host endpoint).
-    pub sockets: Vec<PathBuf>,
-}
 
 /// A program line that runs through the launcher, for
 /// [`std::process::Command::new`]`(program).args(args)`.
@@ -147,6 +121,9 @@ pub struct Sandbox {
     /// first path that cannot be encoded).
     read_json: Arc<Result<Box<RawValue>, PathBuf>>,
     devices: Arc<Vec<PathBuf>>,
+    /// The fork server every clone shares, once one was asked for.
+    #[cfg(target_os = "linux")]
+    shared: Arc<std::sync::Mutex<Option<ForkServer>>>,
 }
 
 /// Builds a [`Sandbox`].
@@ -213,6 +190,41 @@ impl Sandbox {
             program: self.launcher.clone(),
             args: out,
         })
+    }
+
+    /// Starts a fork server for this sandbox: one launcher that stays and
+    /// starts every call by `fork`, holding the system grants open, instead
+    /// of a launcher per call (about half of a contained call's cost; see
+    /// `docs/design/tool-launch.md`). What a program gets is the same as
+    /// through [`Sandbox::wrap`].
+    #[cfg(target_os = "linux")]
+    pub fn fork_server(&self) -> Result<ForkServer, Error> {
+        let spec = Spec {
+            parent: std::process::id(),
+            filesystem: true,
+            system_read: self.read.as_ref().clone(),
+            devices: self.devices.as_ref().clone(),
+            ..Spec::default()
+        };
+        let paths = spec.system_read.iter().chain(&spec.devices);
+        let json = encode(&spec, paths)?;
+        ForkServer::start(&self.launcher, json)
+    }
+
+    /// The fork server shared by this sandbox and its clones: started on
+    /// the first call, and again when the last one has gone.
+    #[cfg(target_os = "linux")]
+    pub fn shared_fork_server(&self) -> Result<ForkServer, Error> {
+        let mut shared = self
+            .shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(server) = shared.as_ref().filter(|s| s.is_alive()) {
+            return Ok(server.clone());
+        }
+        let server = self.fork_server()?;
+        *shared = Some(server.clone());
+        Ok(server)
     }
 
     /// What the last successful [`Sandbox::probe`] of this launcher in this
@@ -331,6 +343,8 @@ impl Builder {
             read: Arc::new(read),
             read_json: Arc::new(read_json),
             devices: Arc::new(devices),
+            #[cfg(target_os = "linux")]
+            shared: Arc::default(),
         }
     }
 }
@@ -385,6 +399,9 @@ pub fn run_if_launcher() -> Option<std::process::ExitCode> {
 
 #[cfg(target_os = "linux")]
 fn launch(args: Vec<OsString>) -> std::process::ExitCode {
+    if args.first().is_some_and(|stage| stage == "serve") {
+        return fork_server::main(args);
+    }
     launcher::main(args)
 }
 

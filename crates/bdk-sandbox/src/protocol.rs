@@ -102,6 +102,51 @@ pub(crate) struct CallSpec<'a> {
     pub(crate) sockets: &'a [PathBuf],
 }
 
+/// A request to a fork server (see `fork_server.rs`): one message on its
+/// socket. A [`Request::Run`] carries the program's stdin, stdout and stderr
+/// as `SCM_RIGHTS`, in that order.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub(crate) enum Request {
+    /// Start a program.
+    Run(Run),
+    /// Stop the program of call `id`, if it still runs.
+    Stop { id: u64 },
+}
+
+/// What [`Request::Run`] asks for: a call's own grants (the system's are
+/// the fork server's) and the program.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct Run {
+    /// The host's number for the call, repeated in every reply about it.
+    pub(crate) id: u64,
+    pub(crate) filesystem: bool,
+    pub(crate) read: Vec<PathBuf>,
+    pub(crate) write: Vec<PathBuf>,
+    pub(crate) sockets: Vec<PathBuf>,
+    /// The program and its arguments.
+    pub(crate) argv: Vec<String>,
+    /// Its whole environment.
+    pub(crate) env: Vec<(String, String)>,
+    /// Its working directory.
+    pub(crate) cwd: PathBuf,
+}
+
+/// What a fork server tells the host about a call.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "camelCase")]
+pub(crate) enum Reply {
+    /// The fork server holds its grants and takes requests (its first
+    /// message).
+    Ready,
+    /// The supervisor of call `id` runs as `pid`.
+    Started { id: u64, pid: u32 },
+    /// It ended with this wait status (as `waitpid` gives it).
+    Exited { id: u64, status: i32 },
+    /// It could not be started.
+    Failed { id: u64, message: String },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
