@@ -1038,13 +1038,13 @@ async fn ready_once(http: &reqwest::Client, project: &Path, state_root: &Path) -
 
 /// `tool.spawn.plain`, `tool.spawn.sandboxed` and
 /// `tool.spawn.sandboxed_by_bdk`: one run of `/bin/true` through the host's
-/// program runner, without and with the tool sandbox (one extra exec of the
-/// launcher, a fork into a PID namespace, Landlock), start to reaped. The
-/// sandboxed run uses the small `bdk-launcher`, as `bdk serve` does when it
-/// is installed beside `bdk`; the last one uses `bdk` itself as launcher,
-/// the fallback. The differences are what the sandbox and the launcher's
-/// size cost a tool call; a Python tool pays 20-200 ms of interpreter start
-/// on top.
+/// program runner, without and with the tool sandbox (a fork of the
+/// sandbox's fork server into a PID namespace, Landlock), start to reaped.
+/// The sandboxed run's fork server is the small `bdk-launcher`, as `bdk
+/// serve` uses when it is installed beside `bdk`; the last one's is `bdk`
+/// itself, the fallback (started once, so its size now matters little).
+/// The differences are what the sandbox costs a tool call; a Python tool
+/// pays 20-200 ms of interpreter start on top.
 fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
     use bdk_core::containment::{Containment, Program, ProgramEnd, Sandbox};
     let count = env.count(SPAWNS);

@@ -315,6 +315,50 @@ async fn a_hostile_tool_reaches_nothing_of_the_server_or_other_sessions() {
 }
 
 // Several threads: the pending call runs while the test polls /proc.
+#[tokio::test]
+async fn a_launcher_without_a_fork_server_still_contains_every_call() {
+    // A launcher that knows no `serve` stage (an older one, a packaged one)
+    // but runs the rest through the real one, and counts the calls it runs.
+    let a = agent();
+    let calls = a.dir.parent().unwrap().join("launcher-calls");
+    let wrapper = a.dir.parent().unwrap().join("old-launcher");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ \"$2\" = serve ]; then echo 'unknown launcher stage' >&2; exit 125; fi\nif [ \"$2\" = run ]; then echo run >> {calls}; fi\nexec {launcher} \"$@\"\n",
+            calls = calls.display(),
+            launcher = env!("CARGO_BIN_EXE_bdk-launcher"),
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_tool(
+        &a.dir,
+        "peek",
+        "description = \"Reads the agent folder.\"\neffect = \"read\"\ncommand = [\"sh\", \"-c\", \"cat ../agent.toml >/dev/null 2>&1 && echo '{\\\"agent\\\": \\\"read\\\"}' || echo '{\\\"agent\\\": \\\"denied\\\"}'\"]\n[input_schema]\ntype = \"object\"\n",
+        None,
+    );
+    let mut cmd = Command::cargo_bin("bdk").unwrap();
+    cmd.arg("serve")
+        .arg(&a.dir)
+        .args(["--port", "0", "--mode", "single"])
+        .env_remove("BDK_STATE_ROOT")
+        .env("BDK_SANDBOX_LAUNCHER", &wrapper)
+        .env("BDK_BEARER_TOKEN", TOKEN)
+        .env("SLACK_SIGNING_SECRET", "a-channel-secret")
+        .env("BDK_STORE", "fs");
+    let server = Server::spawn(cmd);
+    let http = client();
+    for _ in 0..2 {
+        let (status, out) = call(&http, &server.base, "peek", json!({"input": {}})).await;
+        assert_eq!(status, 200, "{out}");
+        assert_eq!(out["result"]["agent"], "denied", "{out}");
+    }
+    // Each call went through a launcher of its own.
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "run\nrun\n");
+}
+
 /// Reports its `TMPDIR` and how many entries it holds, after leaving a file
 /// there when asked.
 const SCRATCH: &str = r#"read line

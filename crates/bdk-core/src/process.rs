@@ -113,47 +113,69 @@ enum Stop {
 /// A program started directly leads a process group of its own, which gets
 /// SIGKILL. A program started through the sandbox launcher is stopped by
 /// sending the launcher [`bdk_sandbox::STOP_SIGNAL`]: the launcher then
-/// kills the program's PID namespace, detached processes included. The
-/// launcher's own group is swept with SIGKILL once the launcher has exited.
+/// kills the program's PID namespace, detached processes included; one
+/// started by the sandbox's fork server is stopped by asking the fork
+/// server, which sends its supervisor the same signal. The launcher's (or
+/// supervisor's) own group is swept with SIGKILL once it has exited.
 struct GroupGuard {
+    /// The group leader: the program, the launcher or the supervisor.
     pid: Option<rustix::process::Pid>,
-    launcher: bool,
+    halt: Halt,
+    armed: bool,
+}
+
+/// How a [`GroupGuard`] stops its tree.
+enum Halt {
+    /// SIGKILL to the program's group.
+    Group,
+    /// The stop signal to the launcher.
+    Launcher,
+    /// A stop request to the fork server.
+    Forked(bdk_sandbox::ForkServer, bdk_sandbox::CallId),
 }
 
 impl GroupGuard {
-    fn new(pid: Option<u32>, launcher: bool) -> Self {
+    fn new(pid: Option<u32>, halt: Halt) -> Self {
         Self {
             pid: pid
                 .and_then(|p| i32::try_from(p).ok())
                 .and_then(rustix::process::Pid::from_raw),
-            launcher,
+            halt,
+            armed: true,
         }
     }
 
     /// Asks the tree to go: SIGTERM to a launcher, SIGKILL to a plain group.
     fn stop(&self) {
-        let Some(pid) = self.pid else { return };
+        if !self.armed {
+            return;
+        }
         // ESRCH (already gone) is the common case after a clean exit and
         // needs no handling.
-        if self.launcher {
-            let signal = rustix::process::Signal::from_named_raw(bdk_sandbox::STOP_SIGNAL)
-                .unwrap_or(rustix::process::Signal::TERM);
-            let _gone = rustix::process::kill_process(pid, signal);
-        } else {
-            let _gone = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        match (&self.halt, self.pid) {
+            (Halt::Forked(server, id), _) => server.stop(*id),
+            (Halt::Launcher, Some(pid)) => {
+                let signal = rustix::process::Signal::from_named_raw(bdk_sandbox::STOP_SIGNAL)
+                    .unwrap_or(rustix::process::Signal::TERM);
+                let _gone = rustix::process::kill_process(pid, signal);
+            }
+            (Halt::Group, Some(pid)) => {
+                let _gone = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+            }
+            (_, None) => {}
         }
     }
 
     /// SIGKILLs whatever is left in the group, once its leader is reaped (or
     /// will not stop).
     fn sweep(&self) {
-        if let Some(pid) = self.pid {
+        if let (true, Some(pid)) = (self.armed, self.pid) {
             let _gone = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         }
     }
 
     fn disarm(mut self) {
-        self.pid = None;
+        self.armed = false;
     }
 }
 
@@ -165,20 +187,164 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Runs a process in a new process group (through the sandbox launcher when
-/// the spec has a sandbox) with capped, concurrently drained output, a
-/// timeout and cancellation, and makes sure no process of its tree survives
-/// the call.
-pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -> ProcessEnd {
-    if cancel.is_cancelled() {
-        return ProcessEnd::Cancelled;
+/// The process a run waits for: its own child (the program, or the
+/// launcher), or a supervisor of the sandbox's fork server.
+enum Leader {
+    Child(tokio::process::Child),
+    Forked {
+        events: tokio::sync::mpsc::UnboundedReceiver<bdk_sandbox::Event>,
+        /// The end, once heard (waiting again returns it again).
+        ended: Option<Result<ExitStatus, String>>,
+    },
+}
+
+impl Leader {
+    /// Waits for the leader to end (cancel-safe, and repeatable).
+    async fn wait(&mut self) -> io::Result<ExitStatus> {
+        let (events, ended) = match self {
+            Leader::Child(child) => return child.wait().await,
+            Leader::Forked { events, ended } => (events, ended),
+        };
+        while ended.is_none() {
+            *ended = match events.recv().await {
+                Some(bdk_sandbox::Event::Exited(status)) => Some(Ok(status)),
+                Some(bdk_sandbox::Event::Failed(message)) => Some(Err(message)),
+                Some(bdk_sandbox::Event::Lost) | None => {
+                    Some(Err("the sandbox's fork server went away".to_owned()))
+                }
+                Some(_) => None,
+            };
+        }
+        match ended {
+            Some(Ok(status)) => Ok(*status),
+            Some(Err(message)) => Err(io::Error::other(message.clone())),
+            None => Err(io::Error::other("the program's end was not heard")),
+        }
     }
-    let launcher = spec.sandbox.is_some();
-    let (program, args): (PathBuf, Vec<std::ffi::OsString>) = match &spec.sandbox {
-        Some((sandbox, call)) => match sandbox.wrap(call, &spec.program, &spec.args) {
-            Ok(wrapped) => (wrapped.program, wrapped.args),
-            Err(e) => return ProcessEnd::Failed(io::Error::other(e.to_string())),
+}
+
+/// A started run: who to wait for, how to stop it, its pipes.
+struct Launched {
+    leader: Leader,
+    group: GroupGuard,
+    stdin: Option<Box<dyn tokio::io::AsyncWrite + Unpin + Send>>,
+    stdout: Box<dyn AsyncRead + Unpin + Send>,
+    stderr: Box<dyn AsyncRead + Unpin + Send>,
+}
+
+/// Starts `spec` through the sandbox's fork server. `Ok(None)` when there
+/// is no fork server to use (the caller then starts a launcher per call);
+/// `Err` when the fork server took the call but could not start it.
+async fn start_forked(
+    sandbox: &Sandbox,
+    call: &bdk_sandbox::Call,
+    spec: &ProcessSpec,
+) -> Result<Option<Launched>, ProcessEnd> {
+    let Ok(server) = sandbox.shared_fork_server() else {
+        return Ok(None);
+    };
+    let Some(program) = spec.program.to_str() else {
+        return Err(ProcessEnd::Failed(io::Error::other(format!(
+            "the program path {} is not valid UTF-8",
+            spec.program.display()
+        ))));
+    };
+    let pipes = (|| {
+        let stdin = match spec.stdin {
+            Some(_) => {
+                let (child, host) = std::io::pipe()?;
+                (std::os::fd::OwnedFd::from(child), Some(host))
+            }
+            None => (std::fs::File::open("/dev/null")?.into(), None),
+        };
+        let (stdout_host, stdout_child) = std::io::pipe()?;
+        let (stderr_host, stderr_child) = std::io::pipe()?;
+        Ok::<_, io::Error>((
+            stdin,
+            (stdout_host, stdout_child),
+            (stderr_host, stderr_child),
+        ))
+    })();
+    let ((stdin_child, stdin_host), (stdout_host, stdout_child), (stderr_host, stderr_child)) =
+        match pipes {
+            Ok(pipes) => pipes,
+            Err(e) => return Err(ProcessEnd::Failed(e)),
+        };
+    let (tell, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let argv: Vec<String> = std::iter::once(program.to_owned())
+        .chain(spec.args.iter().cloned())
+        .collect();
+    let id = match server.run(
+        call,
+        &argv,
+        &spec.env,
+        &spec.cwd,
+        [stdin_child, stdout_child.into(), stderr_child.into()],
+        move |event| {
+            let _gone = tell.send(event);
         },
+    ) {
+        Ok(id) => id,
+        // Gone between the check and the call: a launcher per call will do.
+        Err(_) => return Ok(None),
+    };
+    // From here the call exists: a drop stops it.
+    let mut group = GroupGuard::new(None, Halt::Forked(server, id));
+    let pid = match events.recv().await {
+        Some(bdk_sandbox::Event::Started(pid)) => pid,
+        Some(bdk_sandbox::Event::Failed(message)) => {
+            group.disarm();
+            return Err(ProcessEnd::Failed(io::Error::other(format!(
+                "the sandbox could not start the program: {message}"
+            ))));
+        }
+        _ => {
+            group.disarm();
+            return Err(ProcessEnd::Failed(io::Error::other(
+                "the sandbox's fork server went away",
+            )));
+        }
+    };
+    group.pid = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw);
+    let host = (|| {
+        let stdin = match stdin_host {
+            Some(pipe) => Some(
+                Box::new(tokio::net::unix::pipe::Sender::from_owned_fd(pipe.into())?)
+                    as Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+            ),
+            None => None,
+        };
+        let stdout = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_host.into())?;
+        let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_host.into())?;
+        Ok::<_, io::Error>((stdin, stdout, stderr))
+    })();
+    match host {
+        Ok((stdin, stdout, stderr)) => Ok(Some(Launched {
+            leader: Leader::Forked {
+                events,
+                ended: None,
+            },
+            group,
+            stdin,
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+        })),
+        // The guard stops the call as it goes.
+        Err(e) => Err(ProcessEnd::Failed(e)),
+    }
+}
+
+/// Starts `spec` as a child of this process: the program itself, or a
+/// launcher per call when `wrapped` names one.
+fn start_child(
+    spec: &ProcessSpec,
+    wrapped: Option<bdk_sandbox::Wrapped>,
+) -> Result<Launched, ProcessEnd> {
+    let launcher = wrapped.is_some();
+    let (program, args): (PathBuf, Vec<std::ffi::OsString>) = match wrapped {
+        Some(wrapped) => (wrapped.program, wrapped.args),
         None => (
             spec.program.clone(),
             spec.args.iter().map(std::ffi::OsString::from).collect(),
@@ -204,22 +370,72 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) if launcher => {
-            return ProcessEnd::Failed(io::Error::other(format!(
+            return Err(ProcessEnd::Failed(io::Error::other(format!(
                 "cannot start the sandbox launcher {}: {e}",
                 program.display()
-            )));
+            ))));
         }
-        Err(e) => return ProcessEnd::SpawnFailed(e),
+        Err(e) => return Err(ProcessEnd::SpawnFailed(e)),
     };
     // The child leads its own group, so its pid is the group id.
-    let group = GroupGuard::new(child.id(), launcher);
-
-    let stdin = child.stdin.take();
+    let group = GroupGuard::new(
+        child.id(),
+        if launcher {
+            Halt::Launcher
+        } else {
+            Halt::Group
+        },
+    );
+    let stdin = child
+        .stdin
+        .take()
+        .map(|pipe| Box::new(pipe) as Box<dyn tokio::io::AsyncWrite + Unpin + Send>);
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         group.stop();
-        let _reaped = tokio::time::timeout(REAP_GRACE, child.wait()).await;
-        return ProcessEnd::Failed(io::Error::other("child process pipes are missing"));
+        return Err(ProcessEnd::Failed(io::Error::other(
+            "child process pipes are missing",
+        )));
     };
+    Ok(Launched {
+        leader: Leader::Child(child),
+        group,
+        stdin,
+        stdout: Box::new(stdout),
+        stderr: Box::new(stderr),
+    })
+}
+
+/// Runs a process in a new process group (through the sandbox when the
+/// spec has one: its fork server, or a launcher per call) with capped,
+/// concurrently drained output, a timeout and cancellation, and makes sure
+/// no process of its tree survives the call.
+pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -> ProcessEnd {
+    if cancel.is_cancelled() {
+        return ProcessEnd::Cancelled;
+    }
+    let contained = spec.sandbox.is_some();
+    let launched = match &spec.sandbox {
+        Some((sandbox, call)) => match start_forked(sandbox, call, &spec).await {
+            Ok(Some(launched)) => Ok(launched),
+            Ok(None) => match sandbox.wrap(call, &spec.program, &spec.args) {
+                Ok(wrapped) => start_child(&spec, Some(wrapped)),
+                Err(e) => Err(ProcessEnd::Failed(io::Error::other(e.to_string()))),
+            },
+            Err(end) => Err(end),
+        },
+        None => start_child(&spec, None),
+    };
+    let Launched {
+        leader: mut child,
+        group,
+        stdin,
+        stdout,
+        stderr,
+    } = match launched {
+        Ok(launched) => launched,
+        Err(end) => return end,
+    };
+    let launcher = contained;
     let input = spec.stdin;
     let max_stdout = spec.max_stdout;
     let io = async move {

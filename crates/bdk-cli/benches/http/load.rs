@@ -12,7 +12,9 @@
 //! pooled HTTP client; at 1, 8 and 32 connections it reports turns per
 //! second, latency percentiles, and the server's CPU per turn, user and
 //! system, tool children included (`/proc/<pid>/stat`: `utime`, `stime`,
-//! `cutime`, `cstime`), and, where the state root sits on a block device
+//! `cutime`, `cstime`, of the server and of its live children: the
+//! sandbox's fork server reaps the tool calls, so their CPU is its
+//! children's), and, where the state root sits on a block device
 //! that reports them, the disk's cache flushes per turn (how far ext4 lets
 //! concurrent turns' fsyncs share one). Where `strace` is on the machine, one more
 //! sequential run is traced (`strace -f -c`) for the system calls per turn;
@@ -274,11 +276,14 @@ async fn syscalls(http: &reqwest::Client, server: &Server, turns: usize) -> Resu
         ));
     };
     let out = server.dir.join("strace.txt");
-    let mut tracer = tokio::process::Command::new(strace)
-        .args(["-f", "-c", "-o"])
-        .arg(&out)
-        .arg("-p")
-        .arg(server.pid.to_string())
+    // The server and its live children (the sandbox's fork server, whose
+    // supervisors and tools are forked after the attach and so followed).
+    let mut tracer = tokio::process::Command::new(strace);
+    tracer.args(["-f", "-c", "-o"]).arg(&out);
+    for pid in std::iter::once(server.pid).chain(children_of(server.pid)) {
+        tracer.arg("-p").arg(pid.to_string());
+    }
+    let mut tracer = tracer
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -522,6 +527,27 @@ fn cpu_of(pid: u32) -> Result<Cpu> {
     })
 }
 
+/// The live processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // The parent is the second field after the name's `)`.
+                    let rest = stat.rsplit_once(')')?.1.to_owned();
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
 /// `turn.load.tool_floor_cpu`: the CPU one bare start of the tool program
 /// costs (the process alone: started plainly from this process, fed a
 /// request-sized input, reaped), with no sandbox and no server. The
@@ -621,8 +647,19 @@ impl Server {
         })
     }
 
+    /// The server's CPU with its tool calls': the children it reaped, and
+    /// its live children with everything they reaped (the sandbox's fork
+    /// server, which starts and reaps every contained call).
     fn cpu(&self) -> Result<Cpu> {
-        cpu_of(self.pid)
+        let mut cpu = cpu_of(self.pid)?;
+        for child in children_of(self.pid) {
+            // A child that ended meanwhile is in the server's own figures.
+            if let Ok(c) = cpu_of(child) {
+                cpu.children_user += c.user + c.children_user;
+                cpu.children_system += c.system + c.children_system;
+            }
+        }
+        Ok(cpu)
     }
 
     async fn stop(mut self) {

@@ -106,7 +106,9 @@ impl KeyWatch {
     /// Puts the terminal in single-key mode and sends every [`Key`] pressed
     /// to `keys` until the watch is dropped.
     pub(crate) fn start(tx: mpsc::UnboundedSender<Key>) -> io::Result<KeyWatch> {
-        let (wake_read, wake_write) = rustix::pipe::pipe()?;
+        // Close-on-exec: a program started meanwhile must not hold the write
+        // end, or closing ours would never wake the thread.
+        let (wake_read, wake_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let mode = cbreak()?;
         let thread = std::thread::Builder::new()
             .name("bdk-chat-keys".into())
