@@ -199,13 +199,7 @@ impl Sandbox {
     /// through [`Sandbox::wrap`].
     #[cfg(target_os = "linux")]
     pub fn fork_server(&self) -> Result<ForkServer, Error> {
-        let spec = Spec {
-            parent: std::process::id(),
-            filesystem: true,
-            system_read: self.read.as_ref().clone(),
-            devices: self.devices.as_ref().clone(),
-            ..Spec::default()
-        };
+        let spec = self.system_spec();
         let paths = spec.system_read.iter().chain(&spec.devices);
         let json = encode(&spec, paths)?;
         ForkServer::start(&self.launcher, json)
@@ -248,14 +242,20 @@ impl Sandbox {
         Ok(support)
     }
 
-    fn probe_once(&self) -> Result<Support, Error> {
-        let spec = Spec {
+    /// The policy of the system's grants alone, from this process: what a
+    /// probe and a fork server are started with.
+    fn system_spec(&self) -> Spec {
+        Spec {
             parent: std::process::id(),
             filesystem: true,
             system_read: self.read.as_ref().clone(),
             devices: self.devices.as_ref().clone(),
             ..Spec::default()
-        };
+        }
+    }
+
+    fn probe_once(&self) -> Result<Support, Error> {
+        let spec = self.system_spec();
         let paths = spec.system_read.iter().chain(&spec.devices);
         let output = std::process::Command::new(&self.launcher)
             .arg(LAUNCHER_ARG)
