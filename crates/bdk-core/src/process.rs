@@ -240,8 +240,17 @@ async fn start_forked(
     call: &bdk_sandbox::Call,
     spec: &ProcessSpec,
 ) -> Result<Option<Launched>, ProcessEnd> {
-    let Ok(server) = sandbox.shared_fork_server() else {
-        return Ok(None);
+    // A running one at once; starting one waits for its "ready", which is
+    // for the blocking pool, not a runtime thread.
+    let server = match sandbox.running_fork_server() {
+        Some(server) => server,
+        None => {
+            let sandbox = sandbox.clone();
+            match tokio::task::spawn_blocking(move || sandbox.shared_fork_server()).await {
+                Ok(Ok(server)) => server,
+                _ => return Ok(None),
+            }
+        }
     };
     let Some(program) = spec.program.to_str() else {
         return Err(ProcessEnd::Failed(io::Error::other(format!(

@@ -205,8 +205,20 @@ impl Sandbox {
         ForkServer::start(&self.launcher, json)
     }
 
+    /// The shared fork server when one runs, without starting one.
+    #[cfg(target_os = "linux")]
+    pub fn running_fork_server(&self) -> Option<ForkServer> {
+        self.shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .filter(|s| s.is_alive())
+            .cloned()
+    }
+
     /// The fork server shared by this sandbox and its clones: started on
-    /// the first call, and again when the last one has gone.
+    /// the first call, and again when the last one has gone. Starting one
+    /// waits for it to say it is ready (milliseconds, at most 10 s).
     #[cfg(target_os = "linux")]
     pub fn shared_fork_server(&self) -> Result<ForkServer, Error> {
         let mut shared = self
