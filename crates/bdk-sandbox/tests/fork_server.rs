@@ -11,13 +11,16 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bdk_sandbox::{Call, Event, ForkServer, Sandbox};
+use common::{wait_for, wait_until_gone};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -321,55 +324,4 @@ fn fork_servers_of(parent: u32) -> Vec<u32> {
         }
     }
     out
-}
-
-/// Live (not zombie) processes whose command line contains `marker`.
-fn live_with(marker: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if !String::from_utf8_lossy(&cmdline).contains(marker) {
-            continue;
-        }
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let state = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .chars()
-            .next();
-        if state != Some('Z') && state.is_some() {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-fn wait_until_gone(marker: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !live_with(marker).is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "{marker} still running: {:?}",
-            live_with(marker)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_for(marker: &str, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while live_with(marker).len() < count {
-        assert!(
-            Instant::now() < deadline,
-            "{marker}: fewer than {count} started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
