@@ -36,12 +36,12 @@ type Result<T, E = BenchError> = std::result::Result<T, E>;
 /// its report entries.
 type BenchFn = fn(&Env) -> Result<Vec<Bench>>;
 
-/// Every benchmark group, in report order. A new benchmark is a function of
-/// type [`BenchFn`] added here.
-const BENCHMARKS: &[BenchFn] = &[
-    store_append_throughput,
-    store_subscribe_latency,
-    turn_overhead,
+/// Every benchmark group, in report order, each with a name for `--only`. A
+/// new benchmark is a function of type [`BenchFn`] added here.
+const BENCHMARKS: &[(&str, BenchFn)] = &[
+    ("store.append", store_append_throughput),
+    ("store.subscribe", store_subscribe_latency),
+    ("turn.overhead", turn_overhead),
 ];
 
 /// Turns timed by the turn-overhead benchmark.
@@ -88,9 +88,16 @@ impl Env {
 }
 
 fn main() -> ExitCode {
-    // `cargo bench` passes `--bench`; only `--quick` means anything here.
-    let quick = std::env::args().any(|a| a == "--quick");
-    match run(quick) {
+    // `cargo bench` passes `--bench`; only `--quick` and `--only GROUP`
+    // (repeatable: run just the groups named) mean anything here.
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only: Vec<&str> = args
+        .windows(2)
+        .filter(|w| w[0] == "--only")
+        .map(|w| w[1].as_str())
+        .collect();
+    match run(quick, &only) {
         Ok(report) => {
             println!("{report}");
             ExitCode::SUCCESS
@@ -102,7 +109,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(quick: bool) -> Result<Value> {
+fn run(quick: bool, only: &[&str]) -> Result<Value> {
+    if let Some(unknown) = only
+        .iter()
+        .find(|o| !BENCHMARKS.iter().any(|(name, _)| name == *o))
+    {
+        let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();
+        return Err(format!(
+            "no benchmark group `{unknown}` (groups: {})",
+            names.join(", ")
+        )
+        .into());
+    }
     let env = Env {
         runtime: tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -111,7 +129,10 @@ fn run(quick: bool) -> Result<Value> {
         quick,
     };
     let mut benchmarks = Vec::new();
-    for group in BENCHMARKS {
+    for (name, group) in BENCHMARKS {
+        if !only.is_empty() && !only.contains(name) {
+            continue;
+        }
         for bench in group(&env)? {
             eprintln!("{}", bench.summary());
             benchmarks.push(bench.to_json());
@@ -298,9 +319,11 @@ fn turn_overhead(env: &Env) -> Result<Vec<Bench>> {
         .filter(|_| valid)
         .ok_or("the benchmark project does not validate")?;
     let turns = env.count(TURNS);
-    let mut latencies = env.runtime.block_on(async {
-        let store: std::sync::Arc<dyn Store> =
-            std::sync::Arc::new(FsStore::open(env.store_root("turns"))?);
+    let root = env.store_root("turns");
+    // The loop runs as a task on the runtime's workers, where a server's
+    // request handlers run, not on the thread that blocks on the runtime.
+    let run = env.runtime.spawn(async move {
+        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(FsStore::open(root)?);
         let echo = bdk_core::tool::native::native_tool(
             "echo",
             "returns its input",
@@ -350,7 +373,8 @@ fn turn_overhead(env: &Env) -> Result<Vec<Bench>> {
             }
         }
         Ok::<_, BenchError>(latencies)
-    })?;
+    });
+    let mut latencies = env.runtime.block_on(run)??;
     Ok(vec![Bench::latency_ms(
         "turn.overhead",
         &mut latencies,
