@@ -1015,8 +1015,9 @@ fn the_journal_restores_what_a_power_cut_may_lose() {
 }
 
 /// A deferred rotation is in no file but the journal until a sync covers
-/// it: `session.json` keeps the old token through ordinary appends and is
-/// rewritten once the next boundary batch (or `commit_token`) is synced.
+/// it: `session.json` keeps the old token through ordinary appends, and is
+/// rewritten once the next boundary batch is synced (by the background
+/// write-back, or at once by `write_back`) or by `commit_token`.
 #[tokio::test]
 async fn a_deferred_rotation_reaches_the_record_only_after_its_sync() {
     let dir = tempfile::tempdir().unwrap();
@@ -1041,11 +1042,20 @@ async fn a_deferred_rotation_reaches_the_record_only_after_its_sync() {
         assert_eq!(on_disk(&id), old);
         if settle_by_append {
             store.append(&id, vec![waiting()]).await.unwrap();
+            store.write_back().await.unwrap();
         } else {
             store.commit_token(&id).await.unwrap();
         }
         assert_eq!(on_disk(&id), new);
     }
+    // `write_back` before any sync covers the entry runs one: the record is
+    // never on disk ahead of its entry.
+    let id = new_session(&store).await;
+    let old = token_of(&store, &id).await;
+    let new = new_http_token(&id);
+    store.rotate_token_deferred(&id, &old, &new).await.unwrap();
+    store.write_back().await.unwrap();
+    assert_eq!(on_disk(&id), new);
     // A swap that is not between tokens naming the session (a pinned
     // channel token) is an ordinary durable rotation.
     let id = new_session(&store).await;
@@ -1086,6 +1096,52 @@ async fn a_deferred_rotation_reaches_the_record_only_after_its_sync() {
     assert_eq!(on_disk(&id), new);
     assert!(!gone_dir.exists());
     assert_eq!(fs::read_dir(dir.path().join("journal")).unwrap().count(), 0);
+}
+
+/// Nothing has to ask for a synced rotation's record: a background thread
+/// writes it to `session.json` within about a second of the sync, and the
+/// store keeps no pending record after that.
+#[tokio::test]
+async fn a_synced_rotation_reaches_its_file_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let id = new_session(&store).await;
+    let path = dir
+        .path()
+        .join("sessions")
+        .join(id.as_str())
+        .join("session.json");
+    let on_disk = || {
+        serde_json::from_slice::<SessionRecord>(&fs::read(&path).unwrap())
+            .unwrap()
+            .continuation_token
+    };
+    // Several follow-ups in a row: each rotation is current for readers at
+    // once; the file catches up with the last one.
+    let mut token = token_of(&store, &id).await;
+    for _ in 0..3 {
+        let new = new_http_token(&id);
+        store
+            .rotate_token_deferred(&id, &token, &new)
+            .await
+            .unwrap();
+        store.append(&id, vec![waiting()]).await.unwrap();
+        assert_eq!(token_of(&store, &id).await, new);
+        token = new;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while on_disk() != token {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rotated record never reached session.json"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Written back in order: a later read of the file is no older.
+    assert_eq!(token_of(&store, &id).await, token);
+    drop(store);
+    let store = FsStore::open(dir.path()).unwrap();
+    assert_eq!(token_of(&store, &id).await, token);
 }
 
 /// A store closed in order leaves no journal behind: nothing to replay.

@@ -378,6 +378,17 @@ impl Journal {
         self.changed.notify_all();
     }
 
+    /// Whether a sync or an unrecoverable write failed: durable writes fail
+    /// until the process restarts, and the journal stays for the replay.
+    pub(crate) fn has_failed(&self) -> bool {
+        self.lock().failed.is_some()
+    }
+
+    /// The sequence number of the last entry a completed sync covers.
+    pub(crate) fn synced(&self) -> u64 {
+        self.lock().synced
+    }
+
     /// Returns once entry `seq` is synced, leading a sync when none runs.
     /// Blocks: call from a blocking task.
     pub(crate) fn wait(self: &Arc<Self>, seq: u64) -> io::Result<()> {

@@ -35,6 +35,7 @@ mod journal;
 mod log;
 pub(crate) mod paths;
 mod task;
+mod ticker;
 mod tokens;
 
 use std::collections::HashMap;
@@ -55,6 +56,7 @@ use self::journal::{Applying, Entry, Journal};
 use self::log::{SlotGuard, Slots};
 use self::paths::{invalid, is_missing, replace_unsynced, safe_id};
 use self::task::blocking;
+use self::ticker::{Pass, Ticker};
 use self::tokens::{MAX_TOKEN_LEN, TokenIndex, names_its_session};
 use crate::{
     ArtifactFilter, ArtifactRecord, EventStream, NewEvent, Result, SessionRecord, Store,
@@ -65,6 +67,11 @@ use crate::{
 /// removed when a store opens. The margin keeps a second process that shares
 /// the root (a `bdk run` next to a `bdk serve`) from losing an in-flight write.
 const STALE_TEMP_AGE: Duration = Duration::from_secs(600);
+
+/// How long a deferred rotation's record may stay in memory only, once a
+/// sync made it durable, before a background thread writes it to
+/// `session.json`. Rotations of one session within it cost one file write.
+const RECORD_WRITE_BACK: Duration = Duration::from_secs(1);
 
 /// The file-system store. Cheap to clone: clones share one state.
 #[derive(Clone)]
@@ -87,11 +94,13 @@ struct Inner {
     /// root written before it existed.
     token_build: tokio::sync::Mutex<()>,
     /// Deferred token rotations ([`Store::rotate_token_deferred`]) by
-    /// session id: journaled but not yet synced, so not yet in
-    /// `session.json`. Readers of this store see these records instead of
-    /// the files'. An entry goes once its record is written to the file,
-    /// under the session's lock.
+    /// session id: journaled, not yet in `session.json`. Readers of this
+    /// store see these records instead of the files'. An entry goes once its
+    /// record is written to the file, under the session's lock.
     pending: StdMutex<HashMap<String, Pending>>,
+    /// Writes pending records back to their files a while after a sync made
+    /// them durable (see [`Inner::write_back`]).
+    write_back: Ticker,
 }
 
 /// A deferred rotation: the new record, its journal entry's sequence
@@ -142,6 +151,7 @@ impl FsStore {
             tokens_built: AtomicBool::new(false),
             token_build: tokio::sync::Mutex::new(()),
             pending: StdMutex::default(),
+            write_back: Ticker::new("bdk-store-records", RECORD_WRITE_BACK),
         };
         for dir in [
             &inner.root,
@@ -160,6 +170,29 @@ impl FsStore {
         Ok(FsStore {
             inner: Arc::new(inner),
         })
+    }
+
+    /// Writes every deferred session record to its `session.json` now,
+    /// waiting for the journal sync that makes each durable (running one if
+    /// none runs), instead of within a second of that sync. A record is
+    /// current for this store's readers either way; this matters only to
+    /// something reading the files themselves, such as a backup.
+    pub async fn write_back(&self) -> Result<()> {
+        let ids: Vec<String> = self.inner.pending().keys().cloned().collect();
+        for id in ids {
+            let Some(id) = SessionId::parse(&id) else {
+                continue;
+            };
+            match self.lock_existing(&id).await {
+                Ok(guard) => {
+                    let inner = self.inner.clone();
+                    blocking(move || inner.settle(guard.id.as_str(), &guard.dir)).await?;
+                }
+                Err(StoreError::SessionNotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     fn session_dir(&self, id: &SessionId) -> Result<PathBuf> {
@@ -315,6 +348,74 @@ fn read_record(path: &Path, id: &str) -> Result<Option<SessionRecord>> {
 impl Inner {
     fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn has_pending(&self, id: &str) -> bool {
+        self.pending().contains_key(id)
+    }
+
+    /// Has the background thread write pending records back within
+    /// [`RECORD_WRITE_BACK`]; false when it cannot run (the caller then
+    /// writes the record itself).
+    fn schedule_write_back(this: &Arc<Self>) -> bool {
+        let weak = Arc::downgrade(this);
+        this.write_back.schedule(move || match weak.upgrade() {
+            Some(inner) => inner.write_back(),
+            None => Pass::Gone,
+        })
+    }
+
+    /// One pass of the background write-back: every pending record whose
+    /// journal entry is synced goes to its `session.json`, under its
+    /// session's lock like any record write. A session whose record is gone
+    /// (removed from outside) has its pending record dropped, as any
+    /// operation on it would. Records not synced yet, or that could not be
+    /// written, wait for the next pass.
+    fn write_back(&self) -> Pass {
+        // After a failed sync nothing more is written: the journal stays,
+        // and the next start replays these records.
+        if self.journal.has_failed() {
+            return Pass::Done;
+        }
+        let synced = self.journal.synced();
+        let (ready, waiting): (Vec<String>, usize) = {
+            let pending = self.pending();
+            let ready: Vec<String> = pending
+                .iter()
+                .filter(|(_, p)| p.seq <= synced)
+                .map(|(id, _)| id.clone())
+                .collect();
+            let waiting = pending.len() - ready.len();
+            (ready, waiting)
+        };
+        let mut left = waiting > 0;
+        for id in ready {
+            let Some(session) = SessionId::parse(&id) else {
+                self.forget_pending(&id);
+                continue;
+            };
+            let dir = self.sessions.join(&id);
+            // A plain thread, so it may block on the session's (async)
+            // lock; holders never wait for this thread.
+            let mut guard = futures::executor::block_on(self.slots.lock(&session, &dir));
+            match fs::metadata(&guard.record_path) {
+                Ok(_) => {
+                    if let Err(e) = self.settle(&id, &dir) {
+                        tracing::warn!(session_id = %id, error = %e, "could not write a rotated session record; it stays pending and is tried again");
+                        left = true;
+                    }
+                }
+                Err(e) if is_missing(&e) => {
+                    self.slots.retire(&mut guard);
+                    self.forget_pending(&id);
+                }
+                Err(e) => {
+                    tracing::warn!(session_id = %id, error = %e, "could not check a session record before writing it back; tried again");
+                    left = true;
+                }
+            }
+        }
+        if left { Pass::More } else { Pass::Done }
     }
 
     /// The record of a deferred rotation of `id`, if one is pending.
@@ -690,11 +791,17 @@ impl Store for FsStore {
             blocking(move || {
                 let appended = log::append(&mut guard, &inner.slots, events, Some(&inner.journal))?;
                 // The batch's sync covered a deferred rotation journaled
-                // before it: the rotation is durable, so its record can
-                // reach the file now. A failure leaves it pending (still
-                // what readers see, replayed after a crash) and does not
-                // undo the append, which is durable.
-                if let Err(e) = inner.settle(guard.id.as_str(), &guard.dir) {
+                // before it: the rotation is durable, so its record may
+                // reach the file, which the background write-back does
+                // within a second (off this request's path, and once for
+                // every rotation of the session meanwhile). Without that
+                // thread it is written here. A failure leaves it pending
+                // (still what readers see, replayed after a crash) and does
+                // not undo the append, which is durable.
+                if inner.has_pending(guard.id.as_str())
+                    && !Inner::schedule_write_back(&inner)
+                    && let Err(e) = inner.settle(guard.id.as_str(), &guard.dir)
+                {
                     tracing::warn!(session_id = %guard.id, error = %e, "could not write a rotated session record; it stays pending");
                 }
                 Ok(appended)
