@@ -4,6 +4,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -388,6 +389,33 @@ async fn a_session_deleted_from_outside_while_its_log_is_open_is_not_written() {
     for _ in 0..3 {
         assert_not_found(store.append(&id, vec![delta(9)]).await, "append");
     }
+}
+
+/// Removing only `session.json` removes the session too. An ordinary
+/// append checks just its open log handle (still linked, as long as the
+/// store wrote it), so it may still land in the orphaned log; the next
+/// boundary batch, and every other operation, check the record by path and
+/// report the session gone, and nothing writes the record back.
+#[tokio::test]
+async fn a_session_whose_record_alone_is_removed_is_gone_by_its_next_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::open(dir.path()).unwrap();
+    let id = new_session(&store).await;
+    append_n(&store, &id, 2).await;
+    let record = dir
+        .path()
+        .join("sessions")
+        .join(id.as_str())
+        .join("session.json");
+    fs::remove_file(&record).unwrap();
+    // Whatever an ordinary append in between does, it is not durable and
+    // does not bring the record back.
+    let _ = store.append(&id, vec![delta(2)]).await;
+    assert_not_found(store.append(&id, vec![waiting()]).await, "boundary append");
+    assert_not_found(store.append(&id, vec![delta(3)]).await, "append");
+    assert_eq!(store.get_session(&id).await.unwrap(), None);
+    assert_not_found(store.read(&id, 0).await, "read");
+    assert!(!record.exists());
 }
 
 #[tokio::test]
@@ -867,6 +895,14 @@ async fn the_token_index_is_built_once_for_an_old_root_and_survives_restarts() {
 
 const CHILD_JOURNAL: &str = "BDK_STORE_TEST_CHILD_JOURNAL";
 
+/// The bytes of a journal generation that hold entries: the file is written
+/// ahead with zeros, and no entry ends in a zero byte.
+fn entries_len(path: &Path) -> u64 {
+    let bytes = fs::read(path).unwrap();
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    u64::try_from(end).unwrap()
+}
+
 /// The writer half of [`the_journal_restores_what_a_power_cut_may_lose`]:
 /// creates, appends, updates, rotates and deletes, reports the ids and the
 /// last token, then waits to be killed. Run alone, it uses its own temp dir.
@@ -912,7 +948,7 @@ fn child_journal_writer() {
             .unwrap()
             .unwrap()
             .path();
-        let synced = fs::metadata(&journal).unwrap().len();
+        let synced = entries_len(&journal);
         let d_token = token_of(&store, &d).await;
         store
             .rotate_token_deferred(&d, &d_token, &new_http_token(&d))
@@ -963,9 +999,15 @@ fn the_journal_restores_what_a_power_cut_may_lose() {
     let d_record = fs::read(sessions.join(d.as_str()).join("session.json")).unwrap();
     let d_on_disk = serde_json::from_slice::<SessionRecord>(&d_record).unwrap();
     assert_eq!(d_on_disk.continuation_token, d_token);
+    // The journal's file is written ahead with zeros, which is also what a
+    // power cut leaves of an entry that never reached the disk.
+    let synced: u64 = synced.parse().unwrap();
+    let written = entries_len(&journals[0]);
+    assert!(written > synced);
     let journal = OpenOptions::new().write(true).open(&journals[0]).unwrap();
-    assert!(journal.metadata().unwrap().len() > synced.parse::<u64>().unwrap());
-    journal.set_len(synced.parse().unwrap()).unwrap();
+    journal
+        .write_all_at(&vec![0; usize::try_from(written - synced).unwrap()], synced)
+        .unwrap();
 
     // A's log keeps only its first two events, its record is empty.
     let log = fs::read(events_path(dir.path(), &a)).unwrap();

@@ -19,7 +19,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
@@ -622,6 +622,24 @@ fn journal_tail(
     };
     // The events are in the file already: nothing is left to apply.
     journal.commit(&entry).map(drop)
+}
+
+/// Whether the session's open append handle shows its log exactly as
+/// committed: still linked (an outside `rm -rf` of the directory unlinks
+/// it) and as long as this store wrote it. One `fstat`, no path to walk:
+/// the check of an ordinary append. False without a scanned log or an open
+/// handle, and on any doubt; the caller then checks by path.
+pub(crate) fn handle_intact(state: &SlotState) -> bool {
+    let Some(log) = &state.log else {
+        return false;
+    };
+    let Some(handle) = &log.file else {
+        return false;
+    };
+    handle
+        .file
+        .metadata()
+        .is_ok_and(|m| m.nlink() > 0 && m.len() == log.len)
 }
 
 /// Opens the append handle of `log` if it has none.

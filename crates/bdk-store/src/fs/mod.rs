@@ -228,6 +228,24 @@ impl FsStore {
         log::ensure_loaded(self.lock_existing(id).await?).await
     }
 
+    /// [`Self::lock_log`] for an ordinary (non-boundary) append: when the
+    /// session's append handle is open, still linked and as long as the
+    /// store wrote it, that one `fstat` stands for the two checks by path.
+    /// An outside `rm -rf` of the session is still seen at once (the log is
+    /// unlinked); removing only `session.json`, or replacing the log with
+    /// another file, is seen by the next boundary batch or other operation,
+    /// which check by path. Events appended in between go to a file that is
+    /// no longer the session's and were never promised durable.
+    async fn lock_for_append(&self, id: &SessionId) -> Result<SlotGuard> {
+        let dir = self.session_dir(id)?;
+        let guard = self.inner.slots.lock(id, &dir).await;
+        if log::handle_intact(&guard) {
+            return Ok(guard);
+        }
+        drop(guard);
+        self.lock_log(id).await
+    }
+
     /// Makes sure the token index holds every stored session's token,
     /// building it from the records the first time a state root written
     /// before the index existed is searched.
@@ -781,8 +799,8 @@ impl Store for FsStore {
             self.lock_existing(id).await?;
             return Ok(Vec::new());
         }
-        let mut guard = self.lock_log(id).await?;
         if events.iter().any(|e| e.event.is_boundary()) {
+            let mut guard = self.lock_log(id).await?;
             // A boundary batch is fsynced before it is acknowledged or fanned
             // out. The whole commit runs in a blocking task that owns the
             // lock, so the runtime never waits on the disk and a cancelled
@@ -812,6 +830,7 @@ impl Store for FsStore {
             // in-memory buffer into the page cache, short and bounded. A
             // blocking-task hop per append would cost more than the write
             // itself and cap throughput well below the 100k events/s target.
+            let mut guard = self.lock_for_append(id).await?;
             log::append(&mut guard, &self.inner.slots, events, None)
         }
     }
