@@ -166,6 +166,25 @@ pub fn rss_bytes() -> Option<u64> {
     Some(pages * rustix::param::page_size() as u64)
 }
 
+/// The groups a benchmark program was asked to run: the value of every
+/// `--only GROUP` in `args` (repeatable), each checked against `groups`, the
+/// groups the program has. Empty means all of them. An unknown group is an
+/// error naming the known ones.
+pub fn only_groups<'a>(args: &'a [String], groups: &[&str]) -> Result<Vec<&'a str>, String> {
+    let only: Vec<&str> = args
+        .windows(2)
+        .filter(|w| w[0] == "--only")
+        .map(|w| w[1].as_str())
+        .collect();
+    match only.iter().find(|o| !groups.contains(o)) {
+        Some(unknown) => Err(format!(
+            "no benchmark group `{unknown}` (groups: {})",
+            groups.join(", ")
+        )),
+        None => Ok(only),
+    }
+}
+
 /// What the numbers were measured on: the report's `machine` object.
 pub fn machine() -> Value {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -196,6 +215,21 @@ mod tests {
 
     fn entry(measured: Value, target: Value) -> Bench {
         Bench::new("t", "ms", 1, measured, target)
+    }
+
+    #[test]
+    fn only_groups_are_every_only_flag_and_must_exist() {
+        let args = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let groups = ["a", "b", "c"];
+        let all = args(&["bench", "--bench", "--quick"]);
+        assert_eq!(only_groups(&all, &groups), Ok(vec![]));
+        let two = args(&["bench", "--only", "c", "--quick", "--only", "a"]);
+        assert_eq!(only_groups(&two, &groups), Ok(vec!["c", "a"]));
+        let unknown = args(&["bench", "--only", "b", "--only", "zz"]);
+        assert_eq!(
+            only_groups(&unknown, &groups),
+            Err("no benchmark group `zz` (groups: a, b, c)".to_owned())
+        );
     }
 
     #[test]

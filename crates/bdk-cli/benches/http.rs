@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bdk_bench::{Bench, machine, millis};
+use bdk_bench::{Bench, machine, millis, only_groups};
 use bdk_core::host::{Host, MemoryStats, StartSession};
 use bdk_core::tool::native::native_tool;
 use bdk_core::tool::{Effect, ToolContext};
@@ -190,11 +190,14 @@ fn main() -> ExitCode {
     // anything here.
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let only: Vec<&str> = args
-        .windows(2)
-        .filter(|w| w[0] == "--only")
-        .map(|w| w[1].as_str())
-        .collect();
+    let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();
+    let only = match only_groups(&args, &names) {
+        Ok(only) => only,
+        Err(e) => {
+            eprintln!("bench: failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // A `--server` without its path must not quietly time this build.
     if args.last().is_some_and(|a| a == "--server") {
         eprintln!("bench: --server needs the path of a bdk program");
@@ -219,17 +222,6 @@ fn main() -> ExitCode {
 fn run(quick: bool, only: &[&str], other: Option<PathBuf>) -> Result<Value> {
     if let Some(path) = other.as_ref().filter(|p| !p.is_file()) {
         return Err(format!("--server {}: no such program", path.display()).into());
-    }
-    if let Some(unknown) = only
-        .iter()
-        .find(|o| !BENCHMARKS.iter().any(|(name, _)| name == *o))
-    {
-        let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();
-        return Err(format!(
-            "no benchmark group `{unknown}` (groups: {})",
-            names.join(", ")
-        )
-        .into());
     }
     bdk_models::net::install_crypto_provider();
     let env = Env {

@@ -21,7 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use bdk_bench::{Bench, machine};
+use bdk_bench::{Bench, machine, only_groups};
 use bdk_events::{MessageAppended, SessionId, SessionMode, TurnId};
 use bdk_store::{FsStore, NewEvent, SessionRecord, Store};
 use chrono::Utc;
@@ -92,12 +92,11 @@ fn main() -> ExitCode {
     // (repeatable: run just the groups named) mean anything here.
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
-    let only: Vec<&str> = args
-        .windows(2)
-        .filter(|w| w[0] == "--only")
-        .map(|w| w[1].as_str())
-        .collect();
-    match run(quick, &only) {
+    let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();
+    let result = only_groups(&args, &names)
+        .map_err(BenchError::from)
+        .and_then(|only| run(quick, &only));
+    match result {
         Ok(report) => {
             println!("{report}");
             ExitCode::SUCCESS
@@ -110,17 +109,6 @@ fn main() -> ExitCode {
 }
 
 fn run(quick: bool, only: &[&str]) -> Result<Value> {
-    if let Some(unknown) = only
-        .iter()
-        .find(|o| !BENCHMARKS.iter().any(|(name, _)| name == *o))
-    {
-        let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();
-        return Err(format!(
-            "no benchmark group `{unknown}` (groups: {})",
-            names.join(", ")
-        )
-        .into());
-    }
     let env = Env {
         runtime: tokio::runtime::Builder::new_multi_thread()
             .enable_all()

@@ -231,11 +231,12 @@ impl FsStore {
     /// [`Self::lock_log`] for an ordinary (non-boundary) append: when the
     /// session's append handle is open, still linked and as long as the
     /// store wrote it, that one `fstat` stands for the two checks by path.
-    /// An outside `rm -rf` of the session is still seen at once (the log is
-    /// unlinked); removing only `session.json`, or replacing the log with
-    /// another file, is seen by the next boundary batch or other operation,
-    /// which check by path. Events appended in between go to a file that is
-    /// no longer the session's and were never promised durable.
+    /// An outside `rm -rf` of the session, or a file renamed over its log,
+    /// is still seen at once (the handle's file is unlinked); removing only
+    /// `session.json` is seen by the next boundary batch or other
+    /// operation, which check by path. Events appended in between go to a
+    /// log that no longer belongs to a session and were never promised
+    /// durable.
     async fn lock_for_append(&self, id: &SessionId) -> Result<SlotGuard> {
         let dir = self.session_dir(id)?;
         let guard = self.inner.slots.lock(id, &dir).await;
