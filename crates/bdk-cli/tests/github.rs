@@ -449,7 +449,22 @@ async fn a_failing_github_api_shows_in_the_session_and_the_turn_completes() {
     stranger["repository"]["full_name"] = "nobody/nothing".into();
     let (status, a) = deliver(&hook, "pull_request", "dlv-f2", &stranger, Some(SECRET)).await;
     assert_eq!(status, 202, "{a}");
-    let evs = events(&server.base, a["sessionId"].as_str().unwrap()).await;
+    // The calls are recorded as they answer, which may be after the turn
+    // has ended (the turn does not wait for them): wait for the refusal.
+    let url = format!(
+        "{}/pr-reviewer/v1/session/{}/events",
+        server.base,
+        a["sessionId"].as_str().unwrap()
+    );
+    let evs = common::wait_for(&client(), &url, |e| {
+        e["type"] == "channel.outbound" && e["data"]["code"] == "github_not_found"
+    })
+    .await;
+    let evs = if evs.iter().any(|e| e["type"] == "turn.completed") {
+        evs
+    } else {
+        events(&server.base, a["sessionId"].as_str().unwrap()).await
+    };
     assert!(evs.iter().any(|e| e["type"] == "turn.completed"));
     let codes: Vec<&str> = evs
         .iter()

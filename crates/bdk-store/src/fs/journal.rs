@@ -876,38 +876,27 @@ mod tests {
         fs::create_dir_all(root.join("sessions/a")).unwrap();
         fs::write(root.join("sessions/a/session.json"), b"{}").unwrap();
         let record = |v: usize| format!("{{\"v\":{v}}}").into_bytes();
-        drop(
-            journal
-                .commit(&Entry::Record {
-                    session: "a",
-                    record: &record(1),
-                })
-                .unwrap(),
-        );
+        let commit = |record: &[u8]| {
+            drop(
+                journal
+                    .commit(&Entry::Record {
+                        session: "a",
+                        record,
+                    })
+                    .unwrap(),
+            );
+        };
+        commit(&record(1));
         let ahead = fs::metadata(&path).unwrap().len();
         assert_eq!(ahead, PREALLOCATE);
         // An entry bigger than a chunk: the file grows to hold it.
         let mut big = record(2);
         big.splice(1..1, std::iter::repeat_n(b' ', 2 * PREALLOCATE as usize));
-        drop(
-            journal
-                .commit(&Entry::Record {
-                    session: "a",
-                    record: &big,
-                })
-                .unwrap(),
-        );
+        commit(&big);
         let len = journal.lock().len;
         assert!(len > 2 * PREALLOCATE);
         assert!(fs::metadata(&path).unwrap().len() >= len);
-        drop(
-            journal
-                .commit(&Entry::Record {
-                    session: "a",
-                    record: &record(3),
-                })
-                .unwrap(),
-        );
+        commit(&record(3));
         let bytes = fs::read(&path).unwrap();
         let (entries, valid) = decode(&bytes);
         assert_eq!(entries.len(), 3);
