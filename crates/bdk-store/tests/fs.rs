@@ -1197,3 +1197,242 @@ async fn a_store_closed_in_order_leaves_no_journal() {
     drop(store);
     assert_eq!(fs::read_dir(dir.path().join("journal")).unwrap().count(), 0);
 }
+
+// Real write failures. A file-size limit (`RLIMIT_FSIZE`) makes the kernel
+// refuse every write that reaches past an offset (`EFBIG`), whatever the
+// file: that fails the journal's and the records' writes at a chosen point
+// without any seam in the store. The limit is per process, so each case runs
+// as a child process (this test binary again), started through `sh` with
+// `SIGXFSZ` ignored, since the limit's signal would otherwise kill it.
+
+const CHILD_FAULT: &str = "BDK_STORE_TEST_CHILD_FAULT";
+
+/// Runs the ignored test `name` as a child that may lower its file-size
+/// limit, and fails if it fails.
+fn run_limited(name: &str) {
+    let out = Command::new("sh")
+        .args(["-c", "trap '' XFSZ; exec \"$0\" \"$@\""])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--ignored", "--nocapture"])
+        .env(CHILD_FAULT, "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// True in a child started by [`run_limited`]. Run alone, a case hands
+/// itself to such a child instead (and returns false).
+fn is_limited_child(name: &str) -> bool {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let ignored = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
+        .unwrap();
+    // SIGXFSZ is signal 25 on Linux.
+    if std::env::var_os(CHILD_FAULT).is_some() && ignored & (1 << 24) != 0 {
+        return true;
+    }
+    run_limited(name);
+    false
+}
+
+/// Lets this process write files up to `bytes` long (`None`: no limit).
+fn limit_file_size(bytes: Option<u64>) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let hard = getrlimit(Resource::Fsize).maximum;
+    setrlimit(
+        Resource::Fsize,
+        Rlimit {
+            current: bytes.or(hard),
+            maximum: hard,
+        },
+    )
+    .unwrap();
+}
+
+/// The store's one journal file.
+fn only_journal(root: &Path) -> PathBuf {
+    let files: Vec<PathBuf> = fs::read_dir(root.join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files.into_iter().next().unwrap()
+}
+
+/// What the journal alone restores: a copy of it is replayed into an empty
+/// state root, and the events of `id` there are returned.
+async fn replayed_alone(journal: &Path, id: &SessionId) -> Vec<Envelope> {
+    let fresh = tempfile::tempdir().unwrap();
+    fs::create_dir(fresh.path().join("journal")).unwrap();
+    fs::copy(
+        journal,
+        fresh
+            .path()
+            .join("journal")
+            .join(journal.file_name().unwrap()),
+    )
+    .unwrap();
+    let store = FsStore::open(fresh.path()).unwrap();
+    store.read(id, 0).await.unwrap()
+}
+
+/// A journal entry that cannot be written, nor its torn start undone, fails
+/// its batch (whose events leave the log) and every durable write after it,
+/// until the store is opened again; the journal is kept, and everything
+/// acknowledged before is still there after the reopen.
+#[test]
+fn a_journal_write_that_cannot_be_undone_stops_durable_writes_until_a_reopen() {
+    run_limited("child_journal_write_fails");
+}
+
+#[test]
+#[ignore = "run as a child process by a_journal_write_that_cannot_be_undone_stops_durable_writes_until_a_reopen"]
+fn child_journal_write_fails() {
+    if !is_limited_child("child_journal_write_fails") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = FsStore::open(root).unwrap();
+        let id = new_session(&store).await;
+        store.append(&id, vec![delta(0), waiting()]).await.unwrap();
+        let journal = only_journal(root);
+        // The next entry's first 16 bytes can be written, the rest not, and
+        // the undo (zeros over the entry) fails past the limit just the same.
+        limit_file_size(Some(entries_len(&journal) + 16));
+        let refused = store.append(&id, vec![delta(1), waiting()]).await;
+        limit_file_size(None);
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(indices(&store.read(&id, 0).await.unwrap()), [0, 1]);
+
+        let later = store.append(&id, vec![waiting()]).await.unwrap_err();
+        assert!(later.to_string().contains("could not be undone"), "{later}");
+        let other = store
+            .create_session(record(&SessionId::generate()))
+            .await
+            .unwrap_err();
+        assert!(other.to_string().contains("could not be undone"), "{other}");
+        assert_eq!(indices(&replayed_alone(&journal, &id).await), [0, 1]);
+
+        drop(store);
+        assert!(journal.exists(), "a failed store keeps its journal");
+        let store = FsStore::open(root).unwrap();
+        assert_eq!(indices(&store.read(&id, 0).await.unwrap()), [0, 1]);
+        let next = store.append(&id, vec![waiting()]).await.unwrap();
+        assert_eq!(indices(&next), [2]);
+    });
+}
+
+/// When the zeros written ahead of the journal's entries cannot be extended,
+/// the batch that needed them fails alone: the store goes on once the disk
+/// takes writes again, and the journal replays exactly the acknowledged
+/// batches, the part-written zeros past them included.
+#[test]
+fn a_journal_that_cannot_grow_fails_the_batch_that_needed_it_and_goes_on() {
+    run_limited("child_journal_cannot_grow");
+}
+
+#[test]
+#[ignore = "run as a child process by a_journal_that_cannot_grow_fails_the_batch_that_needed_it_and_goes_on"]
+fn child_journal_cannot_grow() {
+    if !is_limited_child("child_journal_cannot_grow") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = FsStore::open(root).unwrap();
+        // A large record fills most of the journal's first MiB, so the
+        // entries reach its end long before the event log reaches the limit.
+        let id = SessionId::generate();
+        let mut big = record(&id);
+        big.extra = json!({ "pad": "x".repeat(960_000) });
+        store.create_session(big).await.unwrap();
+        let journal = only_journal(root);
+        let allocated = fs::metadata(&journal).unwrap().len();
+        assert_eq!(allocated, 1 << 20);
+        limit_file_size(Some(allocated + 4096));
+        let mut acknowledged = 0;
+        let refused = loop {
+            let batch = vec![
+                NewEvent::session(MessageAppended {
+                    delta: "y".repeat(20_000),
+                }),
+                waiting(),
+            ];
+            match store.append(&id, batch).await {
+                Ok(_) => acknowledged += 2,
+                Err(e) => break e,
+            }
+            assert!(acknowledged < 20, "the journal never had to grow");
+        };
+        assert!(acknowledged >= 2, "{refused}");
+        assert_eq!(fs::metadata(&journal).unwrap().len(), allocated + 4096);
+        limit_file_size(None);
+        let expected: Vec<u64> = (0..acknowledged).collect();
+        assert_eq!(indices(&store.read(&id, 0).await.unwrap()), expected);
+
+        let next = store.append(&id, vec![waiting()]).await.unwrap();
+        assert_eq!(indices(&next), [acknowledged]);
+        let expected: Vec<u64> = (0..=acknowledged).collect();
+        assert_eq!(indices(&replayed_alone(&journal, &id).await), expected);
+    });
+}
+
+/// A synced rotation whose record cannot be written stays pending: readers
+/// keep the new token, the file the old one, no temp file is left, and the
+/// next write-back writes it.
+#[test]
+fn a_rotated_record_that_cannot_be_written_is_written_back_later() {
+    run_limited("child_record_write_back_fails");
+}
+
+#[test]
+#[ignore = "run as a child process by a_rotated_record_that_cannot_be_written_is_written_back_later"]
+fn child_record_write_back_fails() {
+    if !is_limited_child("child_record_write_back_fails") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let on_disk = |id: &SessionId| {
+        let path = root.join("sessions").join(id.as_str()).join("session.json");
+        serde_json::from_slice::<SessionRecord>(&fs::read(path).unwrap())
+            .unwrap()
+            .continuation_token
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = FsStore::open(root).unwrap();
+        let id = new_session(&store).await;
+        let old = token_of(&store, &id).await;
+        let new = new_http_token(&id);
+        store.rotate_token_deferred(&id, &old, &new).await.unwrap();
+        // The write-back syncs the entry (a sync writes nothing past the
+        // limit), then cannot write the record's temp file.
+        limit_file_size(Some(64));
+        let refused = store.write_back().await;
+        limit_file_size(None);
+        assert!(refused.is_err(), "{refused:?}");
+        assert_eq!(token_of(&store, &id).await, new);
+        assert_eq!(on_disk(&id), old);
+        assert_eq!(fs::read_dir(root.join("tmp")).unwrap().count(), 0);
+
+        store.write_back().await.unwrap();
+        assert_eq!(on_disk(&id), new);
+        drop(store);
+        assert_eq!(fs::read_dir(root.join("journal")).unwrap().count(), 0);
+    });
+}
