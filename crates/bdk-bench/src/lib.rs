@@ -185,6 +185,27 @@ pub fn only_groups<'a>(args: &'a [String], groups: &[&str]) -> Result<Vec<&'a st
     }
 }
 
+/// The usage of a benchmark program, when `args` ask for it (`--help` or
+/// `-h`): the program prints it and exits rather than run, since a full run
+/// takes minutes. `options` are the program's own, one per line, after
+/// `--quick`; `groups` are what `--only` takes (none: no `--only`).
+pub fn help(args: &[String], options: &str, groups: &[&str]) -> Option<String> {
+    if !args.iter().skip(1).any(|a| a == "--help" || a == "-h") {
+        return None;
+    }
+    let mut text = String::from(
+        "Prints one JSON report on stdout, progress on stderr.\n\noptions:\n  --quick          small sample counts: a smoke run, figures not meaningful\n",
+    );
+    if !groups.is_empty() {
+        text.push_str("  --only GROUP     run only GROUP (repeatable)\n");
+    }
+    text.push_str(options);
+    if !groups.is_empty() {
+        text.push_str(&format!("\ngroups: {}\n", groups.join(", ")));
+    }
+    Some(text)
+}
+
 /// What the numbers were measured on: the report's `machine` object.
 pub fn machine() -> Value {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
@@ -229,6 +250,31 @@ mod tests {
         assert_eq!(
             only_groups(&unknown, &groups),
             Err("no benchmark group `zz` (groups: a, b, c)".to_owned())
+        );
+    }
+
+    #[test]
+    fn help_is_asked_for_by_flag_and_lists_the_groups() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            help(&args(&["bench", "--bench", "--quick"]), "", &["a"]),
+            None
+        );
+        // The program's own name is not a flag.
+        assert_eq!(help(&args(&["-h"]), "", &["a"]), None);
+        let text = help(
+            &args(&["bench", "--help"]),
+            "  --server PATH    x\n",
+            &["a", "b"],
+        )
+        .unwrap();
+        assert!(text.contains("--only GROUP"), "{text}");
+        assert!(text.contains("--server PATH"), "{text}");
+        assert!(text.ends_with("groups: a, b\n"), "{text}");
+        let plain = help(&args(&["bench", "-h"]), "", &[]).unwrap();
+        assert!(
+            !plain.contains("--only") && !plain.contains("groups"),
+            "{plain}"
         );
     }
 

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bdk_bench::{Bench, machine, millis, only_groups};
+use bdk_bench::{Bench, help, machine, millis, only_groups};
 use bdk_core::host::{Host, MemoryStats, StartSession};
 use bdk_core::tool::native::native_tool;
 use bdk_core::tool::{Effect, ToolContext};
@@ -191,6 +191,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();
+    let server_option =
+        "  --server PATH    serve turn.load with another build of bdk (an absolute path)\n";
+    if let Some(usage) = help(&args, server_option, &names) {
+        print!("{usage}");
+        return ExitCode::SUCCESS;
+    }
     let only = match only_groups(&args, &names) {
         Ok(only) => only,
         Err(e) => {

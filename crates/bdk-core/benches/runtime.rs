@@ -21,7 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use bdk_bench::{Bench, machine, only_groups};
+use bdk_bench::{Bench, help, machine, only_groups};
 use bdk_events::{MessageAppended, SessionId, SessionMode, TurnId};
 use bdk_store::{FsStore, NewEvent, SessionRecord, Store};
 use chrono::Utc;
@@ -93,6 +93,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();
+    if let Some(usage) = help(&args, "", &names) {
+        print!("{usage}");
+        return ExitCode::SUCCESS;
+    }
     let result = only_groups(&args, &names)
         .map_err(BenchError::from)
         .and_then(|only| run(quick, &only));

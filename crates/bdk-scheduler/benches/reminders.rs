@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bdk_bench::{Bench, machine, micros, percentile, rss_bytes};
+use bdk_bench::{Bench, help, machine, micros, percentile, rss_bytes};
 use bdk_core::host::{Host, StartSession};
 use bdk_scheduler::reminders::{NewReminder, Reminders};
 use bdk_store::{FsStore, Store};
@@ -19,7 +19,12 @@ type Result<T, E = BenchError> = std::result::Result<T, E>;
 
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; only `--quick` means anything here.
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(usage) = help(&args, "", &[]) {
+        print!("{usage}");
+        return ExitCode::SUCCESS;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
     match run(quick) {
         Ok(report) => {
             println!("{report}");

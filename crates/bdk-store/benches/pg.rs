@@ -21,7 +21,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use bdk_bench::{Bench, machine};
+use bdk_bench::{Bench, help, machine};
 use bdk_events::{MessageAppended, SessionId, SessionMode, TurnId};
 use bdk_store::{NewEvent, PgOptions, PgStore, SessionRecord, Store};
 use chrono::Utc;
@@ -39,7 +39,12 @@ const LATENCY_EVENTS: usize = 500;
 const DELIVERY_DEADLINE: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(usage) = help(&args, "", &[]) {
+        print!("{usage}");
+        return ExitCode::SUCCESS;
+    }
+    let quick = args.iter().any(|a| a == "--quick");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
