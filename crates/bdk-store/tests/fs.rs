@@ -1227,9 +1227,12 @@ fn run_limited(name: &str) {
     );
 }
 
-/// True in a child started by [`run_limited`]. Run alone, a case hands
-/// itself to such a child instead (and returns false).
-fn is_limited_child(name: &str) -> bool {
+/// Runs `case` on a new state root in a child started by [`run_limited`].
+/// Run alone, the ignored test hands itself to such a child instead.
+fn in_limited_child<F: std::future::Future<Output = ()>>(
+    name: &str,
+    case: impl FnOnce(PathBuf) -> F,
+) {
     let status = fs::read_to_string("/proc/self/status").unwrap();
     let ignored = status
         .lines()
@@ -1237,11 +1240,13 @@ fn is_limited_child(name: &str) -> bool {
         .map(|mask| u64::from_str_radix(mask.trim(), 16).unwrap())
         .unwrap();
     // SIGXFSZ is signal 25 on Linux.
-    if std::env::var_os(CHILD_FAULT).is_some() && ignored & (1 << 24) != 0 {
-        return true;
+    if std::env::var_os(CHILD_FAULT).is_none() || ignored & (1 << 24) == 0 {
+        run_limited(name);
+        return;
     }
-    run_limited(name);
-    false
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(case(dir.path().to_path_buf()));
 }
 
 /// Lets this process write files up to `bytes` long (`None`: no limit).
@@ -1297,13 +1302,8 @@ fn a_journal_write_that_cannot_be_undone_stops_durable_writes_until_a_reopen() {
 #[test]
 #[ignore = "run as a child process by a_journal_write_that_cannot_be_undone_stops_durable_writes_until_a_reopen"]
 fn child_journal_write_fails() {
-    if !is_limited_child("child_journal_write_fails") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    in_limited_child("child_journal_write_fails", |root| async move {
+        let root = root.as_path();
         let store = FsStore::open(root).unwrap();
         let id = new_session(&store).await;
         store.append(&id, vec![delta(0), waiting()]).await.unwrap();
@@ -1346,13 +1346,8 @@ fn a_journal_that_cannot_grow_fails_the_batch_that_needed_it_and_goes_on() {
 #[test]
 #[ignore = "run as a child process by a_journal_that_cannot_grow_fails_the_batch_that_needed_it_and_goes_on"]
 fn child_journal_cannot_grow() {
-    if !is_limited_child("child_journal_cannot_grow") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    in_limited_child("child_journal_cannot_grow", |root| async move {
+        let root = root.as_path();
         let store = FsStore::open(root).unwrap();
         // A large record fills most of the journal's first MiB, so the
         // entries reach its end long before the event log reaches the limit.
@@ -1402,19 +1397,14 @@ fn a_rotated_record_that_cannot_be_written_is_written_back_later() {
 #[test]
 #[ignore = "run as a child process by a_rotated_record_that_cannot_be_written_is_written_back_later"]
 fn child_record_write_back_fails() {
-    if !is_limited_child("child_record_write_back_fails") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let on_disk = |id: &SessionId| {
-        let path = root.join("sessions").join(id.as_str()).join("session.json");
-        serde_json::from_slice::<SessionRecord>(&fs::read(path).unwrap())
-            .unwrap()
-            .continuation_token
-    };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    in_limited_child("child_record_write_back_fails", |root| async move {
+        let root = root.as_path();
+        let on_disk = |id: &SessionId| {
+            let path = root.join("sessions").join(id.as_str()).join("session.json");
+            serde_json::from_slice::<SessionRecord>(&fs::read(path).unwrap())
+                .unwrap()
+                .continuation_token
+        };
         let store = FsStore::open(root).unwrap();
         let id = new_session(&store).await;
         let old = token_of(&store, &id).await;
