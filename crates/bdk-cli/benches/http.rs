@@ -185,9 +185,9 @@ fn run_like_serve() {
 fn main() -> ExitCode {
     run_like_serve();
     // `cargo bench` passes `--bench`; only `--quick`, `--only GROUP`
-    // (repeatable: run just the groups named, e.g. `--only turn.load`) and
-    // `--server PATH` (serve `turn.load` with another build of `bdk`) mean
-    // anything here.
+    // (repeatable: run just the groups named, e.g. `--only turn.load`),
+    // `--server PATH` (serve `turn.load` with another build of `bdk`) and
+    // `--help` mean anything here.
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();

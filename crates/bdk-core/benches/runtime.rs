@@ -89,7 +89,7 @@ impl Env {
 
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; only `--quick` and `--only GROUP`
-    // (repeatable: run just the groups named) mean anything here.
+    // (repeatable: run just the groups named) and `--help` mean anything here.
     let args: Vec<String> = std::env::args().collect();
     let quick = args.iter().any(|a| a == "--quick");
     let names: Vec<&str> = BENCHMARKS.iter().map(|(name, _)| *name).collect();

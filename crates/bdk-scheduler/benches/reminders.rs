@@ -18,7 +18,7 @@ type BenchError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BenchError> = std::result::Result<T, E>;
 
 fn main() -> ExitCode {
-    // `cargo bench` passes `--bench`; only `--quick` means anything here.
+    // `cargo bench` passes `--bench`; only `--quick` and `--help` mean anything here.
     let args: Vec<String> = std::env::args().collect();
     if let Some(usage) = help(&args, "", &[]) {
         print!("{usage}");
