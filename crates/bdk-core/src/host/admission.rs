@@ -690,8 +690,10 @@ mod tests {
         assert_eq!(alive(), 0);
         drop(rotate(new.clone(), old.clone()));
         assert_eq!(alive(), 1, "a dropped rotation spawns its swap-back");
+        // The swap-back writes the old token back and then ends: wait for
+        // both, or the count below may still see it on a loaded machine.
         let restored = tokio::time::timeout(Duration::from_secs(10), async {
-            while token(&store, &id).await != old {
+            while token(&store, &id).await != old || alive() != 0 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
