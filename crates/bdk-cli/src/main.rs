@@ -103,6 +103,8 @@ fn main() -> ExitCode {
     // Turn tasks that outlive the command (none should) must not hold the
     // process open.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    // Every program has ended with its call: their cgroups can go.
+    sandbox::release_cgroups();
     code
 }
 

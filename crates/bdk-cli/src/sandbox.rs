@@ -45,13 +45,46 @@ pub(crate) fn for_project(
                 anyhow::anyhow!("cannot find the bdk executable to launch tools: {e}")
             })?),
         };
-    let mut builder = Sandbox::builder(launcher);
+    let mut builder = Sandbox::builder(launcher)
+        .limits(bdk_core::containment::limits(
+            &project.config.sandbox.limits,
+        ))
+        .cgroups(cgroups().clone());
     for path in protected.0.iter().chain(&project.config.sandbox.deny) {
         builder = builder.protect(path);
     }
     let sandbox = builder.build();
     check(&sandbox, project, require)?;
     Ok(Some(sandbox))
+}
+
+/// The cgroups of this process's calls, once looked for.
+static CGROUPS: OnceLock<bdk_core::containment::CgroupDirs> = OnceLock::new();
+
+/// Where this process makes its calls' cgroups (found, and made, once).
+fn cgroups() -> &'static bdk_core::containment::CgroupDirs {
+    CGROUPS.get_or_init(bdk_core::containment::cgroup::prepare)
+}
+
+/// Removes the cgroup directories this process made, once its programs
+/// have ended (the end of `main`).
+pub(crate) fn release_cgroups() {
+    if let Some(dirs) = CGROUPS.get() {
+        bdk_core::containment::cgroup::release(dirs);
+    }
+}
+
+/// The server's score for the kernel's OOM killer: when the machine runs
+/// out of memory, a tool (whose launcher raises its own score to the
+/// maximum) goes before the server. Lowering a score takes root
+/// (`CAP_SYS_RESOURCE`); an ordinary user's server keeps its own, and its
+/// tools still go first.
+pub(crate) const SERVER_OOM_SCORE_ADJ: i32 = -500;
+
+/// Lowers this process's OOM score (see [`SERVER_OOM_SCORE_ADJ`]).
+pub(crate) fn lower_oom_score() {
+    let _refused_without_root =
+        std::fs::write("/proc/self/oom_score_adj", SERVER_OOM_SCORE_ADJ.to_string());
 }
 
 /// The launcher of a `bdk` at `exe`: the `bdk-launcher` program beside it

@@ -258,6 +258,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
     for note in secrets_on_command_line(std::env::args().skip(1)) {
         errln!("note: {note}");
     }
+    crate::sandbox::lower_oom_score();
     let dirs = if opts.dirs.is_empty() {
         // The project around the current directory, found as for the
         // other commands.

@@ -704,3 +704,58 @@ async fn the_peer_example_consults_the_weather_agent_over_mcp() {
     assert!(reply.contains("sunny in Paris"), "{reply}");
     shutdown.cancel();
 }
+
+#[tokio::test]
+async fn the_peer_example_runs_the_weather_agent_over_stdio_with_its_tools_nested() {
+    // The weather agent as a stdio MCP server of the planner: `bdk mcp`
+    // runs inside the planner's sandbox, so its own tools start in a
+    // sandbox nested in that one (no namespaces of their own: the outer
+    // filter refuses them; Landlock and the filter stack).
+    let (tmp, dir, state) = weather();
+    let peer = tmp.path().join("peer");
+    copy_dir(&workspace().join("examples/peer"), &peer);
+    let manifest = peer.join("agent/mcp-connections/weather.toml");
+    let args = serde_json::to_string(&[
+        "mcp",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--state-root",
+        state.to_str().unwrap(),
+    ])
+    .unwrap();
+    std::fs::write(
+        &manifest,
+        format!(
+            "command = {:?}\nargs = {args}\nadvertise_tools = true\ntimeout_ms = 60000\n",
+            env!("CARGO_BIN_EXE_bdk")
+        ),
+    )
+    .unwrap();
+    let output = tokio::time::timeout(
+        DEADLINE,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_bdk"))
+            .args(["run", "--dir"])
+            .arg(&peer)
+            .arg("--state-root")
+            .arg(tmp.path().join("peer-state"))
+            .args(["-m", "Planning a trip to Paris"])
+            .env_remove("BDK_STATE_ROOT")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("bdk run did not finish in time")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "bdk run failed:\n{stderr}\n{stdout}"
+    );
+    let run: Value = serde_json::from_str(&stdout).unwrap();
+    let reply = run["reply"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no reply: {run}"));
+    // The reply carries what the nested `get_weather` answered.
+    assert!(reply.contains("sunny in Paris"), "{reply}\n{stderr}");
+}

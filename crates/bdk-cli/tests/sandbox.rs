@@ -91,6 +91,9 @@ def append(p):
         return "written"
     except PermissionError:
         return "denied"
+    except OSError as e:
+        # The read-only view answers before Landlock is asked.
+        return "read-only" if e.errno == 30 else type(e).__name__
     except Exception as e:
         return type(e).__name__
 def listdir(p):
@@ -263,10 +266,10 @@ async fn a_hostile_tool_reaches_nothing_of_the_server_or_other_sessions() {
         ("environ", "denied"),
         ("otherEvents", "denied"),
         ("otherWorkspace", "denied"),
-        ("appendOther", "denied"),
+        ("appendOther", "read-only"),
         ("agentToml", "denied"),
         ("listState", "denied"),
-        ("outside", "denied"),
+        ("outside", "read-only"),
         ("ownFolder", "read"),
         ("system", "read"),
         ("ownWorkspace", "written"),
@@ -674,4 +677,172 @@ fn an_incomplete_sandbox_warns_and_require_sandbox_refuses_to_start() {
     let mut server = Server::start(&["--require-sandbox"], &[&a.dir]);
     assert!(!server.stderr.lock().unwrap().contains("incomplete"));
     server.terminate();
+}
+
+/// Puts `rules` before the weather example's own scripted rules.
+fn prepend_rules(dir: &Path, rules: &str) {
+    let path = dir.join("agent/scripted.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{rules}\n{text}")).unwrap();
+}
+
+/// Runs one turn that calls `tool` and returns the settled events.
+async fn turn_calling(http: &reqwest::Client, base: &str, message: &str) -> Vec<Value> {
+    let started = session(http, base, json!({"message": message})).await;
+    let id = started["sessionId"].as_str().unwrap().to_owned();
+    wait_waiting(http, base, &id).await
+}
+
+#[tokio::test]
+async fn a_read_tool_that_crashes_is_reported_by_its_signal_and_retried() {
+    // The first attempt dies of SIGSEGV (a crash, as the program itself
+    // raised it: as its namespace's first process it could not have), the
+    // second answers.
+    let (_tmp, dir) = weather();
+    write_tool(
+        &dir,
+        "flaky",
+        "description = \"Crashes once.\"\neffect = \"read\"\ncommand = [\"sh\", \"flaky.sh\"]\n[input_schema]\ntype = \"object\"\n",
+        Some((
+            "flaky.sh",
+            "if [ ! -e \"$BDK_WORKSPACE_DIR/crashed\" ]; then : > \"$BDK_WORKSPACE_DIR/crashed\"; kill -SEGV $$; fi\necho '\"steady now\"'\n",
+        )),
+    );
+    write_tool(
+        &dir,
+        "quitter",
+        "description = \"Stops itself.\"\neffect = \"write\"\ncommand = [\"sh\", \"quitter.sh\"]\n[input_schema]\ntype = \"object\"\n",
+        Some((
+            "quitter.sh",
+            "kill -TERM $$; sleep 5; echo '\"still here\"'\n",
+        )),
+    );
+    prepend_rules(
+        &dir,
+        r#"
+[[rules]]
+user_contains = "flaky please"
+tool_calls = [ { name = "flaky", input = {} } ]
+
+[[rules]]
+user_contains = "quit please"
+tool_calls = [ { name = "quitter", input = {} } ]
+
+[[rules]]
+tool_result = "flaky"
+reply = "flaky said {{ result_text }}"
+
+[[rules]]
+tool_result = "quitter"
+reply = "quitter said {{ result_text }}"
+"#,
+    );
+    let server = serve(&dir, &[]);
+    let http = client();
+    let events = turn_calling(&http, &server.base, "flaky please").await;
+    let retries: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "action.tool_retry")
+        .collect();
+    assert_eq!(retries.len(), 1, "{events:#?}");
+    assert!(
+        retries[0]["data"]["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("tool was killed by signal 11")),
+        "{:#?}",
+        retries[0]
+    );
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "action.result")
+        .unwrap();
+    assert_eq!(result["data"]["isError"], false, "{result}");
+    assert_eq!(result["data"]["output"], "steady now", "{result}");
+    // A program that signals itself ends by that signal, as it would
+    // outside the sandbox (a write is not retried).
+    let events = turn_calling(&http, &server.base, "quit please").await;
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "action.result")
+        .unwrap();
+    assert_eq!(result["data"]["isError"], true, "{result}");
+    assert_eq!(
+        result["data"]["output"], "tool was killed by signal 15",
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_over_its_memory_limit_is_stopped_not_the_server() {
+    let (_tmp, dir) = weather();
+    let agent_toml = dir.join("agent/agent.toml");
+    let mut config = std::fs::read_to_string(&agent_toml).unwrap();
+    config.push_str("\n[sandbox]\nmemory = \"64 MiB\"\nprocesses = 32\n");
+    std::fs::write(&agent_toml, config).unwrap();
+    write_tool(
+        &dir,
+        "hog",
+        "description = \"Eats memory.\"\neffect = \"write\"\ncommand = [\"/usr/bin/python3\", \"-c\", \"import sys; sys.stdin.read(); b = b'x' * (512 << 20); print(len(b))\"]\n[input_schema]\ntype = \"object\"\n",
+        None,
+    );
+    write_tool(
+        &dir,
+        "forker",
+        "description = \"Forks.\"\neffect = \"write\"\ncommand = [\"/usr/bin/python3\", \"-c\", \"import os, time, sys\\nn = 0\\nwhile n < 500:\\n    if os.fork() == 0:\\n        time.sleep(30); os._exit(0)\\n    n += 1\\nprint(n)\"]\n[input_schema]\ntype = \"object\"\n",
+        None,
+    );
+    write_tool(
+        &dir,
+        "scores",
+        "description = \"Reads OOM scores.\"\neffect = \"read\"\ncommand = [\"sh\", \"scores.sh\"]\n[input_schema]\ntype = \"object\"\n",
+        Some((
+            "scores.sh",
+            "printf '\"%s\"' \"$(cat /proc/self/oom_score_adj)\"\n",
+        )),
+    );
+    let server = serve(&dir, &[]);
+    let http = client();
+    let (status, out) = call(&http, &server.base, "hog", json!({"input": {}})).await;
+    assert_eq!(status, 200, "{out}");
+    assert_eq!(out["isError"], true, "{out}");
+    assert!(
+        out["result"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("memory limit of 64 MiB reached; the tool was stopped")),
+        "{out}"
+    );
+    let (_, out) = call(&http, &server.base, "forker", json!({"input": {}})).await;
+    assert_eq!(out["isError"], true, "{out}");
+    assert!(
+        out["result"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("process limit of 32 reached")),
+        "{out}"
+    );
+    // The server lives on, first in line to survive the OOM killer.
+    let (_, out) = call(&http, &server.base, "scores", json!({"input": {}})).await;
+    assert_eq!(out["result"], "1000", "{out}");
+    // Lowering a score takes CAP_SYS_RESOURCE, which root lacks on some
+    // machines (this one's VM among them): then the server keeps its own.
+    let pid = server.child.id();
+    let score = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+        .unwrap();
+    const CAP_SYS_RESOURCE: u64 = 1 << 24;
+    let want = if effective & CAP_SYS_RESOURCE != 0 {
+        "-500"
+    } else {
+        "0"
+    };
+    assert_eq!(score.trim(), want);
+    let health = http
+        .get(format!("{}/v1/health", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use bdk_sandbox::{Sandbox, Support, run_if_launcher};
+pub use bdk_sandbox::{CgroupDirs, Ids, Limits, Sandbox, Support, cgroup, run_if_launcher, user};
 use tokio_util::sync::CancellationToken;
 
 use crate::process::{self, ProcessEnd, ProcessSpec};
@@ -68,6 +68,8 @@ pub enum ProgramEnd {
     Failed(std::io::Error),
     /// The cancellation token fired; it was stopped.
     Cancelled,
+    /// A resource limit of the sandbox stopped it (`memory limit of 1 GiB`).
+    LimitReached(String),
 }
 
 /// The containment of one host's programs.
@@ -198,6 +200,16 @@ impl Containment {
     }
 }
 
+/// The sandbox's limits of a call, from the agent's `[sandbox]`.
+pub fn limits(config: &crate::project::ResourceLimits) -> Limits {
+    Limits {
+        memory_bytes: config.memory,
+        processes: config.processes,
+        cpu_seconds: config.cpu_seconds,
+        file_bytes: config.file_size,
+    }
+}
+
 impl Containment {
     /// Runs `program` under this containment, with a temp dir of its own
     /// under `<state_root>/tmp/` (its `TMPDIR`, removed afterwards).
@@ -255,6 +267,7 @@ impl Containment {
             ProcessEnd::OutputExceeded { .. } => ProgramEnd::OutputExceeded,
             ProcessEnd::SpawnFailed(e) => ProgramEnd::SpawnFailed(e),
             ProcessEnd::Failed(e) => ProgramEnd::Failed(e),
+            ProcessEnd::LimitReached { limit } => ProgramEnd::LimitReached(limit),
         }
     }
 }

@@ -99,6 +99,14 @@ pub enum HandlerError {
         /// Its limit.
         timeout: Duration,
     },
+    /// A resource limit of the sandbox stopped it.
+    #[error("handler `{program}` reached its {limit} and was stopped")]
+    LimitReached {
+        /// The program as written.
+        program: String,
+        /// The limit (`memory limit of 1 GiB`).
+        limit: String,
+    },
     /// It wrote more than its stdout cap and was stopped.
     #[error("handler `{program}` wrote more than {limit} bytes to stdout and was stopped")]
     OutputExceeded {
@@ -191,6 +199,7 @@ impl HandlerError {
             HandlerError::Exited { .. } => "handler_exited",
             HandlerError::TimedOut { .. } => "handler_timeout",
             HandlerError::OutputExceeded { .. } => "handler_output_exceeded",
+            HandlerError::LimitReached { .. } => "handler_limit_reached",
             HandlerError::BadAnswer { .. } => "handler_bad_answer",
             HandlerError::Cancelled { .. } => "handler_cancelled",
             HandlerError::Failed { .. } => "handler_failed",
@@ -292,6 +301,7 @@ pub(crate) async fn run(run: Run<'_>) -> Result<Map<String, Value>, HandlerError
             limit: command.max_output_bytes,
         }),
         ProcessEnd::Cancelled => Err(HandlerError::Cancelled { program }),
+        ProcessEnd::LimitReached { limit } => Err(HandlerError::LimitReached { program, limit }),
         ProcessEnd::SpawnFailed(e) => {
             let hint = match e.kind() {
                 std::io::ErrorKind::NotFound if name.contains('/') => {

@@ -221,6 +221,9 @@ impl Hook for ManifestHook {
                         Err(format!("timed out after {} s", HOOK_TIMEOUT.as_secs()))
                     }
                     ProgramEnd::Cancelled => Err("cancelled".to_owned()),
+                    ProgramEnd::LimitReached(limit) => {
+                        Err(format!("`{program}` reached its {limit}"))
+                    }
                     ProgramEnd::SpawnFailed(e) => Err(format!("failed to start `{program}`: {e}")),
                     ProgramEnd::Failed(e) => Err(format!("`{program}` failed: {e}")),
                 }

@@ -93,6 +93,9 @@ pub(crate) enum ProcessEnd {
     /// Stdout passed the cap; the group was killed. `head` holds the first
     /// `max_stdout` bytes.
     OutputExceeded { head: Vec<u8> },
+    /// A resource limit of the sandbox ended the program: `limit` names
+    /// it (`memory limit of 1 GiB`).
+    LimitReached { limit: String },
     /// The program could not be started.
     SpawnFailed(io::Error),
     /// Talking to the process failed.
@@ -541,14 +544,22 @@ pub(crate) async fn run_process(spec: ProcessSpec, cancel: &CancellationToken) -
 }
 
 /// How a launcher run ended when it was the launcher, not the program, that
-/// failed: the program could not be executed (reported like a failed spawn)
-/// or the sandbox could not be set up.
+/// failed or had the last word: the program could not be executed
+/// (reported like a failed spawn), the sandbox could not be set up, or a
+/// resource limit ended the program.
 fn launcher_failure(status: ExitStatus, stderr: &Tail) -> Option<ProcessEnd> {
     let text = String::from_utf8_lossy(&stderr.bytes);
     let line = text
         .lines()
         .rev()
         .find(|l| l.starts_with(bdk_sandbox::ERROR_PREFIX))?;
+    if let Some(limit) = line.strip_prefix(bdk_sandbox::LIMIT_PREFIX)
+        && !status.success()
+    {
+        return Some(ProcessEnd::LimitReached {
+            limit: limit.trim().to_owned(),
+        });
+    }
     match status.code() {
         Some(126 | 127) if line.starts_with(bdk_sandbox::EXEC_FAILED_PREFIX) => {
             // `bdk-sandbox: cannot execute `prog`: <error> (os error N)`

@@ -11,7 +11,7 @@ use rustix::io::Errno;
 use rustix::net::{RecvFlags, SendFlags};
 
 use crate::call::{Call, Error};
-use crate::protocol::{LAUNCHER_ARG, Reply, Request};
+use crate::protocol::{Confine, LAUNCHER_ARG, Reply, Request};
 
 /// What a [`ForkServer`] reports about one call, in order: `Started` once,
 /// then one of the others, last.
@@ -51,6 +51,9 @@ type Callback = Box<dyn FnMut(Event) + Send>;
 
 struct Shared {
     socket: OwnedFd,
+    /// What every call asks for beyond its grants (as the sandbox decided
+    /// when it started this fork server).
+    confine: Confine,
     next: std::sync::atomic::AtomicU64,
     calls: std::sync::Arc<std::sync::Mutex<CallTable>>,
 }
@@ -76,7 +79,11 @@ fn table(calls: &std::sync::Mutex<CallTable>) -> std::sync::MutexGuard<'_, CallT
 impl ForkServer {
     /// Starts the fork server of `launcher` with the system grants of
     /// `spec`.
-    pub(crate) fn start(launcher: &std::path::Path, spec_json: String) -> Result<Self, Error> {
+    pub(crate) fn start(
+        launcher: &std::path::Path,
+        spec_json: String,
+        confine: Confine,
+    ) -> Result<Self, Error> {
         use rustix::net::{AddressFamily, SocketFlags, SocketType};
         let launch = |source: std::io::Error| Error::Launch {
             launcher: launcher.to_path_buf(),
@@ -128,6 +135,7 @@ impl ForkServer {
         Ok(Self {
             shared: std::sync::Arc::new(Shared {
                 socket: ours,
+                confine,
                 next: std::sync::atomic::AtomicU64::new(1),
                 calls,
             }),
@@ -157,16 +165,17 @@ impl ForkServer {
             .shared
             .next
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let request = Request::Run(crate::protocol::Run {
+        let request = Request::Run(Box::new(crate::protocol::Run {
             id,
             filesystem: call.filesystem,
             read: call.read.clone(),
             write: call.write.clone(),
             sockets: call.sockets.clone(),
+            confine: self.shared.confine.clone(),
             argv: argv.to_vec(),
             env: env.to_vec(),
             cwd: cwd.to_path_buf(),
-        });
+        }));
         for path in call.read.iter().chain(&call.write).chain(&call.sockets) {
             if path.to_str().is_none() {
                 return Err(Error::NonUtf8Path(path.clone()));

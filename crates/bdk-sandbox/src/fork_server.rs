@@ -35,8 +35,9 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendFlags};
 
-use crate::launcher::{Held, Program, failed, fork_single_threaded, spec_of, supervise};
+use crate::launcher::{spec_of, supervise};
 use crate::protocol::{Reply, Request, STOP_SIGNAL, Spec};
+use crate::stage::{Held, Program, failed, fork_single_threaded};
 
 /// The longest request the fork server reads; a longer one is refused.
 pub(crate) const MAX_MESSAGE: usize = 1 << 20;
@@ -122,7 +123,7 @@ fn serve(spec: &Spec) -> u8 {
         }
         match receive(&socket, &mut buffer) {
             Received::Request(Request::Run(run), fds) => {
-                if let Some(child) = start(&socket, &mut running, run, fds) {
+                if let Some(child) = start(&socket, &mut running, *run, fds) {
                     // The supervisor keeps nothing of the fork server's:
                     // the socket and the other supervisors' pidfds close
                     // here.
@@ -205,6 +206,7 @@ fn start(
         read: run.read,
         write: run.write,
         sockets: run.sockets,
+        confine: run.confine,
         ..Spec::default()
     };
     match fork_single_threaded() {

@@ -9,24 +9,17 @@
 //! signals process-wide and running ordinary code after `fork` safe here.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
-use landlock::{
-    ABI, Access, AccessFs, BitFlags, LandlockStatus, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, make_bitflags,
-};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
-use crate::protocol::{ERROR_PREFIX, EXEC_FAILED_PREFIX, LAUNCHER_FAILED, Spec, Support};
-
-/// The newest Landlock ABI whose rights this launcher asks for. Older
-/// kernels silently grant less; [`Support`] says what held.
-const ABI_WANTED: ABI = ABI::V9;
+use crate::cgroup::CallGroup;
+use crate::protocol::{LIMIT_PREFIX, Limits, Spec};
+use crate::stage::{Held, Program, failed, fork_single_threaded};
 
 /// The signals that stop a launched program (and `SIGCHLD`, its end).
 const WATCHED: [Signal; 5] = [
@@ -66,46 +59,8 @@ pub(crate) fn spec_of(arg: Option<OsString>) -> Result<Spec, u8> {
     }
 }
 
-/// What stage 2 becomes.
-#[derive(Default)]
-pub(crate) struct Program {
-    /// The program and its arguments.
-    pub(crate) argv: Vec<OsString>,
-    /// Its whole environment; `None` keeps the launcher's own.
-    pub(crate) env: Option<Vec<(String, String)>>,
-}
-
-/// The system's grants opened once, by a fork server, for every call.
-pub(crate) struct Held {
-    pub(crate) system_read: Vec<PathFd>,
-    pub(crate) devices: Vec<PathFd>,
-}
-
-impl Held {
-    /// Opens the system grants of `spec`; paths that do not exist are left
-    /// out, as [`confine`] leaves them out.
-    pub(crate) fn open(spec: &Spec) -> Self {
-        let open = |paths: &[std::path::PathBuf]| {
-            paths
-                .iter()
-                .filter_map(|p| PathFd::new(p).ok())
-                .collect::<Vec<_>>()
-        };
-        Self {
-            system_read: open(&spec.system_read),
-            devices: open(&spec.devices),
-        }
-    }
-}
-
 fn fail(message: &str) -> ExitCode {
     ExitCode::from(failed(message))
-}
-
-/// Says why the launcher failed and returns its exit status.
-pub(crate) fn failed(message: &str) -> u8 {
-    eprintln!("{ERROR_PREFIX}{message}");
-    LAUNCHER_FAILED as u8
 }
 
 fn watched() -> SigSet {
@@ -116,8 +71,9 @@ fn watched() -> SigSet {
     set
 }
 
-/// Stage 1: make the PID namespace, fork stage 2 as its first process,
-/// and take it down on a stop signal or when the server dies.
+/// Stage 1: make the call's cgroup and PID namespace, fork stage 2 (the
+/// namespace's init, see `confine.rs`) as its first process, and take it
+/// down on a stop signal or when the server dies.
 ///
 /// Stage 2 is a `fork` of this process, not a new launcher: this process is
 /// single-threaded (it runs before the host program starts anything), so the
@@ -127,11 +83,13 @@ fn watched() -> SigSet {
 ///
 /// `held` holds the system grants already opened (a fork server's); the
 /// policy's paths are opened otherwise. Returns the exit status: the
-/// program's, or [`LAUNCHER_FAILED`].
+/// program's, or [`LAUNCHER_FAILED`]; a program killed by a signal is
+/// passed on by dying of the same signal.
 pub(crate) fn supervise(spec: &Spec, held: Option<&Held>, program: Program, probe: bool) -> u8 {
     // Block the stop signals first, so that from here on a stop waits for
     // the loop below instead of killing this process before it can take the
-    // namespace down. Stage 2 unblocks them before anything else.
+    // namespace down. Stage 2 keeps them blocked (its init waits for them);
+    // the program starts with none blocked.
     let mask = watched();
     if let Err(e) = mask.thread_block() {
         return failed(&format!("cannot block signals: {e}"));
@@ -145,26 +103,57 @@ pub(crate) fn supervise(spec: &Spec, held: Option<&Held>, program: Program, prob
     if u32::try_from(parent).ok() != Some(spec.parent) {
         return failed("the process that started the launcher is gone");
     }
+    // The call's cgroup comes first, so its limits hold from the first
+    // instruction of the program; stage 2 joins it.
+    let group = if spec.filesystem || probe {
+        match CallGroup::create(
+            &spec.confine.cgroups,
+            &spec.confine.limits,
+            &format!("call-{}", std::process::id()),
+        ) {
+            Ok(group) => group,
+            Err(_) if probe => None,
+            Err(message) => return failed(&message),
+        }
+    } else {
+        None
+    };
     let pid_namespace = match enter_pid_namespace() {
         Ok(entered) => entered,
         Err(message) => return failed(&message),
     };
+    // Stage 2 reports the program's wait status here: as the namespace's
+    // init it cannot die of the program's signal itself.
+    let (status_read, status_write) =
+        match rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) {
+            Ok(pipe) => pipe,
+            Err(e) => return failed(&format!("cannot make the status pipe: {e}")),
+        };
     let child = match fork_single_threaded() {
         Ok(ForkResult::Child) => {
-            let code = confine_and_exec(spec, held, program, probe);
+            drop(status_read);
+            let code =
+                crate::confine::stage_two(spec, held, program, probe, group.as_ref(), status_write);
             let _ = std::io::Write::flush(&mut std::io::stdout());
             std::process::exit(i32::from(code));
         }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => return failed(&format!("cannot start the sandbox: {e}")),
     };
+    drop(status_write);
     loop {
         match mask.wait() {
             Ok(Signal::SIGCHLD) => match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(_, code)) => {
-                    return u8::try_from(code).unwrap_or(1);
+                    let program = read_status(&status_read);
+                    return finish(program, code, group, &spec.confine.limits);
                 }
-                Ok(WaitStatus::Signaled(_, signal, _)) => return die_like(signal),
+                Ok(WaitStatus::Signaled(_, signal, _)) => {
+                    // The init itself was killed (by the kernel's OOM
+                    // killer, say): what the program did is unknown.
+                    let raw = signal as i32;
+                    return finish(Some(raw), 0, group, &spec.confine.limits);
+                }
                 Ok(_) => {}
                 Err(e) => {
                     stop(child, pid_namespace);
@@ -184,18 +173,66 @@ pub(crate) fn supervise(spec: &Spec, held: Option<&Held>, program: Program, prob
     }
 }
 
-/// Forks this process: stage 2 from a supervisor, a supervisor from a fork
-/// server. The only unsafe code of the workspace (the crate's lints allow
-/// it here by name).
-#[allow(unsafe_code)]
-pub(crate) fn fork_single_threaded() -> nix::Result<ForkResult> {
-    // SAFETY: `fork` is unsound only where another thread may hold a lock
-    // (the allocator's, stdout's) that the child then waits on forever. The
-    // launcher runs from `run_if_launcher`, which its binaries call first
-    // thing in `main`, before any thread or runtime exists, and it starts
-    // none (a fork server included); so this process has one thread and the
-    // child may run any code.
-    unsafe { nix::unistd::fork() }
+/// The program's wait status as stage 2 reported it, if it did (a stage 2
+/// that failed before starting the program reports nothing).
+fn read_status(pipe: &std::os::fd::OwnedFd) -> Option<i32> {
+    let mut bytes = [0u8; 4];
+    let mut got = 0;
+    while got < bytes.len() {
+        match rustix::io::read(pipe, &mut bytes[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break,
+        }
+    }
+    (got == bytes.len()).then(|| i32::from_ne_bytes(bytes))
+}
+
+/// Ends the supervisor the way the program ended (`program`, its wait
+/// status), or with stage 2's own exit `code` when it never started one;
+/// names the limit that ended the call, if one did.
+fn finish(program: Option<i32>, code: i32, group: Option<CallGroup>, limits: &Limits) -> u8 {
+    let Some(raw) = program else {
+        return u8::try_from(code).unwrap_or(1);
+    };
+    let status = decode(raw);
+    if !matches!(status, Ended::Exited(0)) {
+        let signal = match status {
+            Ended::Signaled(signal) => Some(signal),
+            Ended::Exited(_) => None,
+        };
+        let mut reached = group.as_ref().map(CallGroup::reached).unwrap_or_default();
+        reached.extend(crate::limits::reached_by_signal(limits, signal));
+        if let Some(limit) = reached.first() {
+            eprintln!("{LIMIT_PREFIX}{limit}");
+        }
+    }
+    // The cgroup goes now: dying of the program's signal below skips
+    // every destructor.
+    drop(group);
+    match status {
+        Ended::Exited(code) => u8::try_from(code).unwrap_or(1),
+        Ended::Signaled(signal) => die_like(signal),
+    }
+}
+
+/// How the program ended, from a raw wait status.
+enum Ended {
+    Exited(i32),
+    Signaled(Signal),
+}
+
+fn decode(raw: i32) -> Ended {
+    let signal = raw & 0x7f;
+    if signal == 0 {
+        Ended::Exited((raw >> 8) & 0xff)
+    } else {
+        match Signal::try_from(signal) {
+            Ok(signal) => Ended::Signaled(signal),
+            Err(_) => Ended::Exited(128 + signal),
+        }
+    }
 }
 
 /// Kills the program. In a PID namespace killing its first process kills
@@ -212,7 +249,20 @@ fn stop(child: Pid, pid_namespace: bool) {
 
 /// Ends the launcher the way the program ended: by its signal.
 fn die_like(signal: Signal) -> u8 {
+    // A core file of the supervisor would say nothing about the program,
+    // and would land in the call's working directory.
+    let _ = rustix::process::setrlimit(
+        rustix::process::Resource::Core,
+        rustix::process::Rlimit {
+            current: Some(0),
+            maximum: Some(0),
+        },
+    );
     let _ = SigSet::all().thread_unblock();
+    // Twice: the first `SIGSEGV` or `SIGBUS` goes to the Rust runtime's
+    // stack-overflow handler, which puts the default action back and
+    // returns, expecting a fault to repeat (a raised signal does not).
+    let _ = nix::sys::signal::raise(signal);
     let _ = nix::sys::signal::raise(signal);
     // Still here: the signal was one that does not kill (a stop, or an
     // ignored one). Report it the way shells do.
@@ -229,6 +279,12 @@ fn enter_pid_namespace() -> Result<bool, String> {
     }
     let uid = nix::unistd::getuid();
     let gid = nix::unistd::getgid();
+    // Mapping uid 0 into a new user namespace takes CAP_SETFCAP, which a
+    // root launcher without capabilities (a `bdk` inside another's
+    // sandbox) lacks: the namespace would be made, then fail its maps.
+    if uid.is_root() && !has_effective(rustix::thread::CapabilitySet::SETFCAP) {
+        return Ok(false);
+    }
     if unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWPID).is_err() {
         return Ok(false);
     }
@@ -244,150 +300,7 @@ fn enter_pid_namespace() -> Result<bool, String> {
     Ok(true)
 }
 
-/// Stage 2: confine this process and become the program. Returns the exit
-/// status when it cannot (or when it only probes).
-fn confine_and_exec(spec: &Spec, held: Option<&Held>, program: Program, probe: bool) -> u8 {
-    // The program starts with no signal blocked, as programs expect; the
-    // supervisor's mask came along with the fork.
-    let _ = SigSet::empty().thread_set_mask();
-    // A fallback only: should the supervisor die without taking the
-    // namespace down, this process (and with it the namespace) follows.
-    // The program could clear it, which is why the supervisor kills it
-    // rather than relying on this.
-    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
-    let mut support = Support {
-        pid_namespace: std::process::id() == 1,
-        ..Support::default()
-    };
-    let privileges = drop_capabilities();
-    match confine(spec, held) {
-        Ok((abi, status)) => {
-            support.landlock_abi = abi;
-            let enforced = status.ruleset != RulesetStatus::NotEnforced;
-            support.filesystem = spec.filesystem && enforced;
-            support.scoped = enforced && abi >= 6;
-            support.privileges_dropped = privileges && status.no_new_privs;
-        }
-        Err(message) => return failed(&message),
-    }
-    if probe {
-        return match serde_json::to_string(&support) {
-            Ok(text) => {
-                println!("{text}");
-                0
-            }
-            Err(e) => failed(&format!("cannot report: {e}")),
-        };
-    }
-    let mut argv = program.argv.into_iter();
-    let Some(name) = argv.next() else {
-        return failed("no program to run");
-    };
-    let mut command = Command::new(&name);
-    command.args(argv);
-    if let Some(env) = program.env {
-        command.env_clear().envs(env);
-    }
-    let error = command.exec();
-    eprintln!(
-        "{EXEC_FAILED_PREFIX}`{}`: {error}",
-        Path::new(&name).display()
-    );
-    if error.kind() == std::io::ErrorKind::NotFound {
-        127
-    } else {
-        126
-    }
-}
-
-/// Empties every capability set and the bounding set, so that a server
-/// running as root gives its programs uid 0 without root's powers. True
-/// when the process ends up with none.
-fn drop_capabilities() -> bool {
-    use rustix::thread::{CapabilitySet, CapabilitySets};
-    // Bounding set first: dropping from it needs CAP_SETPCAP, which goes
-    // with the other sets below. Dropping a capability that is not in the
-    // set succeeds, so there is no separate read: one call per capability
-    // until the first error, which is either EINVAL (past the kernel's last
-    // capability) or EPERM (no CAP_SETPCAP, so no drop could succeed).
-    for bit in 0..64u32 {
-        let cap = CapabilitySet::from_bits_retain(1 << bit);
-        if rustix::thread::remove_capability_from_bounding_set(cap).is_err() {
-            break;
-        }
-    }
-    let _ = rustix::thread::clear_ambient_capability_set();
-    let empty = CapabilitySets {
-        effective: CapabilitySet::empty(),
-        permitted: CapabilitySet::empty(),
-        inheritable: CapabilitySet::empty(),
-    };
-    let _ = rustix::thread::set_capabilities(None, empty);
-    rustix::thread::capabilities(None).is_ok_and(|sets| {
-        sets.effective.is_empty() && sets.permitted.is_empty() && sets.inheritable.is_empty()
-    })
-}
-
-/// Applies the Landlock ruleset of `spec` to this process. Returns the
-/// kernel's Landlock ABI and the enforcement status. Paths that vanished
-/// since the plan was made are skipped.
-fn confine(spec: &Spec, held: Option<&Held>) -> Result<(i32, landlock::RestrictionStatus), String> {
-    let error = |e: landlock::RulesetError| format!("cannot set up Landlock: {e}");
-    let mut ruleset = Ruleset::default();
-    if spec.filesystem {
-        ruleset = ruleset
-            .handle_access(AccessFs::from_all(ABI_WANTED))
-            .map_err(error)?;
-    }
-    ruleset = ruleset.scope(Scope::from_all(ABI_WANTED)).map_err(error)?;
-    let mut created = ruleset.create().map_err(error)?;
-    if spec.filesystem {
-        let read = AccessFs::from_read(ABI_WANTED) | AccessFs::ResolveUnix;
-        let write = AccessFs::from_all(ABI_WANTED);
-        let device = make_bitflags!(AccessFs::{ReadFile | WriteFile | Truncate | IoctlDev});
-        let socket = BitFlags::from(AccessFs::ResolveUnix);
-        if let Some(held) = held {
-            let grants = held
-                .system_read
-                .iter()
-                .map(|fd| (fd, read))
-                .chain(held.devices.iter().map(|fd| (fd, device)));
-            for (fd, access) in grants {
-                created = created
-                    .add_rule(PathBeneath::new(fd, access))
-                    .map_err(error)?;
-            }
-        }
-        let (system_read, devices): (&[_], &[_]) = match held {
-            Some(_) => (&[], &[]),
-            None => (&spec.system_read, &spec.devices),
-        };
-        let grants = system_read
-            .iter()
-            .chain(&spec.read)
-            .map(|p| (p, read))
-            .chain(spec.write.iter().map(|p| (p, write)))
-            .chain(devices.iter().map(|p| (p, device)))
-            .chain(spec.sockets.iter().map(|p| (p, socket)));
-        for (path, access) in grants {
-            let Ok(fd) = PathFd::new(path) else {
-                continue;
-            };
-            // On a file, the crate keeps only the rights Landlock accepts
-            // there (it reads the kind from the descriptor itself, so the
-            // path is looked up once).
-            created = created
-                .add_rule(PathBeneath::new(fd, access))
-                .map_err(error)?;
-        }
-    }
-    let status = created.restrict_self().map_err(error)?;
-    let abi = match status.landlock {
-        LandlockStatus::Available {
-            effective_abi,
-            kernel_abi,
-        } => kernel_abi.unwrap_or(effective_abi as i32),
-        _ => 0,
-    };
-    Ok((abi, status))
+/// True when this process holds `capability` in its effective set.
+fn has_effective(capability: rustix::thread::CapabilitySet) -> bool {
+    rustix::thread::capabilities(None).is_ok_and(|sets| sets.effective.contains(capability))
 }

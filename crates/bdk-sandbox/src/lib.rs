@@ -81,6 +81,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 mod call;
+#[cfg(target_os = "linux")]
+pub mod cgroup;
+#[cfg(target_os = "linux")]
+mod confine;
 pub mod env;
 #[cfg(target_os = "linux")]
 mod fork_client;
@@ -88,15 +92,25 @@ mod fork_client;
 mod fork_server;
 #[cfg(target_os = "linux")]
 mod launcher;
+pub mod limits;
 mod plan;
 mod protocol;
+#[cfg(target_os = "linux")]
+mod seccomp;
+#[cfg(target_os = "linux")]
+mod stage;
+#[cfg(target_os = "linux")]
+pub mod user;
+#[cfg(target_os = "linux")]
+mod view;
 
 pub use call::{Call, Error};
 #[cfg(target_os = "linux")]
 pub use fork_client::{CallId, Event, ForkServer};
-use protocol::{CallSpec, Spec};
+use protocol::{CallSpec, Confine, Spec};
 pub use protocol::{
-    ERROR_PREFIX, EXEC_FAILED_PREFIX, LAUNCHER_ARG, LAUNCHER_FAILED, STOP_SIGNAL, Support,
+    CgroupDirs, ERROR_PREFIX, EXEC_FAILED_PREFIX, Ids, LAUNCHER_ARG, LAUNCHER_FAILED, LIMIT_PREFIX,
+    Limits, STOP_SIGNAL, Support,
 };
 use serde_json::value::RawValue;
 
@@ -121,6 +135,12 @@ pub struct Sandbox {
     /// first path that cannot be encoded).
     read_json: Arc<Result<Box<RawValue>, PathBuf>>,
     devices: Arc<Vec<PathBuf>>,
+    /// The user programs run as (when the server is root).
+    user: Option<Ids>,
+    /// Each call's resource limits.
+    limits: Limits,
+    /// Where calls' cgroups are made.
+    cgroups: Arc<CgroupDirs>,
     /// The fork server every clone shares, once one was asked for.
     #[cfg(target_os = "linux")]
     shared: Arc<std::sync::Mutex<Option<ForkServer>>>,
@@ -133,6 +153,9 @@ pub struct Builder {
     protect: Vec<PathBuf>,
     grant: Vec<PathBuf>,
     defaults: bool,
+    user: Option<Ids>,
+    limits: Limits,
+    cgroups: CgroupDirs,
 }
 
 impl Sandbox {
@@ -144,6 +167,9 @@ impl Sandbox {
             protect: Vec::new(),
             grant: Vec::new(),
             defaults: true,
+            user: None,
+            limits: Limits::default(),
+            cgroups: CgroupDirs::default(),
         }
     }
 
@@ -157,6 +183,36 @@ impl Sandbox {
         &self.read
     }
 
+    /// The user contained programs run as, when the sandbox was given one
+    /// (see [`Builder::user`]); the host gives it what programs write.
+    pub fn user(&self) -> Option<Ids> {
+        self.user
+    }
+
+    /// Each call's resource limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The protections beyond Landlock that calls ask for: what this
+    /// launcher's probe found to hold, or all of them before a probe (so a
+    /// missing one fails the call rather than being skipped unseen).
+    fn confine(&self) -> Confine {
+        let probed = self.probed();
+        let holds = |f: fn(&Support) -> bool| probed.as_ref().is_none_or(f);
+        Confine {
+            seccomp: holds(|s| s.seccomp),
+            view: holds(|s| s.view),
+            user: self.user.filter(|_| holds(|s| s.user == Some(true))),
+            limits: self.limits,
+            cgroups: if holds(|s| s.cgroup_limits) {
+                self.cgroups.as_ref().clone()
+            } else {
+                CgroupDirs::default()
+            },
+        }
+    }
+
     /// The command line that runs `program args...` contained by `call`.
     pub fn wrap(&self, call: &Call, program: &Path, args: &[String]) -> Result<Wrapped, Error> {
         let system_read = self
@@ -164,6 +220,7 @@ impl Sandbox {
             .as_ref()
             .as_ref()
             .map_err(|path| Error::NonUtf8Path(path.clone()))?;
+        let confine = self.confine();
         let spec = CallSpec {
             parent: std::process::id(),
             filesystem: call.filesystem,
@@ -172,6 +229,7 @@ impl Sandbox {
             write: &call.write,
             devices: &self.devices,
             sockets: &call.sockets,
+            confine: &confine,
         };
         let paths = [
             &call.read,
@@ -202,7 +260,7 @@ impl Sandbox {
         let spec = self.system_spec();
         let paths = spec.system_read.iter().chain(&spec.devices);
         let json = encode(&spec, paths)?;
-        ForkServer::start(&self.launcher, json)
+        ForkServer::start(&self.launcher, json, self.confine())
     }
 
     /// The shared fork server when one runs, without starting one.
@@ -255,13 +313,21 @@ impl Sandbox {
     }
 
     /// The policy of the system's grants alone, from this process: what a
-    /// probe and a fork server are started with.
+    /// probe and a fork server are started with. A probe tries every
+    /// protection there is.
     fn system_spec(&self) -> Spec {
         Spec {
             parent: std::process::id(),
             filesystem: true,
             system_read: self.read.as_ref().clone(),
             devices: self.devices.as_ref().clone(),
+            confine: Confine {
+                seccomp: true,
+                view: true,
+                user: self.user,
+                limits: self.limits,
+                cgroups: self.cgroups.as_ref().clone(),
+            },
             ..Spec::default()
         }
     }
@@ -305,6 +371,27 @@ impl Builder {
     /// Readable even where a protected area contains it.
     pub fn grant_read(mut self, path: impl Into<PathBuf>) -> Self {
         self.grant.push(path.into());
+        self
+    }
+
+    /// Runs contained programs as `user` (meant for a server running as
+    /// root: see [`user::default_user`]). The launcher needs root's
+    /// capabilities to switch; a probe says whether it could.
+    pub fn user(mut self, user: Option<Ids>) -> Self {
+        self.user = user;
+        self
+    }
+
+    /// Bounds every call's resources (a cgroup where [`Builder::cgroups`]
+    /// gives one, rlimits otherwise).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Where calls' cgroups are made ([`cgroup::prepare`]).
+    pub fn cgroups(mut self, cgroups: CgroupDirs) -> Self {
+        self.cgroups = cgroups;
         self
     }
 
@@ -355,6 +442,9 @@ impl Builder {
             read: Arc::new(read),
             read_json: Arc::new(read_json),
             devices: Arc::new(devices),
+            user: self.user,
+            limits: self.limits,
+            cgroups: Arc::new(self.cgroups),
             #[cfg(target_os = "linux")]
             shared: Arc::default(),
         }

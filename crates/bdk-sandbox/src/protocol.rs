@@ -23,6 +23,10 @@ pub const ERROR_PREFIX: &str = "bdk-sandbox: ";
 /// Start of the stderr line of a program the launcher could not execute.
 pub const EXEC_FAILED_PREFIX: &str = "bdk-sandbox: cannot execute ";
 
+/// Start of the stderr line of a call that a resource limit ended (the
+/// rest names the limit: `memory limit of 1 GiB`).
+pub const LIMIT_PREFIX: &str = "bdk-sandbox: limit reached: ";
+
 /// What the running system enforces, as found by [`Sandbox::probe`](crate::Sandbox::probe).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -33,16 +37,41 @@ pub struct Support {
     pub filesystem: bool,
     /// Landlock scopes signals and abstract Unix sockets (ABI 6 or newer).
     pub scoped: bool,
-    /// The program runs as the first process of its own PID namespace.
+    /// The program runs under a small init of the sandbox, as the second
+    /// process of its own PID namespace.
     pub pid_namespace: bool,
-    /// Every capability was dropped and `no_new_privs` set.
+    /// Every capability was dropped and `no_new_privs` set (but for
+    /// `CAP_DAC_READ_SEARCH` of a program given another user, see
+    /// [`Support::user`]).
     pub privileges_dropped: bool,
+    /// The system-call filter (seccomp) is applied.
+    #[serde(default)]
+    pub seccomp: bool,
+    /// The program sees the filesystem read-only outside its write grants
+    /// (a mount namespace of its own).
+    #[serde(default)]
+    pub view: bool,
+    /// The program runs as the unprivileged user it was given; `None` when
+    /// it was given none (the server is not root).
+    #[serde(default)]
+    pub user: Option<bool>,
+    /// Memory and process limits are enforced per call by a cgroup (else
+    /// by per-process rlimits).
+    #[serde(default)]
+    pub cgroup_limits: bool,
 }
 
 impl Support {
-    /// True when every protection this crate offers holds.
+    /// True when every protection this crate offers holds (per-call
+    /// cgroups are not counted: without them rlimits bound each process).
     pub fn is_complete(&self) -> bool {
-        self.filesystem && self.scoped && self.pid_namespace && self.privileges_dropped
+        self.filesystem
+            && self.scoped
+            && self.pid_namespace
+            && self.privileges_dropped
+            && self.seccomp
+            && self.view
+            && self.user != Some(false)
     }
 
     /// What does not hold, one phrase each (empty when complete).
@@ -61,8 +90,93 @@ impl Support {
         if !self.privileges_dropped {
             out.push("privilege drop (no_new_privs or capabilities)");
         }
+        if !self.seccomp {
+            out.push("system-call filter (seccomp is not available)");
+        }
+        if !self.view {
+            out.push(
+                "read-only view outside the grants (no mount namespace: chmod, utime and setxattr reach the server user's files)",
+            );
+        }
+        if self.user == Some(false) {
+            out.push("unprivileged user (the server runs as root but its tools keep uid 0)");
+        }
         out
     }
+}
+
+/// The user and group a contained program runs as when the server runs as
+/// root (see `docs/security.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ids {
+    /// The user id.
+    pub uid: u32,
+    /// The group id.
+    pub gid: u32,
+}
+
+/// Resource limits of one contained call; `None` leaves one unbounded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Limits {
+    /// Memory of the whole call (a cgroup), or of each process (an
+    /// rlimit on its data segment) where no cgroup is delegated.
+    pub memory_bytes: Option<u64>,
+    /// Processes and threads of the whole call (a cgroup), or of the
+    /// sandbox user (an rlimit) where no cgroup is delegated.
+    pub processes: Option<u64>,
+    /// CPU time of each process, in seconds (an rlimit).
+    pub cpu_seconds: Option<u64>,
+    /// The largest file a process may write, in bytes (an rlimit).
+    pub file_bytes: Option<u64>,
+}
+
+/// Where a call's cgroup is made: the directories this process made for
+/// its calls in each hierarchy that has a controller it can use (see
+/// `cgroup.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CgroupDirs {
+    /// cgroup v2: a directory whose children have the memory and pids
+    /// controllers.
+    #[serde(default)]
+    pub unified: Option<PathBuf>,
+    /// cgroup v1: this process's directory in the memory hierarchy.
+    #[serde(default)]
+    pub memory: Option<PathBuf>,
+    /// cgroup v1: this process's directory in the pids hierarchy.
+    #[serde(default)]
+    pub pids: Option<PathBuf>,
+}
+
+impl CgroupDirs {
+    /// True when no hierarchy is usable.
+    pub fn is_empty(&self) -> bool {
+        self.unified.is_none() && self.memory.is_none() && self.pids.is_none()
+    }
+}
+
+/// The protections a launcher applies beyond Landlock, as the host decided
+/// them from its probe: each one asked for must hold, or the program does
+/// not start. A probe asks for all of them and reports what held instead.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Confine {
+    /// Apply the system-call filter.
+    #[serde(default)]
+    pub(crate) seccomp: bool,
+    /// Make the filesystem read-only outside the write grants.
+    #[serde(default)]
+    pub(crate) view: bool,
+    /// Run as this user.
+    #[serde(default)]
+    pub(crate) user: Option<Ids>,
+    /// Limit the call's resources.
+    #[serde(default)]
+    pub(crate) limits: Limits,
+    /// Make the call's cgroup here.
+    #[serde(default)]
+    pub(crate) cgroups: CgroupDirs,
 }
 
 /// The policy handed to the launcher on its command line (it holds paths
@@ -86,6 +200,9 @@ pub(crate) struct Spec {
     pub(crate) devices: Vec<PathBuf>,
     /// Unix sockets to connect to.
     pub(crate) sockets: Vec<PathBuf>,
+    /// Everything beyond Landlock.
+    #[serde(default)]
+    pub(crate) confine: Confine,
 }
 
 /// A [`Spec`] as the server writes it for one call: the system's grants
@@ -100,6 +217,7 @@ pub(crate) struct CallSpec<'a> {
     pub(crate) write: &'a [PathBuf],
     pub(crate) devices: &'a [PathBuf],
     pub(crate) sockets: &'a [PathBuf],
+    pub(crate) confine: &'a Confine,
 }
 
 /// A request to a fork server (see `fork_server.rs`): one message on its
@@ -109,7 +227,7 @@ pub(crate) struct CallSpec<'a> {
 #[serde(tag = "op", rename_all = "camelCase")]
 pub(crate) enum Request {
     /// Start a program.
-    Run(Run),
+    Run(Box<Run>),
     /// Stop the program of call `id`, if it still runs.
     Stop { id: u64 },
 }
@@ -124,6 +242,9 @@ pub(crate) struct Run {
     pub(crate) read: Vec<PathBuf>,
     pub(crate) write: Vec<PathBuf>,
     pub(crate) sockets: Vec<PathBuf>,
+    /// Everything beyond Landlock.
+    #[serde(default)]
+    pub(crate) confine: Confine,
     /// The program and its arguments.
     pub(crate) argv: Vec<String>,
     /// Its whole environment.
@@ -161,6 +282,16 @@ mod tests {
             paths(&["/dev/null"]),
             paths(&["/state/host.sock"]),
         );
+        let confine = Confine {
+            seccomp: true,
+            view: true,
+            user: Some(Ids { uid: 9, gid: 8 }),
+            limits: Limits {
+                memory_bytes: Some(1 << 20),
+                ..Limits::default()
+            },
+            cgroups: CgroupDirs::default(),
+        };
         let written = serde_json::to_string(&CallSpec {
             parent: 7,
             filesystem: true,
@@ -169,6 +300,7 @@ mod tests {
             write: &write,
             devices: &devices,
             sockets: &sockets,
+            confine: &confine,
         })
         .unwrap();
         let spec: Spec = serde_json::from_str(&written).unwrap();
@@ -179,5 +311,8 @@ mod tests {
             (spec.read, spec.write, spec.devices, spec.sockets),
             (read, write, devices, sockets)
         );
+        assert!(spec.confine.seccomp && spec.confine.view);
+        assert_eq!(spec.confine.user, Some(Ids { uid: 9, gid: 8 }));
+        assert_eq!(spec.confine.limits.memory_bytes, Some(1 << 20));
     }
 }

@@ -133,6 +133,9 @@ fn gate_error(e: HandlerError) -> GateError {
             GateError::BadAnswer(format!("stdout is not one JSON object: {found}"))
         }
         HandlerError::Cancelled { .. } => GateError::Cancelled,
+        HandlerError::LimitReached { limit, .. } => {
+            GateError::Crashed(format!("reached its {limit} and was stopped"))
+        }
         other => GateError::Unavailable(other.to_string()),
     }
 }

@@ -421,6 +421,7 @@ async fn attempt_once(
                 ProgramEnd::SpawnFailed(e) => Err(format!("cannot start `{program}`: {e}")),
                 ProgramEnd::Failed(e) => Err(format!("`{program}` failed: {e}")),
                 ProgramEnd::Cancelled => Err(format!("`{program}` was cancelled")),
+                ProgramEnd::LimitReached(limit) => Err(format!("`{program}` reached its {limit}")),
             }
         }
     }

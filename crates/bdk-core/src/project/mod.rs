@@ -146,6 +146,66 @@ pub struct SandboxConfig {
     pub deny: Vec<PathBuf>,
     /// Variables of the server's environment passed to every program.
     pub env: Vec<String>,
+    /// `user`: who programs run as when the server runs as root (`None`:
+    /// an unused id, see `docs/security.md`).
+    pub user: Option<SandboxUser>,
+    /// The resource limits of each call (`memory`, `processes`,
+    /// `cpu_seconds`, `file_size`).
+    pub limits: ResourceLimits,
+}
+
+/// `[sandbox] user`: an account name, or numeric ids. Serialized as it is
+/// written (`"name"`, `"uid:gid"`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SandboxUser {
+    /// An account of `/etc/passwd` (its uid and primary gid).
+    Name(String),
+    /// `uid` or `"uid:gid"` (the gid defaults to the uid).
+    Ids {
+        /// The user id.
+        uid: u32,
+        /// The group id.
+        gid: u32,
+    },
+}
+
+impl Serialize for SandboxUser {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SandboxUser::Name(name) => serializer.serialize_str(name),
+            SandboxUser::Ids { uid, gid } => serializer.collect_str(&format_args!("{uid}:{gid}")),
+        }
+    }
+}
+
+/// `[sandbox]` resource limits of one call; `None` is unlimited
+/// (`"unlimited"` in `agent.toml`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ResourceLimits {
+    /// `memory`: bytes of memory of the call (default 1 GiB).
+    pub memory: Option<u64>,
+    /// `processes`: processes and threads of the call (default 512).
+    pub processes: Option<u64>,
+    /// `cpu_seconds`: CPU time of each process (default 600).
+    pub cpu_seconds: Option<u64>,
+    /// `file_size`: the largest file a program may write (default 1 GiB).
+    pub file_size: Option<u64>,
+}
+
+impl ResourceLimits {
+    /// What a call gets when `agent.toml` says nothing.
+    pub const DEFAULT: ResourceLimits = ResourceLimits {
+        memory: Some(1 << 30),
+        processes: Some(512),
+        cpu_seconds: Some(600),
+        file_size: Some(1 << 30),
+    };
+}
+
+impl Default for ResourceLimits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 /// `agent.toml`; every key optional.

@@ -812,6 +812,9 @@ async fn shell(
         ProcessEnd::Cancelled => Err(ToolOutput::error("tool call cancelled")),
         ProcessEnd::SpawnFailed(e) => Err(ToolOutput::error(format!("failed to start sh: {e}"))),
         ProcessEnd::Failed(e) => Err(ToolOutput::error(format!("shell i/o failed: {e}"))),
+        ProcessEnd::LimitReached { limit } => Err(ToolOutput::error(
+            subprocess::limit_message(&limit).replace("the tool", "the command"),
+        )),
     }
 }
 

@@ -204,6 +204,7 @@ impl Tool for CommandTool {
             )),
             ProcessEnd::SpawnFailed(e) => ToolOutput::error(spawn_failed_message(program, &e)),
             ProcessEnd::Failed(e) => ToolOutput::error(format!("tool i/o failed: {e}")),
+            ProcessEnd::LimitReached { limit } => ToolOutput::error(limit_message(&limit)),
         }
     }
 
@@ -424,6 +425,12 @@ fn spawn_failed_message(program: &str, e: &io::Error) -> String {
         _ => "",
     };
     format!("failed to start tool program `{program}`: {e}{hint}")
+}
+
+/// The error of a call a sandbox limit stopped. Not transient: the same
+/// call would reach the same limit again.
+pub(crate) fn limit_message(limit: &str) -> String {
+    format!("{limit} reached; the tool was stopped (raise it under [sandbox] in agent.toml)")
 }
 
 fn timed_out_message(timeout: Duration) -> String {

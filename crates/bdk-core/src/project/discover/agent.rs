@@ -33,7 +33,18 @@ const AGENT_KEYS: &[&str] = &[
     "prices",
     "sandbox",
 ];
-const SANDBOX_KEYS: &[&str] = &["mode", "read", "write", "deny", "env"];
+const SANDBOX_KEYS: &[&str] = &[
+    "mode",
+    "read",
+    "write",
+    "deny",
+    "env",
+    "user",
+    "memory",
+    "processes",
+    "cpu_seconds",
+    "file_size",
+];
 const PROVIDER_KEYS: &[&str] = &["base_url", "api_key_env"];
 const BUILTIN_KEYS: &[&str] = &["workspace", "shell", "reminders", "artifacts", "direct"];
 
@@ -182,6 +193,12 @@ fn parse_sandbox(d: &mut Diags, f: &Fields<'_>, root: &Path) -> SandboxConfig {
             for name in &config.env {
                 check_env_name(d, path, name);
             }
+            config.user = sandbox_user(d, &sf);
+            let limits = &mut config.limits;
+            limit(d, &sf, "memory", Unit::Bytes, &mut limits.memory);
+            limit(d, &sf, "processes", Unit::Count, &mut limits.processes);
+            limit(d, &sf, "cpu_seconds", Unit::Count, &mut limits.cpu_seconds);
+            limit(d, &sf, "file_size", Unit::Bytes, &mut limits.file_size);
         }
     }
     if config.mode == SandboxMode::Off {
@@ -192,6 +209,117 @@ fn parse_sandbox(d: &mut Diags, f: &Fields<'_>, root: &Path) -> SandboxConfig {
         );
     }
     config
+}
+
+/// `[sandbox] user`: `"name"`, `1234` or `"1234:1234"`.
+fn sandbox_user(d: &mut Diags, f: &Fields<'_>) -> Option<crate::project::SandboxUser> {
+    use crate::project::SandboxUser;
+    let key = f.key("user");
+    let fix =
+        "write an account name (`user = \"bdk-tools\"`), a uid (`user = 64000`) or `\"uid:gid\"`";
+    let ids = |uid: i64, gid: i64| -> Option<SandboxUser> {
+        let uid = u32::try_from(uid).ok().filter(|u| *u != 0)?;
+        let gid = u32::try_from(gid).ok().filter(|g| *g != 0)?;
+        Some(SandboxUser::Ids { uid, gid })
+    };
+    let parsed = match f.table.get("user")? {
+        toml::Value::Integer(uid) => ids(*uid, *uid),
+        toml::Value::String(text) => match text.split_once(':') {
+            Some((uid, gid)) => match (uid.trim().parse(), gid.trim().parse()) {
+                (Ok(uid), Ok(gid)) => ids(uid, gid),
+                _ => None,
+            },
+            None if text.trim().parse::<i64>().is_ok() => {
+                text.trim().parse().ok().and_then(|uid| ids(uid, uid))
+            }
+            None if !text.trim().is_empty() && text.trim() != "root" => {
+                Some(SandboxUser::Name(text.trim().to_owned()))
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    if parsed.is_none() {
+        d.error(
+            f.path,
+            format!(
+                "`{key}` must name an account other than root, or a uid (and gid) other than 0"
+            ),
+            fix,
+        );
+    }
+    parsed
+}
+
+/// What a limit counts.
+#[derive(Clone, Copy)]
+enum Unit {
+    /// Bytes: an integer, or a string with a unit (`"512 MiB"`, `"1GiB"`).
+    Bytes,
+    /// A plain positive integer.
+    Count,
+}
+
+/// One `[sandbox]` limit: `"unlimited"` clears it, a value replaces the
+/// default, absence keeps the default.
+fn limit(d: &mut Diags, f: &Fields<'_>, key: &str, unit: Unit, slot: &mut Option<u64>) {
+    let Some(value) = f.table.get(key) else {
+        return;
+    };
+    let k = f.key(key);
+    let parsed = match (value, unit) {
+        (toml::Value::String(s), _) if s.trim() == "unlimited" => {
+            *slot = None;
+            return;
+        }
+        (toml::Value::Integer(n), _) => u64::try_from(*n).ok().filter(|n| *n > 0),
+        (toml::Value::String(s), Unit::Bytes) => parse_size(s),
+        _ => None,
+    };
+    match parsed {
+        Some(n) => *slot = Some(n),
+        None => {
+            let example = match unit {
+                Unit::Bytes => format!("`{key} = \"2 GiB\"`"),
+                Unit::Count => format!("`{key} = 100`"),
+            };
+            d.error(
+                f.path,
+                format!(
+                    "`{k}` must be a positive {} or \"unlimited\"",
+                    match unit {
+                        Unit::Bytes => "size",
+                        Unit::Count => "integer",
+                    }
+                ),
+                format!("write it like {example}"),
+            );
+        }
+    }
+}
+
+/// A size with an optional binary or decimal unit: `1024`, `"512 MiB"`,
+/// `"1GiB"`, `"2 GB"`, `"100k"`.
+pub(crate) fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    let factor: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(factor).filter(|n| *n > 0)
 }
 
 /// A path of `[sandbox]`: absolute, `~/...` (the server's home) or
