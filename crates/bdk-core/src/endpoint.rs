@@ -22,7 +22,7 @@
 //! `{"id", "ok": false, "error": "<code>", "message"}`. `docs/tools.md`
 //! documents the operations for tool authors.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -129,6 +129,9 @@ struct Shared {
     store: Arc<dyn Store>,
     /// The host's extensions, which answer the operations they declare.
     extensions: Vec<Arc<dyn HostExtension>>,
+    /// The key-value namespaces the server keeps its own state in, which
+    /// the `kv.*` operations refuse.
+    reserved: BTreeSet<String>,
     tokens: Mutex<HashMap<String, Arc<Binding>>>,
 }
 
@@ -188,13 +191,20 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// An endpoint over `store` that also answers the operations of
-    /// `extensions`; nothing is bound until the first grant.
-    pub fn new(store: Arc<dyn Store>, extensions: Vec<Arc<dyn HostExtension>>) -> Self {
+    /// `extensions` and refuses the `kv.*` operations on the `reserved`
+    /// namespaces (the server's own); nothing is bound until the first
+    /// grant.
+    pub fn new(
+        store: Arc<dyn Store>,
+        extensions: Vec<Arc<dyn HostExtension>>,
+        reserved: BTreeSet<String>,
+    ) -> Self {
         let state_root = store.state_root();
         Self {
             shared: Arc::new(Shared {
                 store,
                 extensions,
+                reserved,
                 tokens: Mutex::new(HashMap::new()),
             }),
             state_root,
@@ -629,6 +639,10 @@ enum OpError {
     DryRun(&'static str),
     #[error("{0}")]
     NotText(String),
+    #[error(
+        "kv namespace `{0}` belongs to the server, which keeps its own state there; tools and handlers may not read or change it, so use a namespace of your own"
+    )]
+    ReservedNamespace(String),
     #[error("host storage failed; the host log has the details")]
     Internal,
     /// An extension's refusal: its code and message.
@@ -647,6 +661,7 @@ impl OpError {
             OpError::Unavailable(_) => "unavailable",
             OpError::NoSession(_) => "no_session",
             OpError::DryRun(_) => "dry_run",
+            OpError::ReservedNamespace(_) => "reserved_namespace",
             OpError::Internal => "internal",
             OpError::Extension(code, _) => code,
             OpError::Service(e) => e.code,
@@ -738,6 +753,18 @@ fn report_size(bytes: usize) -> Result<(), OpError> {
         Err(OpError::InvalidArgs(format!(
             "a report holds at most {MAX_REPORT_BYTES} bytes, this one {bytes}; log large data to a file or an artifact"
         )))
+    } else {
+        Ok(())
+    }
+}
+
+/// The server's own namespaces are refused to every `kv.*` operation, reads
+/// included: a tool that could write them could squat a conversation key or
+/// forge a dedupe record, and one that could read or list them would learn
+/// other conversations' keys and delivery ids.
+fn unreserved(shared: &Shared, namespace: &str) -> Result<(), OpError> {
+    if shared.reserved.contains(namespace) {
+        Err(OpError::ReservedNamespace(namespace.to_owned()))
     } else {
         Ok(())
     }
@@ -869,6 +896,7 @@ async fn run_op(
     match op {
         "kv.get" => {
             let a: KvKey = parse(op, args)?;
+            unreserved(shared, &a.namespace)?;
             let value = store
                 .kv_get(&a.namespace, &a.key)
                 .await
@@ -878,6 +906,7 @@ async fn run_op(
         "kv.put" => {
             writable(binding, "kv.put")?;
             let a: KvPut = parse(op, args)?;
+            unreserved(shared, &a.namespace)?;
             store
                 .kv_put(&a.namespace, &a.key, a.value)
                 .await
@@ -887,6 +916,7 @@ async fn run_op(
         "kv.delete" => {
             writable(binding, "kv.delete")?;
             let a: KvKey = parse(op, args)?;
+            unreserved(shared, &a.namespace)?;
             let deleted = store
                 .kv_delete(&a.namespace, &a.key)
                 .await
@@ -895,6 +925,7 @@ async fn run_op(
         }
         "kv.list" => {
             let a: KvList = parse(op, args)?;
+            unreserved(shared, &a.namespace)?;
             let keys = store
                 .kv_list(&a.namespace, &a.prefix)
                 .await

@@ -145,6 +145,14 @@ pub trait HostExtension: Send + Sync + 'static {
         &[]
     }
 
+    /// The key-value namespaces it keeps its own state in (exact names).
+    /// The host endpoint refuses every `kv.*` operation on them with
+    /// `reserved_namespace`, so no tool or handler reads or forges that
+    /// state; the extension itself reaches them through the store.
+    fn reserved_namespaces(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Answers one of [`HostExtension::operations`].
     async fn operation(&self, call: OperationCall<'_>) -> Result<Value, OperationError> {
         Err(OperationError::Unavailable(format!(

@@ -79,7 +79,7 @@ mod transcript;
 mod types;
 
 pub use crate::tool::services::MAX_KEY_BYTES;
-pub use build::HostBuilder;
+pub use build::{CORE_NAMESPACES, HostBuilder};
 pub use direct::fresh_call_id;
 pub(crate) use error::session_error;
 pub use error::{HostError, HostResult};

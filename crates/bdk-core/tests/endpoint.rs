@@ -987,3 +987,204 @@ async fn a_tool_reports_progress_and_log_messages_to_a_listening_caller() {
     .await;
     assert_eq!(answers(&out)[0]["ok"], true);
 }
+
+/// An extension that keeps state of its own in the store, to see the
+/// namespaces extensions declare refused like the runtime's.
+struct Ledger;
+
+#[async_trait::async_trait]
+impl bdk_core::extension::HostExtension for Ledger {
+    fn name(&self) -> &'static str {
+        "ledger"
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+
+    fn reserved_namespaces(&self) -> &'static [&'static str] {
+        &["ledger-entries"]
+    }
+}
+
+/// A host like [`setup`]'s with [`Ledger`] and a namespace reserved through
+/// the builder (`eval-like`), as the server's parts that are not extensions
+/// reserve theirs.
+async fn reserving_host(project: &Path) -> Host {
+    let d = discover(project);
+    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(project.join("state")).unwrap());
+    Host::builder(d.project.unwrap(), store)
+        .extension(Arc::new(Ledger))
+        .reserve_namespace("eval-like")
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Issue 43, item 4: tools reached the server's own key-value namespaces
+/// through the endpoint. Every one of them (the runtime's, an extension's,
+/// one reserved through the builder) is now refused for all four `kv.*`
+/// operations, nothing reaches the store, and ordinary namespaces work as
+/// before.
+#[tokio::test]
+async fn the_servers_namespaces_are_refused_to_tools() {
+    let dir = project_dir();
+    let host = reserving_host(dir.path()).await;
+    let reserved: Vec<&str> = bdk_core::host::CORE_NAMESPACES
+        .iter()
+        .copied()
+        .chain(["ledger-entries", "eval-like"])
+        .collect();
+    assert_eq!(
+        bdk_core::host::CORE_NAMESPACES,
+        ["channel-keys", "channel-events", "queued-messages"]
+    );
+    let requests: Vec<Value> = reserved
+        .iter()
+        .chain(&["notes"])
+        .flat_map(|ns| bdk_testkit::endpoint::kv_requests(ns))
+        .collect();
+    let out = run_client(&host, None, Some("mallory"), json!(requests)).await;
+    let a = answers(&out);
+    for (n, namespace) in reserved.iter().enumerate() {
+        bdk_testkit::endpoint::assert_reserved(&a[n * 4..n * 4 + 4], namespace);
+        assert_eq!(
+            host.store().kv_list(namespace, "").await.unwrap(),
+            Vec::<String>::new(),
+            "{namespace}"
+        );
+    }
+    let ordinary = &a[reserved.len() * 4..];
+    assert_eq!(
+        assert_ok(&ordinary[0]),
+        &json!({"found": false, "value": null})
+    );
+    assert_ok(&ordinary[1]);
+    assert_eq!(assert_ok(&ordinary[2]), &json!({"deleted": true}));
+    assert_eq!(assert_ok(&ordinary[3]), &json!({"keys": []}));
+}
+
+/// Issue 43, item 4, the campaign's attack: a tool planted a claim on a
+/// future conversation's key in `channel-keys` (here naming the tool's own
+/// session), so the conversation's first message found the planted session
+/// instead of starting its own. The plant is refused, and the conversation
+/// starts a session of its own.
+#[tokio::test]
+async fn a_tool_cannot_squat_a_future_conversation_key() {
+    let (_dir, host) = setup().await;
+    let squatter = host
+        .start_session(StartSession {
+            principal: Some("mallory".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .session_id;
+    let now = chrono::Utc::now().to_rfc3339();
+    let out = run_client(
+        &host,
+        Some(&squatter),
+        Some("mallory"),
+        json!([
+            {"op": "kv.put", "args": {"namespace": "channel-keys", "key": "inbox:order-7#0",
+                                      "value": {"claimedAt": now, "sessionId": squatter.as_str()}}},
+            {"op": "kv.put", "args": {"namespace": "channel-keys", "key": "inbox:order-8#0",
+                                      "value": {"claimedAt": now}}},
+        ]),
+    )
+    .await;
+    for answer in answers(&out) {
+        assert_error(answer, "reserved_namespace");
+    }
+    for key in ["order-7", "order-8"] {
+        let found = tokio::time::timeout(
+            Duration::from_secs(10),
+            host.session_for_key("inbox", key, StartSession::default()),
+        )
+        .await
+        .expect("no planted claim holds the key up")
+        .unwrap();
+        let bdk_core::host::KeySession::Started(started) = found else {
+            panic!("{key}: the conversation found a session instead of starting one: {found:?}");
+        };
+        assert_ne!(started.session_id, squatter);
+        let record = host.session(&started.session_id, None).await.unwrap();
+        assert_eq!(record.continuation_token, format!("inbox:{key}"));
+    }
+}
+
+/// A handler program reaches the same endpoint as a tool, and is refused
+/// the server's namespaces the same way.
+#[tokio::test]
+async fn the_servers_namespaces_are_refused_to_handlers() {
+    let dir = project_dir();
+    bdk_testkit::write_files(
+        dir.path(),
+        &[
+            (
+                "agent/schedules/probe.toml",
+                "cron = \"0 0 1 1 *\"\nhandler = [\"python3\", \"probe.py\"]\n",
+            ),
+            ("agent/schedules/probe.py", PROBE_HANDLER_PY),
+        ],
+    );
+    let host = reserving_host(dir.path()).await;
+    let spec = host
+        .project()
+        .schedules
+        .iter()
+        .find_map(|s| match &s.action {
+            bdk_core::project::ScheduleAction::Handler { handler } => Some(handler.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let requests: Vec<Value> = ["channel-keys", "ledger-entries", "eval-like", "notes"]
+        .iter()
+        .flat_map(|ns| bdk_testkit::endpoint::kv_requests(ns))
+        .collect();
+    let mut request = serde_json::Map::new();
+    request.insert("requests".into(), json!(requests));
+    let answer = host
+        .run_handler(
+            &spec,
+            bdk_core::handler::HandlerCall {
+                kind: "schedule",
+                request,
+                principal: Some("schedule:probe".into()),
+                channel: "schedule".into(),
+                session: None,
+                cancel: tokio_util::sync::CancellationToken::new(),
+            },
+        )
+        .await
+        .unwrap();
+    let a = answer["answers"].as_array().unwrap();
+    for (n, namespace) in ["channel-keys", "ledger-entries", "eval-like"]
+        .iter()
+        .enumerate()
+    {
+        bdk_testkit::endpoint::assert_reserved(&a[n * 4..n * 4 + 4], namespace);
+    }
+    for answer in &a[12..] {
+        assert_ok(answer);
+    }
+}
+
+/// A handler that sends its request's `requests` to the endpoint and
+/// answers with what came back.
+const PROBE_HANDLER_PY: &str = r#"
+import json, os, socket, sys
+
+request = json.loads(sys.stdin.readline())
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(os.environ["BDK_HOST_SOCKET"])
+stream = conn.makefile("rwb")
+answers = []
+for n, step in enumerate(request["requests"]):
+    message = dict(step, token=os.environ["BDK_HOST_TOKEN"], id=n)
+    stream.write((json.dumps(message) + "\n").encode())
+    stream.flush()
+    answers.append(json.loads(stream.readline()))
+print(json.dumps({"answers": answers}))
+"#;

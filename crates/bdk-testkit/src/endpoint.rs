@@ -48,3 +48,36 @@ type = "object"
 required = ["requests"]
 properties = { requests = { type = "array" } }
 "#;
+
+/// The four `kv.*` requests on `namespace` for the client tool: `kv.get`,
+/// `kv.put`, `kv.delete` and `kv.list`, in that order. A test sends them to
+/// see a reserved namespace refused (with [`assert_reserved`]) or an
+/// ordinary one served.
+pub fn kv_requests(namespace: &str) -> Vec<serde_json::Value> {
+    let key = serde_json::json!({"namespace": namespace, "key": "probe"});
+    vec![
+        serde_json::json!({"op": "kv.get", "args": key}),
+        serde_json::json!({"op": "kv.put", "args": {"namespace": namespace, "key": "probe", "value": {"planted": true}}}),
+        serde_json::json!({"op": "kv.delete", "args": key}),
+        serde_json::json!({"op": "kv.list", "args": {"namespace": namespace}}),
+    ]
+}
+
+/// Asserts that every answer to [`kv_requests`]`(namespace)` refuses it
+/// with `reserved_namespace` and a message that names it as the server's.
+pub fn assert_reserved(answers: &[serde_json::Value], namespace: &str) {
+    assert_eq!(answers.len(), 4, "{namespace}: {answers:?}");
+    for (answer, op) in answers.iter().zip(["get", "put", "delete", "list"]) {
+        assert_eq!(answer["ok"], false, "kv.{op} {namespace}: {answer}");
+        assert_eq!(
+            answer["error"], "reserved_namespace",
+            "kv.{op} {namespace}: {answer}"
+        );
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("`{namespace}`"))
+                && message.contains("belongs to the server"),
+            "kv.{op} {namespace}: {answer}"
+        );
+    }
+}

@@ -2,7 +2,7 @@
 //! extensions, recovery and the replica task) and taking it down
 //! (`Host::shutdown`).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -21,7 +21,7 @@ use crate::extension::HostExtension;
 use crate::gate::ResultGate;
 use crate::gate::program::ProgramGate;
 use crate::handler::NativeHandler;
-use crate::hooks::{Hook, HookBus, ManifestHook};
+use crate::hooks::{CURSOR_NAMESPACE, Hook, HookBus, ManifestHook};
 use crate::mcp::McpHub;
 use crate::models::{BuiltinModels, ModelResolver};
 use crate::project::Project;
@@ -34,11 +34,21 @@ use bdk_models::resolve::Misconfigured;
 use bdk_models::{Model, ModelError};
 
 use super::error::{HostError, HostResult};
+use super::keyed::KEY_CLAIMS_NAMESPACE;
 use super::loaded::{Loaded, Recipe, needs_restart};
+use super::queued::QUEUE_NAMESPACE;
 use super::slots::{DEFAULT_SESSION_CACHE_BYTES, REASON_SHUTDOWN, SlotTable, wait_done};
 use super::types::Reloaded;
 use super::{Host, Inner};
 use bdk_models::{DEFAULT_MODEL, split_model};
+
+/// The key-value namespaces the runtime keeps its own state in: conversation
+/// key claims, channel event delivery cursors and queued follow-ups. The
+/// host endpoint refuses them to tools and handlers (`reserved_namespace`),
+/// with those extensions declare
+/// ([`HostExtension::reserved_namespaces`]) and those given to
+/// [`HostBuilder::reserve_namespace`].
+pub const CORE_NAMESPACES: &[&str] = &[KEY_CLAIMS_NAMESPACE, CURSOR_NAMESPACE, QUEUE_NAMESPACE];
 
 /// Builds a [`Host`].
 pub struct HostBuilder {
@@ -58,6 +68,7 @@ pub struct HostBuilder {
     pub(super) sandbox: Option<Sandbox>,
     pub(super) session_cache: u64,
     pub(super) handlers: BTreeMap<String, Arc<dyn NativeHandler>>,
+    pub(super) reserved: BTreeSet<String>,
 }
 
 impl HostBuilder {
@@ -85,6 +96,7 @@ impl HostBuilder {
             sandbox: None,
             session_cache: DEFAULT_SESSION_CACHE_BYTES,
             handlers: BTreeMap::new(),
+            reserved: BTreeSet::new(),
         }
     }
 
@@ -128,6 +140,19 @@ impl HostBuilder {
     /// started once the host is built. `bdk-scheduler`'s reminders are one.
     pub fn extension(mut self, extension: Arc<dyn HostExtension>) -> Self {
         self.extensions.push(extension);
+        self
+    }
+
+    /// Reserves the key-value namespace `namespace` for the server: the host
+    /// endpoint refuses every `kv.*` operation on it to tools and handlers
+    /// (`reserved_namespace`), as it does [`CORE_NAMESPACES`] and the
+    /// namespaces extensions declare. For parts of a server that keep state
+    /// in the host's store without being an extension (the schedule
+    /// cadence, eval history); reserve them on every host over that store,
+    /// including hosts that do not run those parts, since a tool of one
+    /// could otherwise plant state another reads.
+    pub fn reserve_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.reserved.insert(namespace.into());
         self
     }
 
@@ -236,7 +261,8 @@ impl HostBuilder {
         let turn_slots = config
             .max_running_turns
             .map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
-        let endpoint = Endpoint::new(Arc::clone(&self.store), self.extensions.clone());
+        let reserved = reserved_namespaces(self.reserved, &self.extensions);
+        let endpoint = Endpoint::new(Arc::clone(&self.store), self.extensions.clone(), reserved);
         let hooks = HookBus::start(hooks, Some(Arc::clone(&self.store)));
         let native_gates = recipe.gates.iter().map(|g| g.spec().clone()).collect();
         let inner = Arc::new(Inner {
@@ -279,6 +305,22 @@ impl HostBuilder {
         }
         Ok(host)
     }
+}
+
+/// The namespaces the endpoint refuses: the runtime's own, the
+/// extensions', and those the builder was given.
+fn reserved_namespaces(
+    mut reserved: BTreeSet<String>,
+    extensions: &[Arc<dyn HostExtension>],
+) -> BTreeSet<String> {
+    let declared = extensions.iter().flat_map(|e| e.reserved_namespaces());
+    reserved.extend(
+        CORE_NAMESPACES
+            .iter()
+            .chain(declared)
+            .map(|&n| n.to_owned()),
+    );
+    reserved
 }
 
 /// Fails when the agent names a native handler the program did not
