@@ -53,6 +53,12 @@ pub use thread::{THREADS_NAMESPACE, Thread};
 /// The key-value namespace of delivery claims (`<channel>/<delivery id>`).
 pub const DELIVERIES_NAMESPACE: &str = "github-deliveries";
 
+/// The key-value namespaces the pack keeps its state in (delivery claims,
+/// thread records, progress cursors), which the host endpoint refuses to
+/// tools and handlers: a planted claim would swallow a delivery, a planted
+/// thread record would hand a pull request to another session.
+pub const NAMESPACES: &[&str] = &[DELIVERIES_NAMESPACE, THREADS_NAMESPACE, PROGRESS_NAMESPACE];
+
 /// The answer to a delivery, for the HTTP layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ingress {
@@ -322,6 +328,10 @@ impl HostExtension for Github {
 
     fn operations(&self) -> &'static [&'static str] {
         tools::OPERATIONS
+    }
+
+    fn reserved_namespaces(&self) -> &'static [&'static str] {
+        NAMESPACES
     }
 
     async fn operation(&self, call: OperationCall<'_>) -> Result<Value, OperationError> {

@@ -341,3 +341,41 @@ async fn a_delivery_id_is_claimed_once_and_a_released_claim_runs_again() {
     // Releasing what was never claimed is harmless.
     s.github.release("github", "never-seen").await;
 }
+
+/// Issue 43, item 4: a tool listed and deleted the pack's dedupe records
+/// through the endpoint, so a redelivery ran twice. The pack's namespaces
+/// are the server's: every `kv.*` operation on them is refused, and a
+/// claimed delivery stays claimed.
+#[tokio::test]
+async fn the_packs_namespaces_are_refused_to_tools() {
+    let s = setup().await;
+    let payload = opened();
+    let delivery = Delivery {
+        event: "pull_request",
+        id: "d-kept",
+        payload: &payload,
+        origin: None,
+    };
+    let first = s.github.accept("github", &delivery).await.unwrap();
+    assert!(matches!(first, Ingress::Wake(_)), "{first:?}");
+    assert_eq!(
+        bdk_github::NAMESPACES,
+        ["github-deliveries", "github-threads", "github-progress"]
+    );
+    let requests: Vec<Value> = bdk_github::NAMESPACES
+        .iter()
+        .flat_map(|ns| bdk_testkit::endpoint::kv_requests(ns))
+        .chain([
+            json!({"op": "kv.delete", "args": {"namespace": "github-deliveries", "key": "github/d-kept"}}),
+            json!({"op": "kv.put", "args": {"namespace": "pr-notes", "key": "k", "value": 1}}),
+        ])
+        .collect();
+    let a = run_client(&s.host, false, json!(requests)).await;
+    for (n, namespace) in bdk_github::NAMESPACES.iter().enumerate() {
+        bdk_testkit::endpoint::assert_reserved(&a[n * 4..n * 4 + 4], namespace);
+    }
+    refused(&a[12], "reserved_namespace");
+    ok(&a[13]);
+    let again = s.github.accept("github", &delivery).await.unwrap();
+    assert!(matches!(again, Ingress::Duplicate { .. }), "{again:?}");
+}

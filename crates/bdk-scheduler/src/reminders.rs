@@ -44,6 +44,12 @@ pub use records::{
 };
 use records::{SessionLookup, next_fire, parse_cron};
 
+/// The key-value namespaces reminders keep their state in (the records and
+/// the fire claims), which the host endpoint refuses to tools and handlers:
+/// a planted record would arm a reminder on any session, a planted claim
+/// would swallow a fire.
+pub const NAMESPACES: &[&str] = &[KV_NAMESPACE, CLAIMS_NAMESPACE];
+
 /// The shortest accepted `every` period.
 const MIN_EVERY: TimeDelta = TimeDelta::minutes(1);
 /// How often a replica re-reads the reminder table for reminders that other
@@ -1028,6 +1034,10 @@ impl HostExtension for Reminders {
 
     fn operations(&self) -> &'static [&'static str] {
         OPERATIONS
+    }
+
+    fn reserved_namespaces(&self) -> &'static [&'static str] {
+        NAMESPACES
     }
 
     async fn operation(&self, mut call: OperationCall<'_>) -> Result<Value, OperationError> {

@@ -210,3 +210,54 @@ async fn unbound_calls_name_the_session_they_manage() {
     .await;
     assert_error(&answers(&out)[0], "invalid_args");
 }
+
+/// Issue 43, item 4: the reminders' records and fire claims sat in
+/// namespaces any tool could read and write through the endpoint, so a
+/// tool could arm a reminder on another session, or delete one, behind the
+/// `reminders.*` rules. Those namespaces are the server's now: every
+/// `kv.*` operation on them is refused, and a reminder is reached only
+/// through `reminders.*`.
+#[tokio::test]
+async fn the_reminder_namespaces_are_refused_to_tools() {
+    let (_dir, host) = setup().await;
+    let session = host
+        .start_session(StartSession::default())
+        .await
+        .unwrap()
+        .session_id;
+    let out = run_client(
+        &host,
+        Some(&session),
+        json!([{"op": "reminders.create", "args": {"delay": "1h", "prompt": "check"}}]),
+    )
+    .await;
+    let id = assert_ok(&answers(&out)[0])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        bdk_scheduler::reminders::NAMESPACES,
+        ["reminders", "reminder-fires"]
+    );
+    let requests: Vec<Value> = bdk_scheduler::reminders::NAMESPACES
+        .iter()
+        .flat_map(|ns| bdk_testkit::endpoint::kv_requests(ns))
+        .chain([
+            json!({"op": "kv.delete", "args": {"namespace": "reminders", "key": id}}),
+            json!({"op": "kv.put", "args": {"namespace": "follow-ups", "key": "k", "value": 1}}),
+            json!({"op": "reminders.list", "args": {}}),
+        ])
+        .collect();
+    let out = run_client(&host, Some(&session), json!(requests)).await;
+    let a = answers(&out);
+    for (n, namespace) in bdk_scheduler::reminders::NAMESPACES.iter().enumerate() {
+        bdk_testkit::endpoint::assert_reserved(&a[n * 4..n * 4 + 4], namespace);
+    }
+    assert_error(&a[8], "reserved_namespace");
+    assert_ok(&a[9]);
+    assert_eq!(assert_ok(&a[10])["reminders"][0]["id"], json!(id));
+    assert_eq!(
+        host.store().kv_get("reminders", "probe").await.unwrap(),
+        None
+    );
+}

@@ -53,6 +53,12 @@ pub use thread::{THREADS_NAMESPACE, Thread};
 /// The key-value namespace of event claims (`<channel>/<event_id>`).
 pub const EVENTS_NAMESPACE: &str = "slack-events";
 
+/// The key-value namespaces the pack keeps its state in (event claims,
+/// thread records, progress cursors), which the host endpoint refuses to
+/// tools and handlers: a planted claim would swallow an event, a planted
+/// thread record would engage the bot in a thread and pick its approver.
+pub const NAMESPACES: &[&str] = &[EVENTS_NAMESPACE, THREADS_NAMESPACE, PROGRESS_NAMESPACE];
+
 /// The answer to a request, for the HTTP layer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ingress {
@@ -537,6 +543,10 @@ impl HostExtension for Slack {
 
     fn operations(&self) -> &'static [&'static str] {
         ops::OPERATIONS
+    }
+
+    fn reserved_namespaces(&self) -> &'static [&'static str] {
+        NAMESPACES
     }
 
     async fn operation(&self, call: OperationCall<'_>) -> Result<Value, OperationError> {

@@ -243,3 +243,40 @@ async fn an_event_id_is_claimed_once_and_a_released_claim_runs_again() {
         .count();
     assert_eq!(auth, 1);
 }
+
+/// Issue 43, item 4: a tool listed and deleted the pack's event claims
+/// through the endpoint, so Slack's retry of an event ran again. The pack's
+/// namespaces are the server's: every `kv.*` operation on them is refused,
+/// and a claimed event stays claimed.
+#[tokio::test]
+async fn the_packs_namespaces_are_refused_to_tools() {
+    let s = setup().await;
+    let mention = app_mention(GENERAL, "U0ALICE", "<@U0BOT> hi", "1700000000.000200", None);
+    let request = || Request::Event {
+        event_id: "EvKept".to_owned(),
+        team_id: Some(FakeSlack::TEAM.to_owned()),
+        event: mention.clone(),
+    };
+    let first = s.slack.accept("slack", request()).await.unwrap();
+    assert!(matches!(first, Ingress::Engage { .. }), "{first:?}");
+    assert_eq!(
+        bdk_slack::NAMESPACES,
+        ["slack-events", "slack-threads", "slack-progress"]
+    );
+    let requests: Vec<Value> = bdk_slack::NAMESPACES
+        .iter()
+        .flat_map(|ns| bdk_testkit::endpoint::kv_requests(ns))
+        .chain([
+            json!({"op": "kv.delete", "args": {"namespace": "slack-events", "key": "slack/EvKept"}}),
+            json!({"op": "kv.put", "args": {"namespace": "standup-notes", "key": "k", "value": 1}}),
+        ])
+        .collect();
+    let a = run_client(&s.host, false, json!(requests)).await;
+    for (n, namespace) in bdk_slack::NAMESPACES.iter().enumerate() {
+        bdk_testkit::endpoint::assert_reserved(&a[n * 4..n * 4 + 4], namespace);
+    }
+    refused(&a[12], "reserved_namespace");
+    ok(&a[13]);
+    let again = s.slack.accept("slack", request()).await.unwrap();
+    assert!(matches!(again, Ingress::Duplicate { .. }), "{again:?}");
+}
