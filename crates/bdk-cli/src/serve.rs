@@ -384,7 +384,7 @@ pub async fn run(opts: ServeOptions, logs: LogBuffer) -> Result<u8> {
         let hub = crate::support::mcp_hub(&project, &root, false, sandbox.as_ref()).await;
         // Under --dev reminders stay armed but fire only through
         // POST /v1/dev/reminders/:id, like schedules.
-        let mut builder = Host::builder(project, store)
+        let mut builder = crate::support::reserve_server_namespaces(Host::builder(project, store))
             .clock(Arc::clone(&clock))
             .extension(Arc::new(bdk_scheduler::Reminders::new().timers(!opts.dev)))
             .session_cache_bytes(opts.session_cache);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use bdk_core::host::{Host, HostError};
+use bdk_core::host::{Host, HostBuilder, HostError};
 use bdk_core::{Diagnostic, Discovery, Project, Severity, discover};
 use bdk_events::SessionId;
 use bdk_store::FsStore;
@@ -173,6 +173,25 @@ pub(crate) async fn open_host(
     build_host(project, state_root, record, guard).await
 }
 
+/// Reserves the key-value namespaces of every part of the server on a host
+/// it builds, so the host endpoint refuses them to tools and handlers: the
+/// schedule cadence's and the eval history's, which are not extensions, and
+/// the packs' and reminders', which are reserved again here so that a host
+/// without the pack (an agent with no GitHub channel yet, a `bdk run`)
+/// still refuses them, since all hosts of an agent share its store and a
+/// tool of one could plant state the pack of another reads.
+pub(crate) fn reserve_server_namespaces(builder: HostBuilder) -> HostBuilder {
+    [
+        bdk_scheduler::status::CLAIMS_NAMESPACE,
+        bdk_evals::history::RUNS_NAMESPACE,
+    ]
+    .into_iter()
+    .chain(bdk_scheduler::reminders::NAMESPACES.iter().copied())
+    .chain(bdk_github::NAMESPACES.iter().copied())
+    .chain(bdk_slack::NAMESPACES.iter().copied())
+    .fold(builder, HostBuilder::reserve_namespace)
+}
+
 async fn build_host(
     project: Project,
     state_root: &Path,
@@ -186,7 +205,7 @@ async fn build_host(
     let hub = mcp_hub(&project, state_root, true, sandbox.as_ref()).await;
     // Reminders fire while the process runs (a `bdk run` that ends takes
     // its timer with it; the reminders stay stored and armed).
-    let mut builder = Host::builder(project, Arc::new(store))
+    let mut builder = reserve_server_namespaces(Host::builder(project, Arc::new(store)))
         .extension(Arc::new(bdk_scheduler::Reminders::new()));
     if let Some(sandbox) = sandbox {
         builder = builder.sandbox(sandbox);

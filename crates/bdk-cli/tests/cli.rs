@@ -540,3 +540,56 @@ fn info_json_describes_channel_routes_and_tool_sources() {
     let text = common::on_a_terminal(&["info", tmp.path().to_str().unwrap()], tmp.path());
     assert!(text.contains("inbox POST /, GET /status"), "{text}");
 }
+
+/// Issue 43, item 4: every namespace the server keeps state in is refused
+/// to a tool of a host `bdk` builds, also those of parts the agent does not
+/// run (the weather example has no GitHub or Slack channel), since every
+/// host of an agent shares its store; docs/tools.md lists each of them.
+#[test]
+fn the_servers_namespaces_are_refused_to_tools_of_every_host() {
+    let (_tmp, dir) = weather();
+    let tools = dir.join("agent/tools");
+    std::fs::write(tools.join("client.py"), bdk_testkit::endpoint::CLIENT_PY).unwrap();
+    std::fs::write(
+        tools.join("client.toml"),
+        bdk_testkit::endpoint::CLIENT_TOML,
+    )
+    .unwrap();
+    let reserved: Vec<&str> = bdk_core::host::CORE_NAMESPACES
+        .iter()
+        .chain(bdk_scheduler::reminders::NAMESPACES)
+        .chain(&[bdk_scheduler::status::CLAIMS_NAMESPACE])
+        .chain(bdk_github::NAMESPACES)
+        .chain(bdk_slack::NAMESPACES)
+        .chain(&[bdk_evals::history::RUNS_NAMESPACE])
+        .copied()
+        .collect();
+    let requests: Vec<Value> = reserved
+        .iter()
+        .chain(&["lookups"])
+        .flat_map(|ns| bdk_testkit::endpoint::kv_requests(ns))
+        .collect();
+    let (code, json) = run_json(
+        bdk()
+            .args(["call", "client", "--dir"])
+            .arg(&dir)
+            .arg("--input")
+            .arg(serde_json::json!({ "requests": requests }).to_string()),
+    );
+    assert_eq!(code, 0, "{json}");
+    let answers = json["result"]["answers"].as_array().unwrap();
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/tools.md"))
+            .unwrap();
+    for (n, namespace) in reserved.iter().enumerate() {
+        bdk_testkit::endpoint::assert_reserved(&answers[n * 4..n * 4 + 4], namespace);
+        assert!(
+            docs.contains(&format!("| `{namespace}`"))
+                || docs.contains(&format!(", `{namespace}`")),
+            "docs/tools.md does not list `{namespace}`"
+        );
+    }
+    for answer in &answers[reserved.len() * 4..] {
+        assert_eq!(answer["ok"], true, "{answer}");
+    }
+}
