@@ -67,10 +67,7 @@ pub(crate) async fn authenticate(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let peer = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0);
+    let peer = peer_of(&req);
     match admit(&shared, req.headers(), req.uri(), peer) {
         Ok(caller) => {
             req.extensions_mut().insert(caller);
@@ -84,6 +81,58 @@ fn is_loopback(ip: IpAddr) -> bool {
     ip.to_canonical().is_loopback()
 }
 
+/// Why a request is not a direct local one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NotLocal {
+    /// The peer is not on a loopback address (or is unknown).
+    Peer,
+    /// The request carries this proxy-forwarding header.
+    ProxyHeader(String),
+    /// The authority the request names is not one loopback host.
+    Host(HostProblem),
+}
+
+impl NotLocal {
+    /// What is wrong, as a fragment a caller words its refusal around.
+    pub(crate) fn what(&self) -> String {
+        match self {
+            NotLocal::Peer => "the client is not on a loopback address".to_owned(),
+            NotLocal::ProxyHeader(name) => {
+                format!("the request carries the proxy header `{name}`")
+            }
+            NotLocal::Host(problem) => problem.what().to_owned(),
+        }
+    }
+}
+
+/// The local-only rule, which the default policy applies to every agent
+/// route and the local-only routes (`POST /v1/webhooks/github`) apply
+/// whatever the policy: the peer is on a loopback address, the request
+/// carries no header a proxy adds (it was not relayed from somewhere else),
+/// and it names exactly one well-formed loopback host (it does not come
+/// from a page that rebound a foreign name to 127.0.0.1).
+pub(crate) fn check_local(
+    headers: &HeaderMap,
+    uri: &axum::http::Uri,
+    peer: Option<SocketAddr>,
+) -> Result<(), NotLocal> {
+    if !peer.is_some_and(|p| is_loopback(p.ip())) {
+        return Err(NotLocal::Peer);
+    }
+    if let Some(name) = proxy_header(headers) {
+        return Err(NotLocal::ProxyHeader(name));
+    }
+    check_local_authority(headers, uri).map_err(NotLocal::Host)
+}
+
+/// The peer address axum recorded for a request, when it was served with
+/// connect info.
+pub(crate) fn peer_of(req: &Request) -> Option<SocketAddr> {
+    req.extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
+}
+
 fn admit(
     shared: &Shared,
     headers: &HeaderMap,
@@ -93,22 +142,21 @@ fn admit(
     let loopback_peer = peer.is_some_and(|p| is_loopback(p.ip()));
     match &shared.auth {
         Policy::LocalDevStrict => {
-            if !loopback_peer {
-                return Err(ApiError::new(
-                    ErrorCode::Unauthorized,
-                    "only direct loopback clients are admitted by the default local-only auth; serve with --bearer-token or --allow-anonymous to accept others",
-                ));
-            }
-            if let Some(name) = proxy_header(headers) {
-                return Err(ApiError::new(
-                    ErrorCode::Unauthorized,
-                    format!(
-                        "the request carries the proxy header `{name}`; the default local-only auth admits direct loopback clients only (use --bearer-token behind a proxy)"
-                    ),
-                ));
-            }
-            if let Err(problem) = check_local_authority(headers, uri) {
-                return Err(ApiError::new(ErrorCode::Unauthorized, problem.message()));
+            let refused = |message: String| ApiError::new(ErrorCode::Unauthorized, message);
+            match check_local(headers, uri, peer) {
+                Ok(()) => {}
+                Err(NotLocal::Peer) => {
+                    return Err(refused(
+                        "only direct loopback clients are admitted by the default local-only auth; serve with --bearer-token or --allow-anonymous to accept others".to_owned(),
+                    ));
+                }
+                Err(e @ NotLocal::ProxyHeader(_)) => {
+                    return Err(refused(format!(
+                        "{}; the default local-only auth admits direct loopback clients only (use --bearer-token behind a proxy)",
+                        e.what()
+                    )));
+                }
+                Err(NotLocal::Host(problem)) => return Err(refused(problem.message())),
             }
             Ok(Caller {
                 principal: "local".into(),
@@ -170,9 +218,9 @@ pub(crate) fn request_host(headers: &HeaderMap, uri: &axum::http::Uri) -> Option
         .or_else(|| uri.authority().map(|a| a.as_str().to_owned()))
 }
 
-/// Why the local-only policy refuses the authority a request names.
+/// Why the local-only rule refuses the authority a request names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum HostProblem {
+pub(crate) enum HostProblem {
     /// No `Host` header and no authority in the request target.
     Missing,
     /// More than one `Host` header: which one a client meant is anyone's guess.
@@ -184,21 +232,29 @@ enum HostProblem {
 }
 
 impl HostProblem {
-    fn message(self) -> &'static str {
+    /// What is wrong, as a fragment.
+    fn what(self) -> &'static str {
         match self {
-            HostProblem::Missing => {
-                "the request names no host (no Host header); the default local-only auth admits requests addressed to a loopback name or address only"
-            }
-            HostProblem::Duplicate => {
-                "the request carries more than one Host header; the default local-only auth admits exactly one"
-            }
-            HostProblem::Malformed => {
-                "the Host header is not a valid host[:port]; the default local-only auth admits loopback names and addresses only"
-            }
-            HostProblem::NotLoopback => {
-                "the Host header does not name a loopback address; the default local-only auth admits local clients only"
-            }
+            HostProblem::Missing => "the request names no host (no Host header)",
+            HostProblem::Duplicate => "the request carries more than one Host header",
+            HostProblem::Malformed => "the Host header is not a valid host[:port]",
+            HostProblem::NotLoopback => "the Host header does not name a loopback address",
         }
+    }
+
+    /// The default policy's refusal.
+    fn message(self) -> String {
+        let rule = match self {
+            HostProblem::Missing => {
+                "the default local-only auth admits requests addressed to a loopback name or address only"
+            }
+            HostProblem::Duplicate => "the default local-only auth admits exactly one",
+            HostProblem::Malformed => {
+                "the default local-only auth admits loopback names and addresses only"
+            }
+            HostProblem::NotLoopback => "the default local-only auth admits local clients only",
+        };
+        format!("{}; {rule}", self.what())
     }
 }
 

@@ -1,6 +1,7 @@
 //! GitHub webhook deliveries: each GitHub channel of an agent
 //! (`kind = "github"`) is served at `POST /v1/channels/<name>`, and the
-//! loopback-only `POST /v1/webhooks/github` hands one delivery to every
+//! local-only `POST /v1/webhooks/github` (the local-only rule of the default
+//! auth policy, applied whatever the policy) hands one delivery to every
 //! GitHub channel the server mounts (what `bdk github replay` and
 //! `bdk github forward` post to).
 //!
@@ -13,7 +14,6 @@
 //! woken through the agent's [`Channels`], like any channel message, so it
 //! gets the same one-session-per-key guarantee and event delivery.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aide::axum::ApiRouter;
@@ -21,7 +21,7 @@ use aide::axum::routing::post_with;
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -31,6 +31,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::api::{Describe, schema_of};
+use crate::auth;
 use crate::channels::verify::{self, Refused};
 use crate::channels::{Channels, Receive, parse_body, read_body};
 use crate::error::{ApiError, ErrorCode};
@@ -147,7 +148,7 @@ pub(crate) fn documented() -> ApiRouter {
                     "githubWebhookFanOut",
                     "channels",
                     "Hand a GitHub delivery to every GitHub channel",
-                    "Loopback only: takes a delivery exactly as GitHub sends it (the JSON payload with `X-GitHub-Event`, `X-GitHub-Delivery` and `X-Hub-Signature-256`) and hands it to every GitHub channel of every agent the server mounts, each checking the signature with its own secret. `bdk github replay` and `bdk github forward` post here. The answer lists what each channel did; when no channel took the delivery, the first refusal is the answer.",
+                    "Local only, whatever the server's auth policy: the caller must be a direct loopback client, and a request carrying a proxy header (`Forwarded`, `Via`, `X-Real-IP`, any `X-Forwarded-*`) or not naming exactly one loopback `Host` is refused with `401 unauthorized`, as the default local-only auth refuses it on every route. Takes a delivery exactly as GitHub sends it (the JSON payload with `X-GitHub-Event`, `X-GitHub-Delivery` and `X-Hub-Signature-256`) and hands it to every GitHub channel of every agent the server mounts, each checking the signature with its own secret. `bdk github replay` and `bdk github forward` post here. The answer lists what each channel did; when no channel took the delivery, the first refusal is the answer.",
                 )
                 .raw_response(
                     202,
@@ -188,14 +189,17 @@ async fn read(req: Request) -> Result<(HeaderMap, Bytes), ApiError> {
 }
 
 async fn fan_out(mounts: &[Arc<GithubMount>], req: Request) -> Result<Response, ApiError> {
-    let loopback = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .is_some_and(|ConnectInfo(peer)| peer.ip().is_loopback());
-    if !loopback {
+    // Local only whatever the server's auth policy, by the same rule, status
+    // and code as the default policy: issue 43 found it checking the peer
+    // alone, so a reverse proxy on this machine (or a page that rebound its
+    // name to 127.0.0.1) reached it as if local.
+    if let Err(not_local) = auth::check_local(req.headers(), req.uri(), auth::peer_of(&req)) {
         return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "the GitHub fan-out route only answers callers on this machine; GitHub itself posts to /v1/channels/<name>",
+            ErrorCode::Unauthorized,
+            format!(
+                "{}; the GitHub fan-out route answers direct loopback clients only, whatever the server's auth (GitHub itself posts to /v1/channels/<name>)",
+                not_local.what()
+            ),
         ));
     }
     if mounts.is_empty() {

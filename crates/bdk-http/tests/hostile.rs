@@ -464,3 +464,125 @@ async fn anonymous_auth_admits_everyone_as_one_principal() {
     assert_eq!(list["sessions"][0]["sessionId"], started["sessionId"]);
     assert_eq!(list["sessions"][0]["principal"], "anonymous");
 }
+
+/// `pull_request.opened` from GitHub's own webhook examples
+/// (`@octokit/webhooks-examples`, installed by `.ci/test-deps`).
+fn pull_request_opened() -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../../target/github-fixtures/node_modules/@octokit/webhooks-examples/api.github.com/index.json",
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "the GitHub webhook examples are missing at {} ({e}); run .ci/test-deps to install them",
+            path.display()
+        )
+    });
+    let groups: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    groups
+        .iter()
+        .find(|g| g["name"] == "pull_request")
+        .and_then(|g| {
+            g["examples"]
+                .as_array()?
+                .iter()
+                .find(|e| e["action"] == "opened")
+                .cloned()
+        })
+        .expect("a pull_request.opened example")
+}
+
+/// Issue 43, item 6: `POST /v1/webhooks/github`, documented as local only,
+/// checked the peer alone and accepted requests a proxy relayed or a page
+/// rebound to 127.0.0.1 sent. It now applies the local-only rule of the
+/// default policy with its status and code, whatever the server's policy,
+/// and a signed delivery from a direct loopback client is still accepted.
+#[tokio::test]
+async fn the_github_fan_out_is_local_only_whatever_the_policy() {
+    const SECRET: &str = "fan-out secret";
+    const REPO: &str = "Codertocat/Hello-World";
+    let opened = pull_request_opened();
+    let body = serde_json::to_vec(&opened).unwrap();
+    let signature = bdk_http::channels::sign(SECRET.as_bytes(), &body);
+    for config in [Config::default(), two_principals()] {
+        let fake = bdk_testkit::github::FakeGithub::start().await;
+        fake.add_pull_from_payload(&opened);
+        let channel = format!(
+            "kind = \"github\"\n\n[github]\nbot = \"helper-bot\"\napi_url = \"{}\"\nrepositories = [\"{REPO}\"]\n",
+            fake.url()
+        );
+        let (dir, project, diagnostics) =
+            project_with("hub", &[("agent/channels/github.toml", &channel)]);
+        let secrets: bdk_github::Secrets = std::sync::Arc::new(|name| match name {
+            "GITHUB_WEBHOOK_SECRET" => Some(SECRET.to_owned()),
+            "GITHUB_TOKEN" => Some(bdk_testkit::github::FakeGithub::TOKEN.to_owned()),
+            _ => None,
+        });
+        let github = bdk_github::Github::from_project(
+            &project,
+            bdk_github::GithubOptions::default().with_secrets(secrets),
+        )
+        .unwrap();
+        let host = bdk_testkit::host_over(project, &dir.path().join("state"), |b| {
+            b.extension(std::sync::Arc::new(github))
+        })
+        .await;
+        let agent = Agent {
+            dir,
+            host,
+            diagnostics,
+        };
+        let base = serve(vec![agent.mount(None)], config).await;
+        let http = client();
+        let deliver = |id: &str, extra: Option<(&str, &str)>| {
+            let mut req = http
+                .post(format!("{base}/v1/webhooks/github"))
+                .header("content-type", "application/json")
+                .header("x-github-event", "pull_request")
+                .header("x-github-delivery", id)
+                .header("x-hub-signature-256", &signature)
+                .body(body.clone());
+            if let Some((name, value)) = extra {
+                req = req.header(name, value);
+            }
+            req.send()
+        };
+        let refusals = [
+            ("x-forwarded-for", "203.0.113.9"),
+            ("forwarded", "for=203.0.113.9"),
+            ("via", "1.1 relay.example"),
+            ("x-real-ip", "203.0.113.9"),
+            ("x-forwarded-host", "hooks.example"),
+            ("host", "evil.example:80"),
+        ];
+        for (n, (name, value)) in refusals.iter().enumerate() {
+            let id = format!("dlv-proxied-{n}");
+            let refused = expect_error(
+                deliver(&id, Some((name, value))).await.unwrap(),
+                401,
+                "unauthorized",
+            )
+            .await;
+            let message = refused["message"].as_str().unwrap();
+            assert!(
+                message.contains("direct loopback clients only"),
+                "{name}: {refused}"
+            );
+            // Refused before the pack saw it: the delivery id is not claimed.
+            assert_eq!(
+                agent
+                    .host
+                    .store()
+                    .kv_get(bdk_github::DELIVERIES_NAMESPACE, &format!("github/{id}"))
+                    .await
+                    .unwrap(),
+                None,
+                "{name}"
+            );
+        }
+        let accepted = deliver("dlv-direct", None).await.unwrap();
+        assert_eq!(accepted.status().as_u16(), 202);
+        let answer: serde_json::Value = accepted.json().await.unwrap();
+        assert_eq!(answer["deliveries"][0]["outcome"], "accepted", "{answer}");
+        assert_eq!(answer["deliveries"][0]["created"], true, "{answer}");
+    }
+}

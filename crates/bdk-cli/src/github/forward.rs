@@ -47,6 +47,16 @@ const CONNECTION_HEADERS: &[&str] = &[
     "accept-encoding",
 ];
 
+/// True for a header a proxy adds (`Forwarded`, `Via`, `X-Real-IP`, any
+/// `X-Forwarded-*`; `name` lower-cased). The proxies in front of a relay
+/// add them on GitHub's way to it (smee.io's send `X-Forwarded-For` and
+/// `X-Forwarded-Proto`): they describe hops before the relay, not the
+/// delivery, and the local server's fan-out route, local only, refuses a
+/// request that carries one as relayed from elsewhere.
+fn is_proxy_header(name: &str) -> bool {
+    matches!(name, "forwarded" | "via" | "x-real-ip") || name.starts_with("x-forwarded-")
+}
+
 /// Runs `bdk github forward` until Ctrl-C or SIGTERM.
 pub(super) async fn run(args: ForwardArgs) -> Result<(), Exit> {
     let relay = match reqwest::Url::parse(&args.relay) {
@@ -197,7 +207,9 @@ fn relayed(data: &str) -> Result<Relayed, String> {
         .iter()
         .filter(|(name, _)| {
             let name = name.to_ascii_lowercase();
-            !NOT_HEADERS.contains(&name.as_str()) && !CONNECTION_HEADERS.contains(&name.as_str())
+            !NOT_HEADERS.contains(&name.as_str())
+                && !CONNECTION_HEADERS.contains(&name.as_str())
+                && !is_proxy_header(&name)
         })
         .filter_map(|(name, value)| {
             let text = value.get();
@@ -280,7 +292,10 @@ mod tests {
 
     #[test]
     fn a_relay_event_gives_the_headers_and_the_body_text_as_written() {
-        let data = r#"{"host":"smee.io","content-length":"31","x-github-event":"issues","x-github-delivery":"d-1","x-hub-signature-256":"sha256=ab","content-type":"application/json","connection":"close","body":{"zeta":1,"action":"opened"},"query":{},"timestamp":1700000000000}"#;
+        // The relay's own hops (smee.io's front end adds the proxy headers)
+        // are dropped with its connection headers: issue 43 made the local
+        // fan-out route refuse proxied requests.
+        let data = r#"{"host":"smee.io","content-length":"31","x-github-event":"issues","x-github-delivery":"d-1","x-hub-signature-256":"sha256=ab","content-type":"application/json","connection":"close","x-forwarded-for":"140.82.115.251:19749","X-Forwarded-Proto":"https","via":"1.1 vegur","forwarded":"for=140.82.115.251","x-real-ip":"140.82.115.251","body":{"zeta":1,"action":"opened"},"query":{},"timestamp":1700000000000}"#;
         let delivery = relayed(data).unwrap();
         assert_eq!(delivery.body, r#"{"zeta":1,"action":"opened"}"#);
         assert_eq!(
