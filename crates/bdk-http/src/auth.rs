@@ -139,7 +139,6 @@ fn admit(
     uri: &axum::http::Uri,
     peer: Option<SocketAddr>,
 ) -> Result<Caller, ApiError> {
-    let loopback_peer = peer.is_some_and(|p| is_loopback(p.ip()));
     match &shared.auth {
         Policy::LocalDevStrict => {
             let refused = |message: String| ApiError::new(ErrorCode::Unauthorized, message);
@@ -183,7 +182,12 @@ fn admit(
                 .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "the token is not valid"))?;
             Ok(Caller {
                 principal: principal.to_owned(),
-                sees_all: shared.dev && loopback_peer,
+                // Seeing every session is for the developer at this
+                // machine, judged by the same rule as the local-only
+                // policy: a reverse proxy on this machine is a loopback
+                // peer too, and would otherwise give it to every remote
+                // token holder.
+                sees_all: shared.dev && check_local(headers, uri, peer).is_ok(),
             })
         }
         Policy::Anonymous => Ok(Caller {

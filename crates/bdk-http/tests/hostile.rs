@@ -586,3 +586,56 @@ async fn the_github_fan_out_is_local_only_whatever_the_policy() {
         assert_eq!(answer["deliveries"][0]["created"], true, "{answer}");
     }
 }
+
+/// Like the fan-out route of issue 43, item 6, `--dev`'s "loopback callers
+/// see every session" judged the peer alone under bearer auth: behind a
+/// reverse proxy on the same machine, every remote token holder saw every
+/// session. It takes the local-only rule now.
+#[tokio::test]
+async fn dev_mode_sees_every_session_only_for_direct_local_bearer_callers() {
+    let s = single(Config {
+        dev: true,
+        ..two_principals()
+    })
+    .await;
+    let (http, base) = (&s.http, s.base.as_str());
+    let alices = expect_ok(
+        http.post(format!("{base}/v1/session"))
+            .bearer_auth("alice-secret-token")
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let id = alices["sessionId"].as_str().unwrap();
+    let bob_lists = |extra: Option<(&str, &str)>| {
+        let mut req = http
+            .get(format!("{base}/v1/sessions"))
+            .bearer_auth("bob-secret-token");
+        if let Some((name, value)) = extra {
+            req = req.header(name, value);
+        }
+        req.send()
+    };
+    let listed = |list: &serde_json::Value| {
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["sessionId"] == id)
+    };
+    let direct = expect_ok(bob_lists(None).await.unwrap()).await;
+    assert!(
+        listed(&direct),
+        "a direct local caller sees every session: {direct}"
+    );
+    for header in [
+        ("x-forwarded-for", "203.0.113.9"),
+        ("via", "1.1 proxy.example"),
+        ("host", "agents.example"),
+    ] {
+        let proxied = expect_ok(bob_lists(Some(header)).await.unwrap()).await;
+        assert!(!listed(&proxied), "{header:?}: {proxied}");
+    }
+}
