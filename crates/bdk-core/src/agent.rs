@@ -285,6 +285,8 @@ pub struct TurnEnv {
     pub session: SessionInfo,
     /// The workspace tools work in.
     pub workspace_dir: std::path::PathBuf,
+    /// The host's way into the trees tools write (see [`ToolContext::trees`]).
+    pub trees: crate::workspace::trees::Trees,
     /// The agent's state root.
     pub state_root: std::path::PathBuf,
     /// Writes are stubbed.
@@ -991,6 +993,7 @@ impl Run<'_> {
             call_id: call_id.to_owned(),
             session: env.session.clone(),
             workspace_dir: env.workspace_dir.clone(),
+            trees: env.trees.clone(),
             state_root: env.state_root.clone(),
             now: env.as_of.unwrap_or_else(|| env.clock.now()),
             as_of_pinned: env.as_of.is_some(),

@@ -137,6 +137,10 @@ struct Inner {
     /// The specs of the Rust result gates given to the builder (the root
     /// agent's gates also hold the agent's `gates/` programs).
     native_gates: Vec<crate::gate::GateSpec>,
+    /// The trees the host's tools write (workspaces, tool-call dirs): every
+    /// file operation the host does in them goes through here, bounded per
+    /// tree.
+    trees: crate::workspace::trees::Trees,
 }
 
 impl Inner {

@@ -73,6 +73,7 @@ fn ctx(workspace: &Path, services: Option<Arc<TestServices>>) -> ToolContext {
             principal: None,
         },
         workspace_dir: workspace.to_path_buf(),
+        trees: Default::default(),
         state_root: workspace.join("../state"),
         now: Utc::now(),
         as_of_pinned: false,

@@ -51,6 +51,7 @@ fn ctx(cancel: CancellationToken) -> ToolContext {
             principal: None,
         },
         workspace_dir: PathBuf::from("."),
+        trees: Default::default(),
         state_root: PathBuf::from("."),
         now: chrono::Utc::now(),
         as_of_pinned: false,

@@ -31,6 +31,7 @@ fn ctx(workspace: &Path) -> ToolContext {
             principal: Some("alice".to_owned()),
         },
         workspace_dir: workspace.to_path_buf(),
+        trees: Default::default(),
         state_root: workspace.join("state"),
         now: Utc.with_ymd_and_hms(2026, 3, 4, 5, 6, 7).unwrap(),
         as_of_pinned: true,

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bdk_core::Project;
 use bdk_core::project::{AgentConfig, SandboxFile, Skill, SkillForm, ToolManifest, ToolRunner};
 use bdk_core::tool::{Effect, Execution, ToolSpec};
-use bdk_core::workspace::{self, WorkspaceError};
+use bdk_core::workspace::{self, Rel, Tree, TreeRoot, Trees, WorkspaceError};
 use serde_json::json;
 
 fn check_rejected(root: &Path, rel: &str) {
@@ -64,7 +65,21 @@ fn resolve_accepts_relative_paths_and_normalizes_them() {
 }
 
 #[test]
-fn resolve_rejects_symlinks_that_point_outside() {
+fn resolve_looks_at_no_file() {
+    // Where a path leads on disk is judged when it is opened beneath the
+    // root (the tree's own tests); the front door is lexical only.
+    let outside = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::os::unix::fs::symlink(outside.path(), root.join("out")).unwrap();
+    assert_eq!(
+        workspace::resolve(root, "out/secret").unwrap(),
+        root.join("out/secret")
+    );
+}
+
+#[test]
+fn opening_refuses_symlinks_that_point_outside() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret"), "x").unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -73,19 +88,32 @@ fn resolve_rejects_symlinks_that_point_outside() {
     std::os::unix::fs::symlink(outside.path().join("secret"), root.join("secret-link")).unwrap();
     // Dangling: a write through it would create a file outside.
     std::os::unix::fs::symlink(outside.path().join("new-file"), root.join("dangling")).unwrap();
-    check_rejected(root, "out");
-    check_rejected(root, "out/secret");
-    check_rejected(root, "out/new/file.txt");
-    check_rejected(root, "secret-link");
-    check_rejected(root, "dangling");
+    let tree = Tree::open(root, None).unwrap();
+    let rel = |s: &str| Rel::parse(s).unwrap();
+    let escapes = |r: Result<(), WorkspaceError>| matches!(r, Err(WorkspaceError::Escapes { .. }));
+    assert!(escapes(tree.check_beneath(&rel("out"))));
+    assert!(escapes(tree.read(&rel("out/secret"), 10).map(|_| ())));
+    assert!(escapes(tree.write(&rel("out/new/file.txt"), b"x")));
+    assert!(escapes(tree.read(&rel("secret-link"), 10).map(|_| ())));
+    assert!(escapes(tree.write(&rel("dangling"), b"x")));
+    assert!(!outside.path().join("new-file").exists());
 
-    // Links that stay inside are fine.
+    // Relative links that stay inside are followed; an absolute link is
+    // refused even when it names a place inside (the kernel resolves
+    // beneath the root, where `/` is out of reach).
     std::fs::create_dir(root.join("real")).unwrap();
-    std::os::unix::fs::symlink(root.join("real"), root.join("alias")).unwrap();
+    std::os::unix::fs::symlink("real", root.join("alias")).unwrap();
+    std::os::unix::fs::symlink(root.join("real"), root.join("absolute")).unwrap();
+    assert!(escapes(tree.write(&rel("absolute/f"), b"x")));
+    tree.write(&rel("alias/f"), b"through the alias").unwrap();
     assert_eq!(
-        workspace::resolve(root, "alias/f").unwrap(),
-        root.join("alias/f")
+        std::fs::read_to_string(root.join("real/f")).unwrap(),
+        "through the alias"
     );
+}
+
+fn tree_root(root: &Path) -> TreeRoot {
+    Trees::new().root(root)
 }
 
 #[tokio::test]
@@ -95,7 +123,9 @@ async fn write_files_writes_all_or_nothing() {
     let mut files = BTreeMap::new();
     files.insert("a.txt".to_owned(), "A".to_owned());
     files.insert("deep/er/b.txt".to_owned(), "B".to_owned());
-    workspace::write_files(root, &files).await.unwrap();
+    workspace::write_files(&tree_root(root), &files)
+        .await
+        .unwrap();
     assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "A");
     assert_eq!(
         std::fs::read_to_string(root.join("deep/er/b.txt")).unwrap(),
@@ -106,7 +136,9 @@ async fn write_files_writes_all_or_nothing() {
     bad.insert("c.txt".to_owned(), "C".to_owned());
     bad.insert("../escape.txt".to_owned(), "X".to_owned());
     bad.insert("z.txt".to_owned(), "Z".to_owned());
-    let err = workspace::write_files(root, &bad).await.unwrap_err();
+    let err = workspace::write_files(&tree_root(root), &bad)
+        .await
+        .unwrap_err();
     assert!(matches!(err, WorkspaceError::Escapes { .. }), "{err:?}");
     assert!(!root.join("c.txt").exists());
     assert!(!root.join("z.txt").exists());
@@ -127,7 +159,7 @@ fn spec(name: &str, effect: Effect, execution: Execution) -> ToolSpec {
     }
 }
 
-fn project(agent_dir: &Path) -> Project {
+fn project(agent_dir: &Path) -> Arc<Project> {
     let tools_dir = agent_dir.join("tools");
     std::fs::create_dir_all(&tools_dir).unwrap();
     std::fs::write(
@@ -143,7 +175,7 @@ fn project(agent_dir: &Path) -> Project {
 
     let mut skill_files = BTreeMap::new();
     skill_files.insert("references/guide.md".to_owned(), b"guide".to_vec());
-    Project {
+    Arc::new(Project {
         root: agent_dir.parent().unwrap().to_path_buf(),
         agent_dir: agent_dir.to_path_buf(),
         name: "demo".to_owned(),
@@ -212,7 +244,7 @@ fn project(agent_dir: &Path) -> Project {
         evals_dir: None,
         experiments: Vec::new(),
         resources: Default::default(),
-    }
+    })
 }
 
 fn read(root: &Path, rel: &str) -> String {
@@ -242,7 +274,11 @@ async fn materialize_seeds_a_new_workspace() {
     let ws_dir = tempfile::tempdir().unwrap();
     let root = ws_dir.path().join("ws");
 
-    assert!(workspace::materialize(&root, &project).await.unwrap());
+    assert!(
+        workspace::materialize(&tree_root(&root), &project)
+            .await
+            .unwrap()
+    );
 
     let skill = read(&root, ".bdk/skills/research/SKILL.md");
     assert_eq!(
@@ -305,11 +341,19 @@ async fn materialize_runs_once_and_keeps_session_edits() {
     let ws_dir = tempfile::tempdir().unwrap();
     let root = ws_dir.path();
 
-    assert!(workspace::materialize(root, &project).await.unwrap());
+    assert!(
+        workspace::materialize(&tree_root(root), &project)
+            .await
+            .unwrap()
+    );
     std::fs::write(root.join("docs/readme.md"), "edited by the session").unwrap();
     std::fs::remove_file(root.join(".bdk/skills/research/SKILL.md")).unwrap();
 
-    assert!(!workspace::materialize(root, &project).await.unwrap());
+    assert!(
+        !workspace::materialize(&tree_root(root), &project)
+            .await
+            .unwrap()
+    );
     assert_eq!(read(root, "docs/readme.md"), "edited by the session");
     assert!(!root.join(".bdk/skills/research/SKILL.md").exists());
 }
@@ -317,14 +361,17 @@ async fn materialize_runs_once_and_keeps_session_edits() {
 #[tokio::test]
 async fn materialize_refuses_seed_paths_outside_the_workspace() {
     let project_dir = tempfile::tempdir().unwrap();
-    let mut project = project(&project_dir.path().join("agent"));
+    let mut project = Arc::unwrap_or_clone(project(&project_dir.path().join("agent")));
     project.sandbox_files.push(SandboxFile {
         workspace_path: "../outside.md".to_owned(),
         source: project.agent_dir.join("sandbox/workspace/docs/readme.md"),
     });
     let ws_dir = tempfile::tempdir().unwrap();
     let root = ws_dir.path().join("ws");
-    let err = workspace::materialize(&root, &project).await.unwrap_err();
+    let project = Arc::new(project);
+    let err = workspace::materialize(&tree_root(&root), &project)
+        .await
+        .unwrap_err();
     assert!(matches!(err, WorkspaceError::Escapes { .. }), "{err:?}");
     // Nothing was written, and no marker: a fixed project can still seed it.
     assert!(!root.join(".bdk").exists());
@@ -334,13 +381,14 @@ async fn materialize_refuses_seed_paths_outside_the_workspace() {
 #[tokio::test]
 async fn materialize_without_agent_tools_writes_no_catalog() {
     let project_dir = tempfile::tempdir().unwrap();
-    let mut project = project(&project_dir.path().join("agent"));
+    let mut project = Arc::unwrap_or_clone(project(&project_dir.path().join("agent")));
     project
         .tools
         .retain(|t| !matches!(t.runner, ToolRunner::Script { .. }));
+    let project = Arc::new(project);
     let ws_dir = tempfile::tempdir().unwrap();
     assert!(
-        workspace::materialize(ws_dir.path(), &project)
+        workspace::materialize(&tree_root(ws_dir.path()), &project)
             .await
             .unwrap()
     );

@@ -165,6 +165,17 @@ impl Host {
         &self.inner.store
     }
 
+    /// The trees the host's tools write: open a session workspace through
+    /// `trees().root(store().workspace_dir(id))`, never by path.
+    pub fn trees(&self) -> &crate::workspace::Trees {
+        &self.inner.trees
+    }
+
+    /// A session's workspace, as a tree.
+    pub fn workspace(&self, id: &bdk_events::SessionId) -> crate::workspace::TreeRoot {
+        self.inner.trees.root(self.inner.store.workspace_dir(id))
+    }
+
     /// Specs of the tools callable on the host, sorted by name.
     pub fn tools(&self) -> Vec<ToolSpec> {
         self.current_tools()

@@ -78,7 +78,7 @@ impl Host {
             extra: Value::Null,
         };
         self.inner.store.create_session(record.clone()).await?;
-        let workspace = self.inner.store.workspace_dir(&id);
+        let workspace = self.workspace(&id);
         if let Err(e) = workspace::materialize(&workspace, &project).await {
             tracing::warn!(session_id = %id, error = %e, "failed to prepare the session workspace");
         }
@@ -199,8 +199,9 @@ impl Host {
         }
         // Bad input is refused before anything is accepted: the token only
         // rotates for a send that will run.
-        let workspace = self.inner.store.workspace_dir(id);
+        let workspace = self.workspace(id);
         workspace::check_files(&workspace, &opts.workspace_files)
+            .await
             .map_err(|e| HostError::InvalidRequest(e.to_string()))?;
         // Opaque HTTP tokens rotate on every accepted send, as a
         // compare-and-swap so that of two racing sends with one token exactly

@@ -284,6 +284,7 @@ impl HostBuilder {
             coordination: self.coordination,
             coordination_wait: self.coordination_wait,
             native_gates,
+            trees: crate::workspace::trees::Trees::new(),
         });
         let host = Host { inner };
         let controls = host.join_cluster().await?;

@@ -162,18 +162,12 @@ impl Host {
             }
             Effect::Read => None,
         };
-        let workspace = self.inner.store.workspace_dir(&id);
+        let workspace = self.workspace(&id);
         let mut scratch = None;
         if let Err(e) = workspace::materialize(&workspace, &self.project()).await {
             match spec.effect {
                 Effect::Write => return Err(HostError::WorkspaceUnavailable(e.to_string())),
-                Effect::Read => {
-                    let dir = self.inner.store.tool_call_dir(&call_id)?;
-                    tokio::fs::create_dir_all(&dir)
-                        .await
-                        .map_err(|e| HostError::WorkspaceUnavailable(e.to_string()))?;
-                    scratch = Some(dir);
-                }
+                Effect::Read => scratch = Some(self.scratch_workspace(&call_id).await?),
             }
         }
         let approved_by = approver(&spec, &call);
@@ -219,7 +213,11 @@ impl Host {
                 mode: record.mode,
                 principal: record.principal.clone(),
             },
-            workspace_dir: scratch.clone().unwrap_or(workspace),
+            workspace_dir: scratch
+                .as_ref()
+                .map_or_else(|| workspace.path(), |s| s.path())
+                .to_path_buf(),
+            trees: self.inner.trees.clone(),
             state_root: self.inner.store.state_root(),
             now: record.as_of.unwrap_or_else(|| self.clock().now()),
             as_of_pinned: record.as_of.is_some(),
@@ -256,7 +254,7 @@ impl Host {
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let scratch_workspace = scratch.is_some();
         if let Some(dir) = scratch {
-            let _ = tokio::fs::remove_dir_all(dir).await;
+            remove_scratch(&dir, &call_id).await;
         }
         self.record(
             &id,
@@ -293,16 +291,26 @@ impl Host {
         })
     }
 
+    /// A direct call's own scratch workspace, `tool-calls/<callId>/`:
+    /// created (and given to the trees' owner) through the call's tree.
+    async fn scratch_workspace(&self, call_id: &str) -> HostResult<workspace::TreeRoot> {
+        let dir = self
+            .inner
+            .trees
+            .root(self.inner.store.tool_call_dir(call_id)?);
+        dir.create(|_| Ok(()))
+            .await
+            .map_err(|e| HostError::WorkspaceUnavailable(e.to_string()))?;
+        Ok(dir)
+    }
+
     pub(super) async fn call_unbound(
         &self,
         entry: &ToolEntry,
         call: DirectCall,
         call_id: String,
     ) -> HostResult<DirectOutcome> {
-        let dir = self.inner.store.tool_call_dir(&call_id)?;
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| HostError::WorkspaceUnavailable(e.to_string()))?;
+        let dir = self.scratch_workspace(&call_id).await?;
         let (channel, principal) = match call
             .continuation_token
             .as_deref()
@@ -327,7 +335,8 @@ impl Host {
                 mode: SessionMode::Chat,
                 principal: principal.clone(),
             },
-            workspace_dir: dir.clone(),
+            workspace_dir: dir.path().to_path_buf(),
+            trees: self.inner.trees.clone(),
             state_root: self.inner.store.state_root(),
             now: self.clock().now(),
             as_of_pinned: false,
@@ -348,9 +357,7 @@ impl Host {
         let started = Instant::now();
         let out = agent::call_with_timeout(&entry.tool, call.input, ctx, timeout).await;
         let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
-            tracing::warn!(call_id = %call_id, error = %e, "failed to remove a scratch workspace");
-        }
+        remove_scratch(&dir, &call_id).await;
         Ok(DirectOutcome {
             tool_name: call.name,
             call_id,
@@ -362,5 +369,12 @@ impl Host {
             session_id: None,
             approved_by,
         })
+    }
+}
+
+/// Removes a direct call's scratch workspace once the call is over.
+async fn remove_scratch(dir: &workspace::TreeRoot, call_id: &str) {
+    if let Err(e) = dir.remove().await {
+        tracing::warn!(call_id = %call_id, error = %e, "failed to remove a scratch workspace");
     }
 }

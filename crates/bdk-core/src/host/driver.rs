@@ -429,6 +429,7 @@ impl Host {
                 principal: record.principal.clone(),
             },
             workspace_dir: self.inner.store.workspace_dir(id),
+            trees: self.inner.trees.clone(),
             state_root: self.inner.store.state_root(),
             dry_run: record.dry_run,
             as_of: record.as_of,

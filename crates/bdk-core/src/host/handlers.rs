@@ -68,6 +68,7 @@ impl Host {
                 Some(id) => self.inner.store.workspace_dir(id),
                 None => state_root.join("tmp").join(&call_id),
             },
+            trees: self.inner.trees.clone(),
             state_root: state_root.clone(),
             now,
             as_of_pinned: false,

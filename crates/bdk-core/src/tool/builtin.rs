@@ -3,11 +3,15 @@
 //! of `task` (which the agent loop executes itself, since running a subagent
 //! is a turn, not a tool body).
 //!
-//! Every path a built-in receives is confined to the call's workspace through
-//! [`crate::workspace::resolve`]; paths in results are workspace-relative and
-//! `/`-separated, so the model can pass them straight back.
+//! Every path a built-in receives is checked by the workspace's front door
+//! ([`crate::workspace::Rel`]) and then opened beneath the workspace's
+//! handle ([`crate::workspace::Tree`], through the call's
+//! [`ToolContext::trees`]): a symlink a tool swaps in cannot lead a read or a
+//! write out of the workspace, and FIFOs, sockets and devices are refused
+//! by name. Paths in results are workspace-relative and `/`-separated, so
+//! the model can pass them straight back.
 
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,13 +20,12 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::io::AsyncReadExt;
 
 use crate::containment::{Containment, Grants};
 use crate::process::{self, ProcessEnd, ProcessSpec};
 use crate::tool::subprocess;
 use crate::tool::{Effect, NewArtifact, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
-use crate::workspace::{self, WorkspaceError};
+use crate::workspace::{Folder, Kind, Rel, TreeRoot, WorkspaceError};
 
 /// `read_file` returns at most this many bytes of text per call.
 pub const READ_FILE_CAP_BYTES: usize = 256 * 1024;
@@ -172,9 +175,23 @@ fn parse_input<T: DeserializeOwned>(input: Value) -> Result<T, ToolOutput> {
     serde_json::from_value(input).map_err(|e| ToolOutput::error(format!("invalid input: {e}")))
 }
 
-/// Resolves a model-supplied path, turning a refusal into the tool's error.
-fn confine(ctx: &ToolContext, rel: &str) -> Result<PathBuf, ToolOutput> {
-    workspace::resolve(&ctx.workspace_dir, rel).map_err(|e| ToolOutput::error(e.to_string()))
+/// Checks a model-supplied path, turning a refusal into the tool's error.
+fn confine(rel: &str) -> Result<Rel, ToolOutput> {
+    Rel::parse(rel).map_err(|e| ToolOutput::error(e.to_string()))
+}
+
+/// The call's workspace, as a tree.
+fn workspace(ctx: &ToolContext) -> TreeRoot {
+    ctx.trees.root(&ctx.workspace_dir)
+}
+
+/// A workspace error as the tool's error, phrased with the path the model
+/// gave.
+fn ws_error(rel: &str, e: WorkspaceError) -> ToolOutput {
+    match e {
+        WorkspaceError::Io { action, source, .. } => fs_error(action, rel, &source),
+        other => ToolOutput::error(other.to_string()),
+    }
 }
 
 /// A file-system error phrased with the workspace-relative path, so the
@@ -185,17 +202,6 @@ fn fs_error(action: &str, rel: &str, e: &io::Error) -> ToolOutput {
         io::ErrorKind::IsADirectory => ToolOutput::error(format!("{rel} is a directory")),
         _ => ToolOutput::error(format!("failed to {action} {rel}: {e}")),
     }
-}
-
-/// Fails unless `path` is an existing regular file (or a link to one).
-async fn require_file(path: &Path, rel: &str) -> Result<std::fs::Metadata, ToolOutput> {
-    let meta = tokio::fs::metadata(path)
-        .await
-        .map_err(|e| fs_error("read", rel, &e))?;
-    if meta.is_dir() {
-        return Err(ToolOutput::error(format!("{rel} is a directory")));
-    }
-    Ok(meta)
 }
 
 /// Turns a `Result` whose both arms are outputs into the output.
@@ -262,14 +268,58 @@ async fn read_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOu
     if limit == 0 {
         return Err(ToolOutput::error("limit must be at least 1"));
     }
-    let path = confine(ctx, &input.path)?;
-    require_file(&path, &input.path).await?;
-    let mut file = tokio::fs::File::open(&path)
+    let rel = confine(&input.path)?;
+    let given = input.path.clone();
+    let (out, note) = workspace(ctx)
+        .open(move |tree| {
+            let (file, _) = tree.open_file(&rel)?;
+            read_lines(file, first, limit)
+                .map_err(|e| WorkspaceError::io("read", &tree.root().join(rel.normalized()), e))
+        })
         .await
-        .map_err(|e| fs_error("read", &input.path, &e))?;
+        .map_err(|e| ws_error(&given, e))?;
 
-    // Stream the file in chunks, counting lines, so neither a huge file nor a
-    // huge single line is held in memory beyond the output cap.
+    let mut text = match String::from_utf8(out) {
+        Ok(text) => text,
+        // A cut inside a multi-byte character leaves an incomplete sequence
+        // at the very end; anything else is not text.
+        Err(e) if note.is_some() && e.utf8_error().error_len().is_none() => {
+            let valid = e.utf8_error().valid_up_to();
+            let mut bytes = e.into_bytes();
+            bytes.truncate(valid);
+            String::from_utf8(bytes)
+                .map_err(|_| ToolOutput::error(format!("{} is not UTF-8 text", input.path)))?
+        }
+        Err(_) => {
+            return Err(ToolOutput::error(format!(
+                "{} is not UTF-8 text",
+                input.path
+            )));
+        }
+    };
+    if text.is_empty() && first > 1 && note.is_none() {
+        return Ok(ToolOutput::ok(format!(
+            "[the file has fewer than {first} lines]"
+        )));
+    }
+    if let Some(note) = note {
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&note);
+    }
+    Ok(ToolOutput::ok(text))
+}
+
+/// Lines `first..first + limit` of `file` (counting from 1), cut at
+/// [`READ_FILE_CAP_BYTES`], and the note saying where to continue when cut.
+/// Streams the file in chunks, counting lines, so neither a huge file nor a
+/// huge single line is held in memory beyond the output cap.
+fn read_lines(
+    mut file: impl Read,
+    first: u64,
+    limit: u64,
+) -> io::Result<(Vec<u8>, Option<String>)> {
     let end = first.saturating_add(limit);
     let mut line: u64 = 1;
     let mut out: Vec<u8> = Vec::new();
@@ -277,10 +327,7 @@ async fn read_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOu
     let mut note: Option<String> = None;
     let mut buf = vec![0u8; 64 * 1024];
     'read: loop {
-        let n = file
-            .read(&mut buf)
-            .await
-            .map_err(|e| fs_error("read", &input.path, &e))?;
+        let n = file.read(&mut buf)?;
         if n == 0 {
             break;
         }
@@ -321,37 +368,7 @@ async fn read_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOu
             chunk = rest;
         }
     }
-
-    let mut text = match String::from_utf8(out) {
-        Ok(text) => text,
-        // A cut inside a multi-byte character leaves an incomplete sequence
-        // at the very end; anything else is not text.
-        Err(e) if note.is_some() && e.utf8_error().error_len().is_none() => {
-            let valid = e.utf8_error().valid_up_to();
-            let mut bytes = e.into_bytes();
-            bytes.truncate(valid);
-            String::from_utf8(bytes)
-                .map_err(|_| ToolOutput::error(format!("{} is not UTF-8 text", input.path)))?
-        }
-        Err(_) => {
-            return Err(ToolOutput::error(format!(
-                "{} is not UTF-8 text",
-                input.path
-            )));
-        }
-    };
-    if text.is_empty() && first > 1 && note.is_none() {
-        return Ok(ToolOutput::ok(format!(
-            "[the file has fewer than {first} lines]"
-        )));
-    }
-    if let Some(note) = note {
-        if !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(&note);
-    }
-    Ok(ToolOutput::ok(text))
+    Ok((out, note))
 }
 
 // --------------------------------------------------------------- write_file
@@ -402,20 +419,14 @@ impl Tool for WriteFile {
 
 async fn write_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
     let input: WriteFileInput = parse_input(input)?;
-    let path = confine(ctx, &input.path)?;
-    write_text(&path, &input.path, &input.content).await?;
-    Ok(ToolOutput::ok(
-        json!({"path": input.path, "bytes": input.content.len()}),
-    ))
-}
-
-async fn write_text(path: &Path, rel: &str, content: &str) -> Result<(), ToolOutput> {
-    workspace::write_with_parents(path, content.as_bytes())
+    let rel = confine(&input.path)?;
+    let bytes = input.content.len();
+    let content = input.content.into_bytes();
+    workspace(ctx)
+        .create(move |tree| tree.write(&rel, &content))
         .await
-        .map_err(|e| match e {
-            WorkspaceError::Io { action, source, .. } => fs_error(action, rel, &source),
-            other => ToolOutput::error(other.to_string()),
-        })
+        .map_err(|e| ws_error(&input.path, e))?;
+    Ok(ToolOutput::ok(json!({"path": input.path, "bytes": bytes})))
 }
 
 // ---------------------------------------------------------------- edit_file
@@ -471,17 +482,33 @@ async fn edit_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOu
     if input.old_text.is_empty() {
         return Err(ToolOutput::error("old_text must not be empty"));
     }
-    let path = confine(ctx, &input.path)?;
-    let meta = require_file(&path, &input.path).await?;
-    if meta.len() > EDIT_FILE_MAX_BYTES {
-        return Err(ToolOutput::error(format!(
-            "{} is larger than {EDIT_FILE_MAX_BYTES} bytes; rewrite it with write_file or the shell",
-            input.path
-        )));
-    }
-    let bytes = tokio::fs::read(&path)
+    let rel = confine(&input.path)?;
+    let given = input.path.clone();
+    // Read, edit and write back in one trip to the blocking pool; the write
+    // opens the file beneath the workspace again, whatever happened to the
+    // name in between.
+    let edited = workspace(ctx)
+        .open(move |tree| {
+            let Some(bytes) = tree.read(&rel, EDIT_FILE_MAX_BYTES)? else {
+                return Ok(Err(ToolOutput::error(format!(
+                    "{} is larger than {EDIT_FILE_MAX_BYTES} bytes; rewrite it with write_file or the shell",
+                    input.path
+                ))));
+            };
+            let edited = match edit_text(bytes, &input) {
+                Ok(edited) => edited,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            tree.write(&rel, edited.as_bytes())?;
+            Ok(Ok(edited.len()))
+        })
         .await
-        .map_err(|e| fs_error("read", &input.path, &e))?;
+        .map_err(|e| ws_error(&given, e))??;
+    Ok(ToolOutput::ok(json!({"path": given, "bytes": edited})))
+}
+
+/// The file's text with `old_text` replaced once, or why not.
+fn edit_text(bytes: Vec<u8>, input: &EditFileInput) -> Result<String, ToolOutput> {
     let text = String::from_utf8(bytes)
         .map_err(|_| ToolOutput::error(format!("{} is not UTF-8 text", input.path)))?;
     let count = text.matches(input.old_text.as_str()).count();
@@ -500,11 +527,7 @@ async fn edit_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOu
             )));
         }
     }
-    let edited = text.replacen(input.old_text.as_str(), &input.new_text, 1);
-    write_text(&path, &input.path, &edited).await?;
-    Ok(ToolOutput::ok(
-        json!({"path": input.path, "bytes": edited.len()}),
-    ))
+    Ok(text.replacen(input.old_text.as_str(), &input.new_text, 1))
 }
 
 // --------------------------------------------------------------- list_files
@@ -552,64 +575,48 @@ impl Tool for ListFiles {
 }
 
 /// One directory entry, with the key that orders a listing.
-struct Entry {
+struct Listed {
     /// The file name, plus `/` for directories: sorting siblings by this key
     /// and walking depth-first yields exactly the sorted list of full paths,
     /// so the walk can stop at the cap without reading the rest of the tree.
     key: String,
-    path: PathBuf,
+    name: std::ffi::OsString,
     is_dir: bool,
+}
+
+/// One directory of the walk: the directory open, its entries left, and the
+/// prefix its entries are shown under.
+struct Level {
+    folder: Folder,
+    entries: std::vec::IntoIter<Listed>,
+    prefix: String,
 }
 
 async fn list_files(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
     let input: ListFilesInput = parse_input(input)?;
-    let rel = input.path.unwrap_or_else(|| ".".to_owned());
-    let dir = confine(ctx, &rel)?;
-    let meta = tokio::fs::metadata(&dir)
-        .await
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => ToolOutput::error(format!("no such directory: {rel}")),
-            _ => fs_error("list", &rel, &e),
-        })?;
-    if !meta.is_dir() {
-        return Err(ToolOutput::error(format!("{rel} is not a directory")));
-    }
-    let prefix = crate::project::rel_path(&ctx.workspace_dir, &dir);
-
-    let mut lines: Vec<String> = Vec::new();
-    let mut truncated = false;
-    let mut stack = vec![
-        read_sorted(&dir, prefix.is_empty())
-            .await
-            .map_err(|e| fs_error("list", &rel, &e))?
-            .into_iter(),
-    ];
-    let mut prefixes = vec![prefix];
-    while let (Some(entries), Some(prefix)) = (stack.last_mut(), prefixes.last()) {
-        let Some(entry) = entries.next() else {
-            stack.pop();
-            prefixes.pop();
-            continue;
-        };
-        if lines.len() == LIST_FILES_MAX_ENTRIES {
-            truncated = true;
-            break;
+    let given = input.path.unwrap_or_else(|| ".".to_owned());
+    let rel = confine(&given)?;
+    let shown = given.clone();
+    let walked = workspace(ctx)
+        .open(move |tree| {
+            let folder = tree.dir(&rel)?;
+            let prefix = rel.normalized();
+            let entries = read_sorted(&folder, prefix.is_empty())
+                .map_err(|e| WorkspaceError::io("list", &tree.root().join(&prefix), e))?;
+            Ok(walk(Level {
+                folder,
+                entries: entries.into_iter(),
+                prefix,
+            }))
+        })
+        .await;
+    let (lines, truncated) = walked.map_err(|e| match e.io_kind() {
+        Some(io::ErrorKind::NotFound) => ToolOutput::error(format!("no such directory: {shown}")),
+        Some(io::ErrorKind::NotADirectory) => {
+            ToolOutput::error(format!("{shown} is not a directory"))
         }
-        let shown = if prefix.is_empty() {
-            entry.key.clone()
-        } else {
-            format!("{prefix}/{}", entry.key)
-        };
-        if entry.is_dir {
-            // An unreadable subdirectory is still listed; its contents are
-            // simply not shown.
-            if let Ok(children) = read_sorted(&entry.path, false).await {
-                stack.push(children.into_iter());
-                prefixes.push(shown.trim_end_matches('/').to_owned());
-            }
-        }
-        lines.push(shown);
-    }
+        _ => ws_error(&shown, e),
+    })?;
 
     let mut text = if lines.is_empty() {
         "(no files)".to_owned()
@@ -624,22 +631,62 @@ async fn list_files(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolO
     Ok(ToolOutput::ok(text))
 }
 
-/// A directory's entries sorted by [`Entry::key`]; `.bdk` is left out at the
+/// Walks depth-first from `top`, sorted, up to [`LIST_FILES_MAX_ENTRIES`]
+/// lines; true when it stopped there. A subdirectory is entered only by
+/// name and without following a symlink.
+fn walk(top: Level) -> (Vec<String>, bool) {
+    let mut lines: Vec<String> = Vec::new();
+    let mut stack = vec![top];
+    while let Some(level) = stack.last_mut() {
+        let Some(entry) = level.entries.next() else {
+            stack.pop();
+            continue;
+        };
+        if lines.len() == LIST_FILES_MAX_ENTRIES {
+            return (lines, true);
+        }
+        let shown = if level.prefix.is_empty() {
+            entry.key.clone()
+        } else {
+            format!("{}/{}", level.prefix, entry.key)
+        };
+        // An unreadable subdirectory (or one swapped for a link meanwhile)
+        // is still listed; its contents are simply not shown.
+        let below = entry
+            .is_dir
+            .then(|| level.folder.child(&entry.name).ok())
+            .flatten()
+            .and_then(|folder| {
+                let entries = read_sorted(&folder, false).ok()?;
+                Some(Level {
+                    folder,
+                    entries: entries.into_iter(),
+                    prefix: shown.trim_end_matches('/').to_owned(),
+                })
+            });
+        lines.push(shown);
+        if let Some(below) = below {
+            stack.push(below);
+        }
+    }
+    (lines, false)
+}
+
+/// A directory's entries sorted by [`Listed::key`]; `.bdk` is left out at the
 /// workspace root (it holds the runtime's own seed files). Symlinks are listed
 /// but never followed.
-async fn read_sorted(dir: &Path, at_root: bool) -> io::Result<Vec<Entry>> {
-    let mut reader = tokio::fs::read_dir(dir).await?;
+fn read_sorted(folder: &Folder, at_root: bool) -> io::Result<Vec<Listed>> {
     let mut entries = Vec::new();
-    while let Some(item) = reader.next_entry().await? {
-        let name = item.file_name().to_string_lossy().into_owned();
+    for item in folder.entries()? {
+        let name = item.name.to_string_lossy().into_owned();
         if at_root && name == ".bdk" {
             continue;
         }
-        let is_dir = item.file_type().await?.is_dir();
+        let is_dir = item.kind == Kind::Dir;
         let key = if is_dir { format!("{name}/") } else { name };
-        entries.push(Entry {
+        entries.push(Listed {
             key,
-            path: item.path(),
+            name: item.name,
             is_dir,
         });
     }
@@ -692,19 +739,18 @@ impl Tool for DeleteFile {
 
 async fn delete_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
     let input: DeleteFileInput = parse_input(input)?;
-    let path = confine(ctx, &input.path)?;
-    let meta = tokio::fs::symlink_metadata(&path)
-        .await
-        .map_err(|e| fs_error("delete", &input.path, &e))?;
-    if meta.is_dir() {
-        return Err(ToolOutput::error(format!(
+    let rel = confine(&input.path)?;
+    // A symlink is removed itself, never what it names.
+    let removed = workspace(ctx)
+        .open(move |tree| tree.remove_file(&rel))
+        .await;
+    removed.map_err(|e| match e.io_kind() {
+        Some(io::ErrorKind::IsADirectory) => ToolOutput::error(format!(
             "{} is a directory; delete_file removes files only",
             input.path
-        )));
-    }
-    tokio::fs::remove_file(&path)
-        .await
-        .map_err(|e| fs_error("delete", &input.path, &e))?;
+        )),
+        _ => ws_error(&input.path, e),
+    })?;
     Ok(ToolOutput::ok(json!({"path": input.path, "deleted": true})))
 }
 
@@ -750,7 +796,8 @@ async fn shell(
         .timeout_ms
         .unwrap_or(SHELL_DEFAULT_TIMEOUT_MS)
         .clamp(1, SHELL_MAX_TIMEOUT_MS);
-    tokio::fs::create_dir_all(&ctx.workspace_dir)
+    workspace(ctx)
+        .create(|_| Ok(()))
         .await
         .map_err(|e| ToolOutput::error(format!("failed to create the workspace: {e}")))?;
     let scratch = containment
@@ -956,37 +1003,26 @@ pub(crate) async fn read_artifact_file(
     ctx: &ToolContext,
     rel: &str,
 ) -> Result<ArtifactFile, ToolOutput> {
-    let path = confine(ctx, rel)?;
-    let meta = require_file(&path, rel).await?;
-    if meta.len() > ARTIFACT_MAX_BYTES {
-        return Err(ToolOutput::error(format!(
-            "{rel} is larger than {ARTIFACT_MAX_BYTES} bytes"
-        )));
-    }
-    let bytes = tokio::fs::read(&path)
+    let parsed = confine(rel)?;
+    let name = parsed.file_name().unwrap_or(rel).to_owned();
+    let normalized = parsed.normalized();
+    let bytes = workspace(ctx)
+        .open(move |tree| tree.read(&parsed, ARTIFACT_MAX_BYTES))
         .await
-        .map_err(|e| fs_error("read", rel, &e))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| rel.to_owned());
+        .map_err(|e| ws_error(rel, e))?
+        .ok_or_else(|| {
+            ToolOutput::error(format!("{rel} is larger than {ARTIFACT_MAX_BYTES} bytes"))
+        })?;
     let content_type = guess_content_type(&name);
-    let relative = path
-        .strip_prefix(&ctx.workspace_dir)
-        .ok()
-        .map(|p| {
-            p.components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join("/")
-        })
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| rel.to_owned());
     Ok(ArtifactFile {
         bytes,
         name,
         content_type,
-        path: relative,
+        path: if normalized.is_empty() {
+            rel.to_owned()
+        } else {
+            normalized
+        },
     })
 }
 

@@ -14,7 +14,8 @@
 //! runs in and the [`ToolServices`] the host offers through it, among them
 //! the agent's MCP connections ([`McpHub`], re-exported as [`crate::mcp`])
 //! and the host's extensions. The plain data lives in [`spec`]. Everything
-//! here names only leaves ([`spec`], [`report`], `endpoint::grant`), so the modules that
+//! here names only leaves ([`spec`], [`report`], `endpoint::grant`,
+//! `workspace::trees`), so the modules that
 //! implement
 //! these ports (the host, the endpoint, `bdk-mcp`) depend on tools and never
 //! the other way round.
@@ -30,6 +31,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::grant::EndpointGrant;
+use crate::workspace::trees::Trees;
 
 pub mod builtin;
 pub mod content;
@@ -55,6 +57,11 @@ pub struct ToolContext {
     pub session: SessionInfo,
     /// The workspace directory the call may read and write.
     pub workspace_dir: PathBuf,
+    /// The host's way into the trees tools write: every file operation a
+    /// built-in does in `workspace_dir` goes through `trees.root(..)`, which
+    /// opens beneath the root and bounds the tree's blocking work
+    /// (`Trees::default()` is a registry of the call's own).
+    pub trees: Trees,
     /// The agent's durable state root.
     pub state_root: PathBuf,
     /// "Now" for the tool: the session's `asOf` when pinned, else the clock.

@@ -1,20 +1,17 @@
 //! What every resource reader shares: the read limit, text-or-blob
-//! contents, media types guessed from file names, files read under a root
+//! contents, media types guessed from file names, files read beneath a root
 //! they may not leave, and the JSON-RPC errors of a refused read.
 //!
 //! A leaf: the session resources (`resources.rs`), the agent's declared
 //! ones (`declared.rs`) and prompt attachments (`prompts.rs`) all use it,
 //! and it names none of them.
 
-use std::path::{Path, PathBuf};
-
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use bdk_core::workspace;
+use bdk_core::workspace::{Rel, TreeRoot, WorkspaceError};
 use rmcp::ErrorData;
 use rmcp::model::ResourceContents;
 use serde_json::json;
-use tokio::io::AsyncReadExt;
 
 /// The largest resource a read returns; larger ones are refused with a
 /// pointer to the HTTP API. The same limit bounds what an agent folder may
@@ -62,51 +59,45 @@ impl Refusal {
     }
 }
 
-/// Reads `rel` inside `root`: its bytes and media type (guessed from the
-/// name when the file says nothing, see [`guess_mime`]). Refused: paths the
-/// workspace resolver refuses (climbing out, absolute, NUL, backslashes,
-/// symlinks that lead outside), what is not a regular file, and a file that
-/// turns out to live outside `root` once open.
+/// Reads `rel` inside the tree `root`: its bytes and media type (guessed
+/// from the name when the file says nothing, see [`guess_mime`]). The file
+/// is opened beneath the root's handle (`bdk_core::workspace::Tree`), so a
+/// symlink swapped in at any moment cannot lead the read out. Refused: paths
+/// the workspace's front door refuses (climbing out, absolute, NUL,
+/// backslashes), symlinks that lead outside (absolute, climbing out, magic,
+/// looping), what is not a regular file (a FIFO, socket or device is
+/// named), and files larger than [`MAX_READ_BYTES`].
 pub(crate) async fn read_confined(
-    root: &Path,
+    root: &TreeRoot,
     rel: &str,
     place: &Place,
 ) -> Result<(Vec<u8>, String), Refusal> {
-    let outside = || Refusal::NotFound(format!("the path leads outside {}", place.outside));
-    let path = workspace::resolve(root, rel).map_err(|e| match e {
-        workspace::WorkspaceError::Escapes { .. } => outside(),
-        workspace::WorkspaceError::InvalidPath { reason, .. } => {
-            Refusal::NotFound(format!("invalid path: {reason}"))
-        }
-        other => Refusal::NotFound(other.to_string()),
-    })?;
-    let no_file = || Refusal::NotFound(format!("no such file in {}", place.within));
-    let mut file = match tokio::fs::File::open(&path).await {
-        Ok(file) => file,
-        Err(e) if is_absent(&e) => return Err(no_file()),
-        Err(e) => return Err(Refusal::Io(e)),
-    };
-    if !opened_inside(&file, root) {
-        return Err(outside());
-    }
-    let meta = file.metadata().await.map_err(Refusal::Io)?;
-    if !meta.is_file() {
-        return Err(no_file());
-    }
-    if meta.len() > MAX_READ_BYTES {
-        return Err(Refusal::TooLarge);
-    }
-    let mut bytes = Vec::new();
-    (&mut file)
-        .take(MAX_READ_BYTES + 1)
-        .read_to_end(&mut bytes)
+    let parsed = Rel::parse(rel).map_err(|e| refusal(e, place))?;
+    let bytes = root
+        .open(move |tree| tree.read(&parsed, MAX_READ_BYTES))
         .await
-        .map_err(Refusal::Io)?;
-    if bytes.len() as u64 > MAX_READ_BYTES {
-        return Err(Refusal::TooLarge);
-    }
+        .map_err(|e| refusal(e, place))?
+        .ok_or(Refusal::TooLarge)?;
     let mime = guess_mime(rel, &bytes);
     Ok((bytes, mime))
+}
+
+/// Why a confined read was refused, in the words of `place`.
+fn refusal(e: WorkspaceError, place: &Place) -> Refusal {
+    match e {
+        WorkspaceError::Escapes { .. } => {
+            Refusal::NotFound(format!("the path leads outside {}", place.outside))
+        }
+        WorkspaceError::InvalidPath { reason, .. } => {
+            Refusal::NotFound(format!("invalid path: {reason}"))
+        }
+        e @ WorkspaceError::NotAFile { .. } => Refusal::NotFound(e.to_string()),
+        WorkspaceError::Io { source, .. } if is_absent(&source) => {
+            Refusal::NotFound(format!("no such file in {}", place.within))
+        }
+        WorkspaceError::Io { source, .. } => Refusal::Io(source),
+        other => Refusal::Io(std::io::Error::other(other.to_string())),
+    }
 }
 
 /// The media type of a file named `name`: from its extension, else
@@ -129,25 +120,11 @@ fn is_absent(e: &std::io::Error) -> bool {
     use std::io::ErrorKind;
     matches!(
         e.kind(),
-        ErrorKind::NotFound | ErrorKind::NotADirectory | ErrorKind::PermissionDenied
+        ErrorKind::NotFound
+            | ErrorKind::NotADirectory
+            | ErrorKind::IsADirectory
+            | ErrorKind::PermissionDenied
     )
-}
-
-/// True when the open file lives inside `root`. The resolver checked the
-/// path before it was opened; asking the kernel which file the descriptor
-/// names closes the window in which a link could be swapped in. Where
-/// `/proc` cannot answer, the resolver's check stands.
-fn opened_inside(file: &tokio::fs::File, root: &Path) -> bool {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let link = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
-        if let (Ok(real), Ok(root)) = (std::fs::read_link(&link), root.canonicalize()) {
-            return real.starts_with(root);
-        }
-    }
-    let _ = (file, root);
-    true
 }
 
 /// A resource's contents: text for textual media types holding UTF-8,
@@ -277,8 +254,9 @@ mod tests {
     #[tokio::test]
     async fn confined_reads_name_their_place() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("agent");
-        std::fs::create_dir_all(&root).unwrap();
+        let dir = tmp.path().join("agent");
+        std::fs::create_dir_all(&dir).unwrap();
+        let root = bdk_core::workspace::Trees::new().root(&dir);
         let refused = |r: Result<(Vec<u8>, String), Refusal>| match r {
             Err(Refusal::NotFound(why)) => why,
             other => panic!("{other:?}"),

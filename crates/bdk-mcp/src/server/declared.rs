@@ -7,8 +7,8 @@
 //! call owned by the caller (`Host::call_tool`, as on `/v1/mcp/tools`), so
 //! it meets the same schema validation and exposure rules. The file of a
 //! fixed resource is read on each request under the same confinement as a
-//! workspace file, with the agent folder as its root, so a file swapped
-//! for a symlink after `bdk validate` is still refused.
+//! workspace file (opened beneath the agent folder's handle), so a file
+//! swapped for a symlink after `bdk validate` is still refused.
 
 use bdk_core::host::{CallOrigin, DirectCall, Host, HostError};
 use bdk_core::project::{AgentResource, AgentResourceTemplate, AgentResources};
@@ -72,7 +72,8 @@ pub(crate) async fn read(
     let project = host.project();
     let declared = &project.resources;
     if let Some(r) = declared.resources.iter().find(|r| r.uri == raw) {
-        let (bytes, guessed) = content::read_confined(&project.agent_dir, &r.file, &AGENT_FOLDER)
+        let folder = host.trees().root(&project.agent_dir);
+        let (bytes, guessed) = content::read_confined(&folder, &r.file, &AGENT_FOLDER)
             .await
             .map_err(|refusal| refusal.into_error(raw))?;
         let mime = r.mime_type.clone().unwrap_or(guessed);

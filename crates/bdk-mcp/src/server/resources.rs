@@ -6,15 +6,13 @@
 //! shown to its owner or to a caller that sees every session, as
 //! `GET /v1/artifacts` does. Whatever the caller may not read answers exactly
 //! like what does not exist, `-32002` "resource not found", so ids cannot be
-//! probed. Workspace paths go through `bdk_core::workspace::resolve` (no
-//! climbing out, no symlink that leads outside), and the file actually
-//! opened is checked again, so a link swapped in after that check is caught
-//! too.
-
-use std::path::Path;
+//! probed. Workspace paths pass the workspace's front door
+//! (`bdk_core::workspace::Rel`: no climbing out) and are opened beneath the
+//! workspace's handle (`bdk_core::workspace::Tree`), so no symlink, even one
+//! swapped in at the last moment, leads a read or a listing outside.
 
 use bdk_core::host::{Host, HostError};
-use bdk_core::workspace;
+use bdk_core::workspace::{Kind, Rel, TreeRoot};
 use bdk_events::SessionId;
 use bdk_store::{ArtifactFilter, SessionRecord, StoreError};
 use rmcp::ErrorData;
@@ -119,7 +117,7 @@ pub(crate) async fn read(
             artifact_contents(host, principal, &session, &artifact, raw).await
         }
         ResourceUri::Workspace { session, path } => {
-            let root = host.store().workspace_dir(&session);
+            let root = host.workspace(&session);
             let (bytes, mime) = workspace_file(&root, &path)
                 .await
                 .map_err(|refusal| refusal.into_error(raw))?;
@@ -190,7 +188,10 @@ async fn artifact_contents(
 
 /// Reads `rel` inside the workspace `root`: its bytes and media type,
 /// confined as `content::read_confined` confines every read.
-pub(crate) async fn workspace_file(root: &Path, rel: &str) -> Result<(Vec<u8>, String), Refusal> {
+pub(crate) async fn workspace_file(
+    root: &TreeRoot,
+    rel: &str,
+) -> Result<(Vec<u8>, String), Refusal> {
     content::read_confined(root, rel, &WORKSPACE).await
 }
 
@@ -253,7 +254,7 @@ pub(crate) async fn complete(
             let Some(session) = readable_id(host, principal, session).await? else {
                 return Ok(completion::info([]));
             };
-            let root = host.store().workspace_dir(&session);
+            let root = host.workspace(&session);
             Ok(completion::info(workspace_entries(&root, prefix).await))
         }
         _ => Err(ErrorData::invalid_params(
@@ -269,37 +270,51 @@ pub(crate) async fn complete(
 /// The entries of the folder `prefix` names up to its last `/`, whose names
 /// start with the rest, as paths relative to the workspace (folders end in
 /// `/`), sorted. A prefix the resolver refuses completes to nothing.
-pub(crate) async fn workspace_entries(root: &Path, prefix: &str) -> Vec<String> {
+pub(crate) async fn workspace_entries(root: &TreeRoot, prefix: &str) -> Vec<String> {
     let (folder, stem) = match prefix.rfind('/') {
         Some(i) => (&prefix[..=i], &prefix[i + 1..]),
         None => ("", prefix),
     };
     let dir = if folder.is_empty() {
-        root.to_path_buf()
+        Rel::root()
     } else {
-        match workspace::resolve(root, folder.trim_end_matches('/')) {
+        match Rel::parse(folder.trim_end_matches('/')) {
             Ok(dir) => dir,
             Err(_) => return Vec::new(),
         }
     };
-    let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    while let Ok(Some(entry)) = entries.next_entry().await {
-        let Ok(name) = entry.file_name().into_string() else {
-            continue;
-        };
-        if !completion::matches(&name, stem) {
-            continue;
-        }
-        let is_dir = entry.file_type().await.is_ok_and(|t| t.is_dir());
-        out.push(format!("{folder}{name}{}", if is_dir { "/" } else { "" }));
-        // Enough to fill an answer and know there were more.
-        if out.len() > 4 * CompletionInfo::MAX_VALUES {
-            break;
-        }
-    }
+    let (folder, stem) = (folder.to_owned(), stem.to_owned());
+    // Listed beneath the workspace's handle; an entry is reported as it is
+    // (a symlink to a folder is not shown as one), never followed.
+    let listed = root
+        .open(move |tree| {
+            let entries =
+                tree.dir(&dir)?
+                    .entries()
+                    .map_err(|e| bdk_core::workspace::WorkspaceError::Io {
+                        action: "list",
+                        path: tree.root().to_path_buf(),
+                        source: e,
+                    })?;
+            let mut out = Vec::new();
+            for entry in entries {
+                let Ok(name) = entry.name.into_string() else {
+                    continue;
+                };
+                if !completion::matches(&name, &stem) {
+                    continue;
+                }
+                let slash = if entry.kind == Kind::Dir { "/" } else { "" };
+                out.push(format!("{folder}{name}{slash}"));
+                // Enough to fill an answer and know there were more.
+                if out.len() > 4 * CompletionInfo::MAX_VALUES {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+        .await;
+    let mut out = listed.unwrap_or_default();
     out.sort();
     out
 }
@@ -368,19 +383,29 @@ mod tests {
         }
     }
 
+    fn tree(path: &std::path::Path) -> TreeRoot {
+        bdk_core::workspace::Trees::new().root(path)
+    }
+
     #[tokio::test]
     async fn workspace_reads_stay_inside_the_workspace() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("ws");
-        std::fs::create_dir_all(root.join("notes")).unwrap();
-        std::fs::write(root.join("notes/today.md"), "# Today\n").unwrap();
-        std::fs::write(root.join("image.png"), [0x89, b'P', b'N', b'G', 0xff]).unwrap();
-        std::fs::write(root.join("data"), [0xff, 0xfe]).unwrap();
+        let dir = tmp.path().join("ws");
+        let root = tree(&dir);
+        std::fs::create_dir_all(dir.join("notes")).unwrap();
+        std::fs::write(dir.join("notes/today.md"), "# Today\n").unwrap();
+        std::fs::write(dir.join("image.png"), [0x89, b'P', b'N', b'G', 0xff]).unwrap();
+        std::fs::write(dir.join("data"), [0xff, 0xfe]).unwrap();
         std::fs::write(tmp.path().join("secret.txt"), "secret").unwrap();
-        std::os::unix::fs::symlink(tmp.path().join("secret.txt"), root.join("out")).unwrap();
-        std::os::unix::fs::symlink(tmp.path(), root.join("up")).unwrap();
-        std::os::unix::fs::symlink("notes/today.md", root.join("inside")).unwrap();
-        std::os::unix::fs::symlink("loop", root.join("loop")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("secret.txt"), dir.join("out")).unwrap();
+        std::os::unix::fs::symlink(tmp.path(), dir.join("up")).unwrap();
+        std::os::unix::fs::symlink("notes/today.md", dir.join("inside")).unwrap();
+        std::os::unix::fs::symlink("loop", dir.join("loop")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join("pipe"))
+            .status()
+            .unwrap();
+        assert!(made.success());
 
         let (bytes, mime) = workspace_file(&root, "notes/today.md").await.unwrap();
         assert_eq!(
@@ -413,23 +438,30 @@ mod tests {
             ("notes", "no such file"),
             ("missing.txt", "no such file"),
             ("notes/today.md/x", "no such file"),
+            (
+                "pipe",
+                "pipe is a FIFO (named pipe); only regular files can be read",
+            ),
         ] {
             let got = refused(workspace_file(&root, rel).await);
             assert!(got.contains(why), "{rel:?}: {got}");
         }
         // A workspace that was never created has no files.
-        let got = refused(workspace_file(&tmp.path().join("none"), "a.txt").await);
+        let got = refused(workspace_file(&tree(&tmp.path().join("none")), "a.txt").await);
         assert!(got.contains("no such file"), "{got}");
     }
 
     #[tokio::test]
     async fn completion_lists_workspace_entries_by_prefix() {
         let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("ws");
-        std::fs::create_dir_all(root.join("notes/deep")).unwrap();
-        std::fs::write(root.join("notes/today.md"), "x").unwrap();
-        std::fs::write(root.join("notes/tomorrow.md"), "x").unwrap();
-        std::fs::write(root.join("readme.txt"), "x").unwrap();
+        let dir = tmp.path().join("ws");
+        let root = tree(&dir);
+        std::fs::create_dir_all(dir.join("notes/deep")).unwrap();
+        std::fs::write(dir.join("notes/today.md"), "x").unwrap();
+        std::fs::write(dir.join("notes/tomorrow.md"), "x").unwrap();
+        std::fs::write(dir.join("readme.txt"), "x").unwrap();
+        // A link out is not entered, even when it names a folder.
+        std::os::unix::fs::symlink(tmp.path(), dir.join("notes/up")).unwrap();
         assert_eq!(workspace_entries(&root, "").await, ["notes/", "readme.txt"]);
         assert_eq!(
             workspace_entries(&root, "notes/to").await,
@@ -439,5 +471,7 @@ mod tests {
         assert!(workspace_entries(&root, "../").await.is_empty());
         assert!(workspace_entries(&root, "/etc/").await.is_empty());
         assert!(workspace_entries(&root, "missing/").await.is_empty());
+        assert_eq!(workspace_entries(&root, "notes/u").await, ["notes/up"]);
+        assert!(workspace_entries(&root, "notes/up/").await.is_empty());
     }
 }
