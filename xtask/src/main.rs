@@ -10,14 +10,18 @@
 //!   (`BDK_TEST_DATABASE_URL`, default [`DEFAULT_TEST_DATABASE_URL`]) accepts
 //!   connections, and stops with the fix when it does not; the URL is passed
 //!   to the test step explicitly.
-//! - `cargo xtask lint` runs only the formatting, module-cycle and clippy
-//!   gates.
+//! - `cargo xtask lint` runs only the formatting, module-cycle, tree-fs and
+//!   clippy gates.
 //! - `cargo xtask cycles` prints the import cycles between the module files
 //!   of each crate and fails unless they equal the committed baseline
 //!   `xtask/module-cycles.txt` (see `cycles`); `--update` rewrites the
 //!   baseline from the tree, for when a cycle has been taken apart. The check
 //!   reads source text in-process, so it is instant and runs in `test` and
 //!   `lint` right after formatting.
+//! - `cargo xtask tree-fs` lists the `std::fs`/`tokio::fs` path operations
+//!   in the modules that handle trees a tool can write and fails unless each
+//!   is on the allowlist `xtask/tree-fs-allowlist.txt` with its reason (see
+//!   `treefs`); it runs in `test` and `lint` after the cycle check.
 //! - `cargo xtask bench` builds and runs the benchmark programs in release
 //!   mode (the only release build of the project): the runtime benchmarks of
 //!   `bdk-core`, the HTTP benchmarks of `bdk-cli` (which also time the
@@ -40,6 +44,7 @@ mod cycles;
 #[cfg(test)]
 mod edges;
 mod tally;
+mod treefs;
 
 use std::env;
 use std::ffi::OsString;
@@ -59,10 +64,12 @@ usage: cargo xtask <command>
 commands:
   test             fmt check, module cycles, clippy, tests (nextest when installed),
                    doc tests, rustdoc
-  lint             fmt check, module cycles and clippy only
+  lint             fmt check, module cycles, tree fs and clippy only
   cycles [options] print the import cycles between module files of each crate; fail
                    unless they equal the baseline xtask/module-cycles.txt
       --update     rewrite the baseline from the tree (after removing a cycle)
+  tree-fs          list std::fs/tokio::fs path operations in the modules that handle
+                   trees tools write; fail unless each is in xtask/tree-fs-allowlist.txt
   bench [options]  run the runtime and HTTP benchmarks (release build) and print one JSON
                    report, also saved as bench-report.json in the target directory
       --quick      smaller sample counts, for a fast smoke run of the benchmarks
@@ -81,6 +88,7 @@ fn main() -> ExitCode {
         }
         Task::Lint => run_steps("lint", &lint_steps()),
         Task::Cycles { update } => module_cycles(&workspace_root(), update),
+        Task::TreeFs => tree_fs(&workspace_root(), true),
         Task::Bench(options) => bench(options),
         Task::Help => {
             println!("{USAGE}");
@@ -123,6 +131,11 @@ enum Error {
     CycleScan(cycles::Error),
     /// The module cycles differ from the committed baseline.
     CyclesChanged(Vec<String>),
+    /// The tree-fs check could not read the tree or its allowlist.
+    TreeFsScan(treefs::Error),
+    /// A path operation in a tree-handling module is not allowlisted (or
+    /// an allowlist entry is stale).
+    TreeFs(Vec<String>),
     /// A service the tests need is not there.
     Service { name: &'static str, message: String },
 }
@@ -130,6 +143,12 @@ enum Error {
 impl From<cycles::Error> for Error {
     fn from(err: cycles::Error) -> Self {
         Error::CycleScan(err)
+    }
+}
+
+impl From<treefs::Error> for Error {
+    fn from(err: treefs::Error) -> Self {
+        Error::TreeFsScan(err)
     }
 }
 
@@ -154,6 +173,18 @@ impl fmt::Display for Error {
             }
             Error::Service { name, message } => write!(f, "{name} is not reachable: {message}"),
             Error::CycleScan(err) => write!(f, "module cycle check: {err}"),
+            Error::TreeFsScan(err) => write!(f, "tree-fs check: {err}"),
+            Error::TreeFs(problems) => {
+                write!(
+                    f,
+                    "path operations in modules that handle tool-writable trees (see {}):",
+                    treefs::ALLOWLIST
+                )?;
+                for problem in problems {
+                    write!(f, "\n  {problem}")?;
+                }
+                Ok(())
+            }
             Error::CyclesChanged(problems) => {
                 write!(f, "module cycles differ from {}:", cycles::BASELINE)?;
                 for problem in problems {
@@ -170,6 +201,7 @@ enum Task {
     Test,
     Lint,
     Cycles { update: bool },
+    TreeFs,
     Bench(BenchOptions),
     Help,
 }
@@ -194,6 +226,7 @@ fn parse(args: &[String]) -> Result<Task, Error> {
         "test" => no_options(Task::Test),
         "lint" => no_options(Task::Lint),
         "help" | "--help" | "-h" => no_options(Task::Help),
+        "tree-fs" => no_options(Task::TreeFs),
         "cycles" => match rest {
             [] => Ok(Task::Cycles { update: false }),
             [flag] if flag == "--update" => Ok(Task::Cycles { update: true }),
@@ -294,6 +327,9 @@ fn lint_steps() -> Vec<Step> {
         Step::new("fmt", &["fmt", "--all", "--", "--check"]),
         // Instant, so it goes before the first compiling step.
         Step::in_process("module cycles", &["xtask", "cycles"], module_cycles_step),
+        Step::in_process("tree fs", &["xtask", "tree-fs"], |root| {
+            tree_fs(root, false)
+        }),
         Step::new(
             "clippy",
             &[
@@ -633,6 +669,29 @@ fn module_cycles_step(root: &Path) -> Result<(), Error> {
     Err(Error::CyclesChanged(problems))
 }
 
+/// `cargo xtask tree-fs` (`verbose`: every finding with its allowlist
+/// entry) and its step in `test` and `lint`: fails on a path operation the
+/// allowlist does not cover, or an entry that covers nothing.
+fn tree_fs(root: &Path, verbose: bool) -> Result<(), Error> {
+    let findings = treefs::find(root)?;
+    let allowed = treefs::read_allowlist(root)?;
+    if verbose {
+        for finding in &findings {
+            println!("{finding}");
+        }
+    }
+    let problems = treefs::compare(&findings, &allowed);
+    if !problems.is_empty() {
+        return Err(Error::TreeFs(problems));
+    }
+    println!(
+        "{} path operations in the tree-handling modules, each allowed by {}",
+        findings.len(),
+        treefs::ALLOWLIST
+    );
+    Ok(())
+}
+
 fn seconds(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
@@ -880,14 +939,16 @@ mod tests {
     fn test_steps_run_in_the_documented_order_with_shared_features() {
         let steps = test_steps(&workspace_root(), DEFAULT_TEST_DATABASE_URL);
         let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
-        assert_eq!(names[..3], ["fmt", "module cycles", "clippy"]);
-        assert!(names[3].starts_with("tests ("), "{names:?}");
-        assert_eq!(names[4..], ["doc tests", "rustdoc"]);
-        // The cycle check runs in-process; its line shows how to run it alone.
+        assert_eq!(names[..4], ["fmt", "module cycles", "tree fs", "clippy"]);
+        assert!(names[4].starts_with("tests ("), "{names:?}");
+        assert_eq!(names[5..], ["doc tests", "rustdoc"]);
+        // The source checks run in-process; their lines show how to run them alone.
         assert!(steps[1].in_process.is_some());
         assert_eq!(steps[1].display(), "cargo xtask cycles");
+        assert!(steps[2].in_process.is_some());
+        assert_eq!(steps[2].display(), "cargo xtask tree-fs");
         // Every compiling step uses the same feature set, so they share artifacts.
-        for step in &steps[2..] {
+        for step in &steps[3..] {
             assert!(step.in_process.is_none(), "{}", step.display());
             assert!(
                 step.args.iter().any(|a| a == "--all-features"),
@@ -901,21 +962,21 @@ mod tests {
             );
         }
         assert_eq!(
-            steps[5].display(),
+            steps[6].display(),
             "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps --all-features"
         );
         // The test step hands the database URL to the tests explicitly.
         assert!(
-            steps[3]
+            steps[4]
                 .env
                 .iter()
                 .any(|(k, v)| *k == DATABASE_ENV && v == DEFAULT_TEST_DATABASE_URL),
             "{}",
-            steps[3].display()
+            steps[4].display()
         );
-        // Lint is the same first three steps.
+        // Lint is the same first four steps.
         let lint: Vec<&str> = lint_steps().iter().map(|s| s.name).collect();
-        assert_eq!(lint, ["fmt", "module cycles", "clippy"]);
+        assert_eq!(lint, ["fmt", "module cycles", "tree fs", "clippy"]);
     }
 
     #[test]

@@ -13,7 +13,10 @@
 //! or written; FIFOs, sockets and devices are refused by name, without
 //! blocking), and runs on the blocking pool behind its tree's small gate
 //! ([`Trees`], [`TreeRoot`]), so one session's stuck or slow file work never
-//! starves the others.
+//! starves the others. `cargo xtask tree-fs` (a step of `cargo xtask lint`
+//! and `test`) refuses `std::fs`/`tokio::fs` path operations in the modules
+//! that handle such trees, outside `tree.rs` and `owner.rs` and the lines
+//! its allowlist (`xtask/tree-fs-allowlist.txt`) gives a reason for.
 //!
 //! The files:
 //! - `path.rs`: the front door, [`resolve`] and [`Rel`]: a relative path
