@@ -8,6 +8,13 @@
 //! `kill -9`; the `shell` built-in and command hooks are contained the same
 //! way; `sandbox = "off"` and `--require-sandbox` do what they say.
 //!
+//! The server's side of the workspace too (issue 43): a tool that swaps a
+//! file and a symlink under one name for seconds never leads a read or a
+//! write of the server (root, on these machines) to a root-only file
+//! outside, through any of the doors that open workspace files, and FIFOs,
+//! sockets and devices in a workspace are refused at once by name, however
+//! many calls ask.
+//!
 //! These tests need Landlock (ABI 6 or newer) and PID namespaces, which the
 //! project's machines have.
 
@@ -845,4 +852,504 @@ async fn a_tool_over_its_memory_limit_is_stopped_not_the_server() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
+
+// ---------------------------------------------------------------------------
+// Issue 43: the server's own file operations in a workspace a tool writes.
+
+/// The built-ins opened to direct callers for these tests.
+const DIRECT: &str = "direct = [\"read_file\", \"write_file\", \"edit_file\", \"list_files\", \"delete_file\", \"tag_artifact\"]\n";
+
+/// Swaps `swap` between a regular file, an absolute symlink to the secret
+/// and a relative one that climbs to it, and `swapdir` between a link to a
+/// directory inside and one to the secret's directory, as fast as it can
+/// for `seconds`: each swap one atomic rename, as a hostile tool would.
+const SWAPPER: &str = r#"
+import json, os, sys, time
+req = json.loads(sys.stdin.readline())
+i = req["input"]
+os.chdir(req["context"]["workspaceDir"])
+secret = i["secret"]
+climb = os.path.relpath(secret, os.getcwd())
+os.makedirs("swapdir.real", exist_ok=True)
+with open("swapdir.real/inner.txt", "w") as f:
+    f.write("inner")
+def put(name, make):
+    tmp = ".%s.tmp" % name
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    make(tmp)
+    os.replace(tmp, name)
+def plain(p):
+    with open(p, "w") as f:
+        f.write("plain")
+end = time.time() + i["seconds"]
+n = 0
+while time.time() < end:
+    try:
+        k = n % 3
+        if k == 0:
+            put("swap", plain)
+        elif k == 1:
+            put("swap", lambda p: os.symlink(secret, p))
+        else:
+            put("swap", lambda p: os.symlink(climb, p))
+        target = "swapdir.real" if n % 2 == 0 else os.path.dirname(secret)
+        put("swapdir", lambda p: os.symlink(target, p))
+    except OSError:
+        pass
+    n += 1
+print(json.dumps({"swaps": n}))
+"#;
+
+/// Calls the host endpoint for `seconds`: `tools.call write_file` into the
+/// session `target` (where a swapper runs) and `artifacts.tag` of its own
+/// workspace's `swap` (where another one runs).
+const PROBER: &str = r#"
+import json, os, socket, sys, time
+req = json.loads(sys.stdin.readline())
+i = req["input"]
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(os.environ["BDK_HOST_SOCKET"])
+f = conn.makefile("rwb")
+token = os.environ["BDK_HOST_TOKEN"]
+def ask(op, args):
+    f.write((json.dumps({"token": token, "id": 1, "op": op, "args": args}) + "\n").encode())
+    f.flush()
+    return json.loads(f.readline())
+end = time.time() + i["seconds"]
+out = {"calls": 0, "written": 0, "tagged": 0, "answers": []}
+while time.time() < end:
+    w = ask("tools.call", {"tool": "write_file", "sessionId": i["target"], "input": {"path": "swap", "content": "written through tools.call"}})
+    if w.get("ok") and not w["result"]["isError"]:
+        out["written"] += 1
+    a = ask("artifacts.tag", {"kind": "race", "path": "swap"})
+    if a.get("ok"):
+        out["tagged"] += 1
+    for answer in (w, a):
+        if len(out["answers"]) < 200:
+            out["answers"].append(answer)
+    out["calls"] += 1
+print(json.dumps(out))
+"#;
+
+/// Makes a FIFO `pipe` and a socket `sock` in its workspace, then asks the
+/// endpoint to tag each as an artifact.
+const SPECIALS: &str = r#"
+import json, os, socket, sys
+req = json.loads(sys.stdin.readline())
+os.chdir(req["context"]["workspaceDir"])
+if not os.path.exists("pipe"):
+    os.mkfifo("pipe")
+if not os.path.exists("sock"):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind("sock")
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(os.environ["BDK_HOST_SOCKET"])
+f = conn.makefile("rwb")
+out = {}
+for name in req["input"]["names"]:
+    f.write((json.dumps({"token": os.environ["BDK_HOST_TOKEN"], "id": name, "op": "artifacts.tag", "args": {"kind": "special", "path": name}}) + "\n").encode())
+    f.flush()
+    out[name] = json.loads(f.readline())
+print(json.dumps(out))
+"#;
+
+/// The weather agent with the race tools, built-ins open to direct calls.
+fn race_agent() -> Agent {
+    let a = agent();
+    let agent_toml = a.dir.join("agent/agent.toml");
+    let config = std::fs::read_to_string(&agent_toml).unwrap();
+    std::fs::write(
+        &agent_toml,
+        config.replace("[builtin_tools]\n", &format!("[builtin_tools]\n{DIRECT}")),
+    )
+    .unwrap();
+    for (name, file, program, about) in [
+        ("swapper", "swapper.py", SWAPPER, "Swaps links."),
+        ("prober", "prober.py", PROBER, "Calls the endpoint."),
+        ("specials", "specials.py", SPECIALS, "Makes special files."),
+    ] {
+        write_tool(
+            &a.dir,
+            name,
+            &format!(
+                "description = \"{about}\"\neffect = \"read\"\ntimeout_ms = 120000\ncommand = [\"/usr/bin/python3\", \"{file}\"]\n[input_schema]\ntype = \"object\"\n"
+            ),
+            Some((file, program)),
+        );
+    }
+    a
+}
+
+/// A root-only (0600) file outside every grant, holding a secret no answer
+/// may ever carry.
+fn plant_secret(beside: &Path) -> (PathBuf, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let vault = beside.join("vault");
+    std::fs::create_dir_all(&vault).unwrap();
+    std::fs::set_permissions(&vault, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let path = vault.join("secret.txt");
+    let secret = format!("bdk-secret-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(&path, &secret).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    (path, secret)
+}
+
+/// A client whose every request fails after a while instead of waiting for
+/// ever: a server thread stuck on a FIFO shows as a failed test.
+fn patient_client() -> reqwest::Client {
+    let _ = client();
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+async fn send_status(http: &reqwest::Client, url: &str, body: Value) -> (u16, Value) {
+    let r = http
+        .post(url)
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn get_json_auth(http: &reqwest::Client, url: &str) -> Value {
+    http.get(url)
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// `resources/read` of a workspace file over `/v1/mcp`.
+async fn mcp_read(http: &reqwest::Client, base: &str, session: &str, path: &str) -> Value {
+    let (status, body) = send_status(
+        http,
+        &format!("{base}/v1/mcp"),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "resources/read",
+               "params": {"uri": format!("bdk://sessions/{session}/workspace/{path}")}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Every byte the sessions' events and artifacts hold, as text.
+async fn recorded(http: &reqwest::Client, base: &str, sessions: &[&str]) -> String {
+    let mut all = String::new();
+    for id in sessions {
+        let (status, events) = events(http, base, id).await;
+        assert_eq!(status, 200);
+        all.push_str(&Value::Array(events).to_string());
+        let listed = get_json_auth(http, &format!("{base}/v1/artifacts?sessionId={id}")).await;
+        for artifact in listed["artifacts"].as_array().unwrap() {
+            let id = artifact["id"].as_str().unwrap();
+            let bytes = http
+                .get(format!("{base}/v1/artifacts/{id}/content"))
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            all.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_swapping_files_and_links_never_leads_the_server_outside() {
+    let a = race_agent();
+    let (secret_path, secret) = plant_secret(a._tmp.path());
+    let server = serve(&a.dir, &[]);
+    let http = patient_client();
+    let base = server.base.clone();
+    // A session started with workspaceFiles, and two to race in.
+    let started = session(
+        &http,
+        &base,
+        json!({"workspaceFiles": {"notes/start.md": "from the start"}}),
+    )
+    .await;
+    let sa = session(&http, &base, json!({})).await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sb = session(&http, &base, json!({})).await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    const SECONDS: u64 = 6;
+    let spawn_call = |tool: &'static str, body: Value| {
+        let (http, base) = (http.clone(), base.clone());
+        tokio::spawn(async move { call(&http, &base, tool, body).await })
+    };
+    let secret_arg = secret_path.to_string_lossy().into_owned();
+    let swap_a = spawn_call(
+        "swapper",
+        json!({"sessionId": sa, "input": {"secret": secret_arg, "seconds": SECONDS}}),
+    );
+    let swap_b = spawn_call(
+        "swapper",
+        json!({"sessionId": sb, "input": {"secret": secret_arg, "seconds": SECONDS}}),
+    );
+    // From a tool of A: tools.call write_file into B, artifacts.tag in A.
+    let probe = spawn_call(
+        "prober",
+        json!({"sessionId": sa, "input": {"target": sb, "seconds": SECONDS}}),
+    );
+    let secret_name = secret_path.file_name().unwrap().to_string_lossy();
+    let mut seen = String::new();
+    let mut rounds = 0;
+    while !swap_b.is_finished() {
+        for (tool, input) in [
+            ("read_file", json!({"path": "swap"})),
+            (
+                "read_file",
+                json!({"path": format!("swapdir/{secret_name}")}),
+            ),
+            (
+                "write_file",
+                json!({"path": "swap", "content": "overwritten"}),
+            ),
+            (
+                "edit_file",
+                json!({"path": "swap", "old_text": "plain", "new_text": "edited"}),
+            ),
+            ("list_files", json!({"path": "swapdir"})),
+            (
+                "write_file",
+                json!({"path": "swapdir/new.txt", "content": "created"}),
+            ),
+            ("tag_artifact", json!({"kind": "race", "path": "swap"})),
+            ("delete_file", json!({"path": "swap"})),
+        ] {
+            let (status, out) =
+                call(&http, &base, tool, json!({"sessionId": sb, "input": input})).await;
+            // 409 when a follow-up's turn holds the session: not a leak.
+            assert!(status == 200 || status == 409, "{tool}: {status} {out}");
+            seen.push_str(&out.to_string());
+        }
+        seen.push_str(&mcp_read(&http, &base, &sb, "swap").await.to_string());
+        seen.push_str(
+            &mcp_read(&http, &base, &sb, &format!("swapdir/{secret_name}"))
+                .await
+                .to_string(),
+        );
+        let (_, sent) = send_status(
+            &http,
+            &format!("{base}/v1/session/{sb}"),
+            json!({"message": "hello again", "workspaceFiles": {
+                "swap": "written by a follow-up",
+                "swapdir/follow.txt": "written by a follow-up"}}),
+        )
+        .await;
+        seen.push_str(&sent.to_string());
+        rounds += 1;
+    }
+    let mut swaps = 0;
+    for task in [swap_a, swap_b] {
+        let (status, out) = task.await.unwrap();
+        assert_eq!(status, 200, "{out}");
+        swaps += out["result"]["swaps"].as_u64().unwrap_or(0);
+    }
+    let (status, probed) = probe.await.unwrap();
+    assert_eq!(status, 200, "{probed}");
+    seen.push_str(&probed.to_string());
+
+    // The race really ran, through every door.
+    eprintln!(
+        "{swaps} swaps, {rounds} rounds, prober {}",
+        probed["result"]["calls"]
+    );
+    assert!(swaps > 200, "only {swaps} swaps");
+    assert!(rounds >= 3, "only {rounds} rounds");
+    let r = &probed["result"];
+    assert!(r["calls"].as_u64().unwrap() > 10, "{probed}");
+    assert!(r["written"].as_u64().unwrap() > 0, "{probed}");
+    assert!(r["tagged"].as_u64().unwrap() > 0, "{probed}");
+    assert!(
+        seen.contains("escapes the workspace"),
+        "no refusal seen: {seen:.2000}"
+    );
+
+    // And never reached the secret.
+    assert_eq!(std::fs::read_to_string(&secret_path).unwrap(), secret);
+    assert!(!seen.contains(&secret), "an answer carried the secret");
+    let started_id = started["sessionId"].as_str().unwrap();
+    let kept = recorded(&http, &base, &[&sa, &sb, started_id]).await;
+    assert!(
+        !kept.contains(&secret),
+        "an event or artifact carried the secret"
+    );
+    let state = a.dir.join(".bdk").canonicalize().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(
+            state
+                .join("sessions")
+                .join(started_id)
+                .join("workspace/notes/start.md")
+        )
+        .unwrap(),
+        "from the start"
+    );
+    // Nothing was created in the secret's directory either.
+    let vault: Vec<_> = std::fs::read_dir(secret_path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(vault, [secret_path.file_name().unwrap()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifos_sockets_and_devices_in_a_workspace_are_refused_at_once() {
+    let a = race_agent();
+    let server = serve(&a.dir, &[]);
+    let http = patient_client();
+    let base = server.base.clone();
+    let sc = session(&http, &base, json!({})).await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The tool makes the FIFO and the socket; the endpoint's artifacts.tag
+    // of each answers at once.
+    let (status, made) = call(
+        &http,
+        &base,
+        "specials",
+        json!({"sessionId": sc, "input": {"names": ["pipe", "sock"]}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{made}");
+    let tagged = &made["result"];
+    for (name, kind) in [("pipe", "FIFO (named pipe)"), ("sock", "Unix socket")] {
+        assert_eq!(tagged[name]["ok"], false, "{made}");
+        assert_eq!(
+            tagged[name]["message"],
+            format!("{name} is a {kind}; only regular files can be read"),
+            "{made}"
+        );
+    }
+    // A device node: a tool cannot make one, but whatever put one there,
+    // the server does not read or write it. The numbers of /dev/zero.
+    let state = a.dir.join(".bdk").canonicalize().unwrap();
+    let workspace = state.join("sessions").join(&sc).join("workspace");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        workspace.join("dev"),
+        rustix::fs::FileType::CharacterDevice,
+        rustix::fs::Mode::from_raw_mode(0o666),
+        rustix::fs::makedev(1, 5),
+    )
+    .unwrap();
+
+    for (name, kind) in [
+        ("pipe", "FIFO (named pipe)"),
+        ("sock", "Unix socket"),
+        ("dev", "character device"),
+    ] {
+        let read = format!("{name} is a {kind}; only regular files can be read");
+        let written = format!("{name} is a {kind}; only regular files can be written");
+        for (tool, input, want) in [
+            ("read_file", json!({"path": name}), &read),
+            (
+                "edit_file",
+                json!({"path": name, "old_text": "a", "new_text": "b"}),
+                &read,
+            ),
+            (
+                "write_file",
+                json!({"path": name, "content": "x"}),
+                &written,
+            ),
+            ("tag_artifact", json!({"kind": "k", "path": name}), &read),
+        ] {
+            let (status, out) =
+                call(&http, &base, tool, json!({"sessionId": sc, "input": input})).await;
+            assert_eq!(status, 200, "{tool} {name}: {out}");
+            assert_eq!(out["isError"], true, "{tool} {name}: {out}");
+            assert_eq!(
+                out["result"].as_str(),
+                Some(want.as_str()),
+                "{tool} {name}: {out}"
+            );
+        }
+        let mcp = mcp_read(&http, &base, &sc, name).await;
+        let message = mcp["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.ends_with(&read), "{mcp}");
+        let (status, sent) = send_status(
+            &http,
+            &format!("{base}/v1/session/{sc}"),
+            json!({"message": "hello", "workspaceFiles": {name: "x"}}),
+        )
+        .await;
+        assert_eq!(status, 400, "{sent}");
+        assert!(
+            sent["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&written),
+            "{sent}"
+        );
+    }
+    // The device was never written through: /dev/zero's numbers, still.
+    let meta = std::fs::symlink_metadata(workspace.join("dev")).unwrap();
+    use std::os::unix::fs::FileTypeExt;
+    assert!(meta.file_type().is_char_device());
+
+    // Hundreds of reads of the FIFO, many at once, leave the server
+    // answering everyone: each is refused without holding a thread.
+    let sd = session(
+        &http,
+        &base,
+        json!({"workspaceFiles": {"hello.txt": "still here\n"}}),
+    )
+    .await["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for _ in 0..20 {
+        let batch: Vec<_> = (0..16)
+            .map(|_| {
+                let (http, base, sc) = (http.clone(), base.clone(), sc.clone());
+                tokio::spawn(async move {
+                    call(
+                        &http,
+                        &base,
+                        "read_file",
+                        json!({"sessionId": sc, "input": {"path": "pipe"}}),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        for call in batch {
+            let (status, out) = call.await.unwrap();
+            assert_eq!(status, 200, "{out}");
+            assert_eq!(out["isError"], true, "{out}");
+        }
+    }
+    let (status, out) = call(
+        &http,
+        &base,
+        "read_file",
+        json!({"sessionId": sd, "input": {"path": "hello.txt"}}),
+    )
+    .await;
+    assert_eq!(
+        (status, &out["result"]),
+        (200, &json!("still here\n")),
+        "{out}"
+    );
 }

@@ -12,6 +12,7 @@ use bdk_core::tool::builtin;
 use bdk_core::tool::{
     Effect, NewArtifact, SessionInfo, Tool, ToolContext, ToolOutput, ToolServices,
 };
+use bdk_core::workspace::{FILE_OPS_PER_TREE, Trees};
 use bdk_events::{SessionId, SessionMode};
 use chrono::Utc;
 use serde_json::{Value, json};
@@ -682,4 +683,133 @@ fn task_spec_names_each_subagent() {
             "additionalProperties": false
         })
     );
+}
+
+/// Awaits `call`, failing the test if it hangs (as a read of a FIFO did).
+async fn patiently<T>(call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("a call on a special file hung")
+}
+
+/// Issue 43: a FIFO or socket in the workspace is refused by every file
+/// tool at once, by name, and hundreds of reads of a FIFO never hold more
+/// than the tree's few blocking threads (the old open blocked one thread
+/// per read until the pool was gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn special_files_are_refused_by_every_file_tool_and_never_pile_up() {
+    let f = fixture();
+    let made = std::process::Command::new("mkfifo")
+        .arg(f.ws.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let _socket = std::os::unix::net::UnixListener::bind(f.ws.join("sock")).unwrap();
+    let trees = Trees::new();
+    let services = Arc::new(TestServices::default());
+    let shared = |services: Option<Arc<TestServices>>| {
+        let mut c = ctx(&f.ws, services);
+        c.trees = trees.clone();
+        c
+    };
+    for (name, kind) in [("pipe", "FIFO (named pipe)"), ("sock", "Unix socket")] {
+        let read = format!("{name} is a {kind}; only regular files can be read");
+        let written = format!("{name} is a {kind}; only regular files can be written");
+        for (tool_name, input, want) in [
+            ("read_file", json!({"path": name}), &read),
+            (
+                "edit_file",
+                json!({"path": name, "old_text": "a", "new_text": "b"}),
+                &read,
+            ),
+            (
+                "write_file",
+                json!({"path": name, "content": "x"}),
+                &written,
+            ),
+            ("tag_artifact", json!({"kind": "k", "path": name}), &read),
+        ] {
+            let out = patiently(tool(tool_name).call(input, shared(Some(services.clone())))).await;
+            assert_eq!(error_text(&out), want.as_str(), "{tool_name} {name}");
+        }
+    }
+    assert!(services.tagged.lock().unwrap().is_empty());
+
+    // Keep the tree's gate alive to read its gauge afterwards.
+    let gate = trees.root(&f.ws);
+    let reads: Vec<_> = (0..300)
+        .map(|_| {
+            let c = shared(None);
+            tokio::spawn(async move { tool("read_file").call(json!({"path": "pipe"}), c).await })
+        })
+        .collect();
+    for read in reads {
+        let out = patiently(read).await.unwrap();
+        assert!(error_text(&out).contains("FIFO"));
+    }
+    assert!(
+        gate.peak() >= 1 && gate.peak() <= FILE_OPS_PER_TREE,
+        "{}",
+        gate.peak()
+    );
+    assert_eq!(gate.in_flight(), 0);
+    std::fs::write(f.ws.join("plain.txt"), "fine\n").unwrap();
+    let out = patiently(tool("read_file").call(json!({"path": "plain.txt"}), shared(None))).await;
+    assert_eq!(text(&out), "fine\n");
+}
+
+/// Issue 43: a file swapped for a symlink to a secret outside, as fast as a
+/// thread can, while every file tool works on that name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_tools_never_follow_a_link_swapped_in_under_them() {
+    let f = fixture();
+    let secret = f.outside.join("secret.txt");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (ws, secret, stop) = (f.ws.clone(), secret.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let staged = ws.join(".staged");
+                let _ = std::fs::remove_file(&staged);
+                let _ = if n.is_multiple_of(2) {
+                    std::fs::write(&staged, "plain")
+                } else {
+                    std::os::unix::fs::symlink(&secret, &staged)
+                };
+                let _ = std::fs::rename(&staged, ws.join("swap"));
+                n += 1;
+            }
+        })
+    };
+    let services = Arc::new(TestServices::default());
+    let mut seen = String::new();
+    for _ in 0..300 {
+        for (name, input) in [
+            ("read_file", json!({"path": "swap"})),
+            (
+                "write_file",
+                json!({"path": "swap", "content": "overwritten"}),
+            ),
+            (
+                "edit_file",
+                json!({"path": "swap", "old_text": "top secret", "new_text": "edited"}),
+            ),
+            ("tag_artifact", json!({"kind": "race", "path": "swap"})),
+            ("delete_file", json!({"path": "swap"})),
+        ] {
+            let out = tool(name)
+                .call(input, ctx(&f.ws, Some(services.clone())))
+                .await;
+            seen.push_str(&out.content.to_string());
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(!seen.contains("top secret"), "an answer carried the secret");
+    assert!(seen.contains("escapes the workspace"), "the race never hit");
+    for tagged in services.tagged.lock().unwrap().iter() {
+        assert_ne!(tagged.content, b"top secret");
+    }
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "top secret");
 }
