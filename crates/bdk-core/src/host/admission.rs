@@ -4,7 +4,6 @@
 //! never race into the same turn boundary.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -27,11 +26,10 @@ use super::slots::{Queued, REASON_NONE, REASON_PREEMPT, REASON_STOP, Running, Sl
 use super::types::{FollowUp, Sent, StartSession, Started, TurnResult};
 
 pub(super) fn validate_workspace_files(files: &BTreeMap<String, String>) -> HostResult<()> {
-    // Resolve against a fixed root only to check the shape; symlink checks
-    // happen again when the files are written into the real workspace.
-    let probe = PathBuf::from("/nonexistent-bdk-workspace-probe");
+    // The shape only; where a path leads is judged when it is opened
+    // beneath the real workspace.
     for path in files.keys() {
-        workspace::resolve(&probe, path).map_err(|e| HostError::InvalidRequest(e.to_string()))?;
+        workspace::Rel::parse(path).map_err(|e| HostError::InvalidRequest(e.to_string()))?;
     }
     Ok(())
 }
