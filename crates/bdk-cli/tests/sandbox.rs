@@ -1043,9 +1043,11 @@ async fn mcp_read(http: &reqwest::Client, base: &str, session: &str, path: &str)
     body
 }
 
-/// Every byte the sessions' events and artifacts hold, as text.
-async fn recorded(http: &reqwest::Client, base: &str, sessions: &[&str]) -> String {
+/// Every byte the sessions' events and artifacts hold, as text, and how
+/// many artifacts that was.
+async fn recorded(http: &reqwest::Client, base: &str, sessions: &[&str]) -> (String, usize) {
     let mut all = String::new();
+    let mut artifacts = 0;
     for id in sessions {
         let (status, events) = events(http, base, id).await;
         assert_eq!(status, 200);
@@ -1063,9 +1065,10 @@ async fn recorded(http: &reqwest::Client, base: &str, sessions: &[&str]) -> Stri
                 .await
                 .unwrap();
             all.push_str(&String::from_utf8_lossy(&bytes));
+            artifacts += 1;
         }
     }
-    all
+    (all, artifacts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1188,7 +1191,8 @@ async fn a_tool_swapping_files_and_links_never_leads_the_server_outside() {
     assert_eq!(std::fs::read_to_string(&secret_path).unwrap(), secret);
     assert!(!seen.contains(&secret), "an answer carried the secret");
     let started_id = started["sessionId"].as_str().unwrap();
-    let kept = recorded(&http, &base, &[&sa, &sb, started_id]).await;
+    let (kept, artifacts) = recorded(&http, &base, &[&sa, &sb, started_id]).await;
+    assert!(artifacts > 0, "no artifact was tagged");
     assert!(
         !kept.contains(&secret),
         "an event or artifact carried the secret"

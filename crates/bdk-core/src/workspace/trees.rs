@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::Semaphore;
 
 use super::error::WorkspaceError;
-use super::owner::Owner;
+use super::owner::{Adopted, Owner, adopt};
 use super::tree::Tree;
 
 /// How many file operations of one tree may be on the blocking pool at once.
@@ -176,6 +176,15 @@ impl TreeRoot {
             .await
     }
 
+    /// Hands the existing tree to this root's owner (see [`adopt`]); does
+    /// nothing when the registry gives new files no owner.
+    pub async fn adopt(&self) -> Result<Adopted, WorkspaceError> {
+        let Some(owner) = self.owner else {
+            return Ok(Adopted::default());
+        };
+        self.blocking(move |path, _| adopt(path, owner)).await
+    }
+
     /// Removes the whole tree (see [`Tree::remove`]).
     pub async fn remove(&self) -> Result<(), WorkspaceError> {
         self.blocking(|path, _| Tree::remove(path)).await
@@ -274,6 +283,25 @@ mod tests {
         assert_eq!(started.load(Ordering::SeqCst), 40);
         assert_eq!(busy.peak(), FILE_OPS_PER_TREE);
         assert_eq!(busy.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_root_adopts_for_its_registrys_owner_only() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("f"), "x").unwrap();
+        let plain = Trees::new().root(tmp.path());
+        assert_eq!(plain.adopt().await.unwrap(), Adopted::default());
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("skipped: changing owners needs root");
+            return;
+        }
+        let owned = Trees::new()
+            .with_owner(Some(Owner::new(4242, 4343)))
+            .root(tmp.path());
+        assert_eq!(owned.adopt().await.unwrap().given, 2);
+        let meta = std::fs::metadata(tmp.path().join("f")).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (4242, 4343));
     }
 
     #[test]
