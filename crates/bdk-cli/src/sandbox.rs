@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::{Result, bail};
-use bdk_core::containment::{Sandbox, Support};
-use bdk_core::project::{Project, SandboxMode};
+use bdk_core::containment::{Ids, Sandbox, Support};
+use bdk_core::project::{Project, SandboxMode, SandboxUser};
 
 /// Names another launcher executable than this `bdk` (a packaged
 /// `bdk-sandbox`, say).
@@ -45,17 +45,80 @@ pub(crate) fn for_project(
                 anyhow::anyhow!("cannot find the bdk executable to launch tools: {e}")
             })?),
         };
+    let user = programs_user(project)?;
     let mut builder = Sandbox::builder(launcher)
         .limits(bdk_core::containment::limits(
             &project.config.sandbox.limits,
         ))
-        .cgroups(cgroups().clone());
+        .cgroups(cgroups().clone())
+        .user(user);
     for path in protected.0.iter().chain(&project.config.sandbox.deny) {
         builder = builder.protect(path);
     }
     let sandbox = builder.build();
     check(&sandbox, project, require)?;
+    if let Some(user) = sandbox.effective_user() {
+        for path in &project.config.sandbox.write {
+            if !writable_by(path, user) {
+                errln!(
+                    "warning: {}: [sandbox] write grants {}, but the agent's programs run as uid {} gid {} (bdk runs as root) and cannot write it: `chown -R {}:{} {}`, or grant a place they own",
+                    project.root.display(),
+                    path.display(),
+                    user.uid,
+                    user.gid,
+                    user.uid,
+                    user.gid,
+                    path.display()
+                );
+            }
+        }
+    }
     Ok(Some(sandbox))
+}
+
+/// Who the agent's programs run as: nobody in particular (their server's
+/// own uid) unless `bdk` runs as root, when they get an unprivileged user:
+/// `[sandbox] user`, or an id no account uses.
+fn programs_user(project: &Project) -> Result<Option<Ids>> {
+    let configured = &project.config.sandbox.user;
+    if !rustix::process::geteuid().is_root() {
+        if configured.is_some() {
+            static NOTED: OnceLock<()> = OnceLock::new();
+            NOTED.get_or_init(|| {
+                errln!(
+                    "note: [sandbox] user applies when bdk runs as root; the agent's programs run as this server's user"
+                );
+            });
+        }
+        return Ok(None);
+    }
+    Ok(Some(match configured {
+        None => bdk_core::containment::user::default_user(),
+        Some(SandboxUser::Ids { uid, gid }) => Ids {
+            uid: *uid,
+            gid: *gid,
+        },
+        Some(SandboxUser::Name(name)) => match bdk_core::containment::user::lookup(name) {
+            Some(ids) if ids.uid != 0 => ids,
+            Some(_) => bail!("[sandbox] user `{name}` is root; name an unprivileged account"),
+            None => bail!(
+                "[sandbox] user: no account named `{name}` in /etc/passwd; create it or write its uid (`user = 64000`)"
+            ),
+        },
+    }))
+}
+
+/// True when `user` may write into `path` by its mode bits (or it is not
+/// there: Landlock skips a grant that does not exist).
+fn writable_by(path: &Path, user: Ids) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return true;
+    };
+    let mode = meta.mode();
+    (meta.uid() == user.uid && mode & 0o200 != 0)
+        || (meta.gid() == user.gid && mode & 0o020 != 0)
+        || mode & 0o002 != 0
 }
 
 /// The cgroups of this process's calls, once looked for.

@@ -9,7 +9,7 @@ use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
 
 mod common;
-use common::weather;
+use common::{give_to_programs, weather};
 
 fn lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -37,6 +37,7 @@ fn short_lived_commands_deliver_every_event_to_their_hooks() {
     let (_tmp, dir) = weather();
     let granted = dir.join("hook-output");
     std::fs::create_dir_all(&granted).unwrap();
+    give_to_programs(&granted);
     let agent_toml = dir.join("agent/agent.toml");
     let mut config = std::fs::read_to_string(&agent_toml).unwrap();
     config.push_str(&format!(

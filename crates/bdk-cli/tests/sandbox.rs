@@ -122,7 +122,30 @@ out = {
     "ownWorkspace": append(os.path.join(req["context"]["workspaceDir"], "mine.txt")),
     "tmpdir": append(os.path.join(os.environ["TMPDIR"], "scratch.txt")),
     "outside": append("/tmp/bdk-sandbox-escape-%s" % i["server"]),
+    "uid": os.getuid(),
 }
+def refused(act):
+    try:
+        act()
+        return "done"
+    except PermissionError:
+        return "denied"
+    except OSError as e:
+        return "read-only" if e.errno == 30 else "refused: %d" % e.errno
+# What Landlock does not mediate: metadata of what root owns, set-id bits.
+out["chmodState"] = refused(lambda: os.chmod(i["stateRoot"], 0o777))
+out["utimeState"] = refused(lambda: os.utime(i["stateRoot"], (0, 0)))
+copy = os.path.join(req["context"]["workspaceDir"], "id")
+with open("/usr/bin/id", "rb") as src, open(copy, "wb") as dst:
+    dst.write(src.read())
+out["setuidCopy"] = refused(lambda: os.chmod(copy, 0o4755))
+def unshare_user():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(0x10000000) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+out["newUserNamespace"] = refused(unshare_user)
 # The host endpoint is the one door the sandbox leaves open.
 try:
     import socket
@@ -273,16 +296,32 @@ async fn a_hostile_tool_reaches_nothing_of_the_server_or_other_sessions() {
         ("environ", "denied"),
         ("otherEvents", "denied"),
         ("otherWorkspace", "denied"),
-        ("appendOther", "read-only"),
         ("agentToml", "denied"),
         ("listState", "denied"),
-        ("outside", "read-only"),
         ("ownFolder", "read"),
         ("system", "read"),
         ("ownWorkspace", "written"),
         ("tmpdir", "written"),
     ] {
         assert_eq!(r[key], want, "{key}: {r}");
+    }
+    // As root's child the tool runs as the sandbox user, not root.
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(
+            r["uid"],
+            bdk_core::containment::user::default_user().uid,
+            "{r}"
+        );
+    }
+    // What Landlock does not mediate is refused all the same.
+    for key in ["chmodState", "utimeState", "setuidCopy", "newUserNamespace"] {
+        assert!(r[key] == "denied" || r[key] == "read-only", "{key}: {r}");
+    }
+    // Writes outside the grants: the file's owner refuses them (the tool
+    // runs as its own user when the server is root) or the read-only view
+    // does, before Landlock is asked.
+    for key in ["appendOther", "outside"] {
+        assert!(r[key] == "denied" || r[key] == "read-only", "{key}: {r}");
     }
     assert_eq!(r["endpoint"], b_id.as_str(), "{r}");
     // Its PID namespace hides the server's pid; Landlock refuses the
@@ -484,6 +523,7 @@ fn the_shell_built_in_and_command_hooks_are_contained_too() {
     let (_tmp, dir) = weather();
     let outside = dir.join("granted-output");
     std::fs::create_dir_all(&outside).unwrap();
+    give_to_programs(&outside);
     let agent_toml = dir.join("agent/agent.toml");
     let mut config = std::fs::read_to_string(&agent_toml).unwrap();
     config = config.replace("[builtin_tools]\n", "[builtin_tools]\nshell = true\n");
@@ -852,6 +892,7 @@ async fn a_tool_over_its_memory_limit_is_stopped_not_the_server() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
+}
 
 // ---------------------------------------------------------------------------
 // Issue 43: the server's own file operations in a workspace a tool writes.

@@ -138,14 +138,25 @@ impl Containment {
         self.sandbox.is_some() && self.config.mode == SandboxMode::On
     }
 
+    /// The user the agent's programs run as, when it is not the server's
+    /// own (a server running as root gives them an unprivileged one): what
+    /// they write (workspaces, temp dirs, the host socket) must be theirs.
+    pub fn owner(&self) -> Option<Ids> {
+        if !self.is_on() {
+            return None;
+        }
+        self.sandbox.as_ref().and_then(Sandbox::effective_user)
+    }
+
     /// A temp dir (`TMPDIR`) for one run under `<state_root>/tmp/`: an idle
-    /// one of an earlier run, or a new `<state_root>/tmp/<name>`.
+    /// one of an earlier run, or a new `<state_root>/tmp/<name>`, given to
+    /// the programs' user ([`Containment::owner`]).
     pub(crate) async fn scratch(
         &self,
         state_root: &Path,
         name: &str,
     ) -> std::io::Result<ScratchDir> {
-        ScratchDir::create(&self.scratch, state_root, name).await
+        ScratchDir::create(&self.scratch, state_root, name, self.owner()).await
     }
 
     /// True when a run that ended with `end` left no process behind that

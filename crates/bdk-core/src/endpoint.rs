@@ -160,17 +160,23 @@ impl Listening {
     /// on local paths: fine to run synchronously, also from `Drop`.
     fn close(self) {
         self.task.abort();
-        if let Ok(meta) = std::fs::symlink_metadata(&self.socket)
-            && (meta.dev(), meta.ino()) == self.identity
-            && let Err(e) = std::fs::remove_file(&self.socket)
-        {
-            tracing::debug!(socket = %self.socket.display(), error = %e, "failed to remove the host socket");
-        }
-        if let Some(dir) = &self.private_dir
-            && let Err(e) = std::fs::remove_dir(dir)
-        {
-            tracing::debug!(dir = %dir.display(), error = %e, "failed to remove the host socket directory");
-        }
+        remove_socket(&self.socket, self.private_dir.as_deref(), self.identity);
+    }
+}
+
+/// Removes the socket file we bound (when it is still ours) and its
+/// private directory.
+fn remove_socket(socket: &Path, private_dir: Option<&Path>, identity: (u64, u64)) {
+    if let Ok(meta) = std::fs::symlink_metadata(socket)
+        && (meta.dev(), meta.ino()) == identity
+        && let Err(e) = std::fs::remove_file(socket)
+    {
+        tracing::debug!(socket = %socket.display(), error = %e, "failed to remove the host socket");
+    }
+    if let Some(dir) = private_dir
+        && let Err(e) = std::fs::remove_dir(dir)
+    {
+        tracing::debug!(dir = %dir.display(), error = %e, "failed to remove the host socket directory");
     }
 }
 
@@ -184,6 +190,9 @@ enum State {
 pub struct Endpoint {
     shared: Arc<Shared>,
     state_root: PathBuf,
+    /// The user the socket is given to when programs run as one of their
+    /// own (see [`Endpoint::for_user`]).
+    user: Option<bdk_sandbox::Ids>,
     state: Mutex<State>,
     /// Serializes the lazy start, which awaits (probing a stale socket).
     starting: tokio::sync::Mutex<()>,
@@ -208,9 +217,18 @@ impl Endpoint {
                 tokens: Mutex::new(HashMap::new()),
             }),
             state_root,
+            user: None,
             state: Mutex::new(State::Idle),
             starting: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The endpoint whose socket belongs to `user`: the user contained
+    /// programs run as when the server runs as root, who must be able to
+    /// connect (the socket is mode 0600).
+    pub fn for_user(mut self, user: Option<bdk_sandbox::Ids>) -> Self {
+        self.user = user;
+        self
     }
 
     /// Mints a token for the call of `ctx`, starting the endpoint if needed.
@@ -280,7 +298,7 @@ impl Endpoint {
         if let Some(socket) = self.current()? {
             return Ok(socket);
         }
-        let bound = bind(&self.state_root).await?;
+        let bound = bind(&self.state_root, self.user).await?;
         let socket = bound.socket.clone();
         tracing::debug!(socket = %socket.display(), "host endpoint listening");
         let listening = Listening {
@@ -332,17 +350,42 @@ struct Bound {
 
 /// Binds `<state_root>/host.sock` when possible, else a socket in a fresh
 /// private directory under the temp dir.
-async fn bind(state_root: &Path) -> Result<Bound, EndpointError> {
+async fn bind(state_root: &Path, user: Option<bdk_sandbox::Ids>) -> Result<Bound, EndpointError> {
     let preferred = state_root.join(SOCKET_NAME);
+    let mut bound = None;
     if preferred.as_os_str().len() <= MAX_SOCKET_PATH_BYTES {
         match bind_preferred(&preferred).await {
-            Ok(bound) => return Ok(bound),
+            Ok(b) => bound = Some(b),
             Err(e) => {
                 tracing::debug!(socket = %preferred.display(), error = %e, "using a private host socket directory instead");
             }
         }
     }
-    bind_private().await
+    let bound = match bound {
+        Some(bound) => bound,
+        None => bind_private().await?,
+    };
+    if let Some(user) = user {
+        // The socket's path is the server's (its state root, or a private
+        // directory it just made): no link can redirect the change.
+        let given = rustix::fs::chownat(
+            rustix::fs::CWD,
+            &bound.socket,
+            Some(rustix::fs::Uid::from_raw(user.uid)),
+            Some(rustix::fs::Gid::from_raw(user.gid)),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        );
+        if let Err(e) = given {
+            drop(bound.listener);
+            remove_socket(&bound.socket, bound.private_dir.as_deref(), bound.identity);
+            return Err(EndpointError::Io {
+                action: "give the programs' user",
+                path: bound.socket,
+                source: e.into(),
+            });
+        }
+    }
+    Ok(bound)
 }
 
 async fn bind_preferred(path: &Path) -> Result<Bound, EndpointError> {

@@ -155,8 +155,11 @@ impl ScratchDir {
         pool: &Arc<ScratchPool>,
         root: &Path,
         name: &str,
+        owner: Option<bdk_sandbox::Ids>,
     ) -> std::io::Result<Self> {
         let tmp = root.join("tmp");
+        // A pool belongs to one containment, so its idle directories were
+        // all made for this owner.
         if let Some(idle) = pool.take(&tmp) {
             return Ok(Self {
                 path: idle.path,
@@ -167,6 +170,18 @@ impl ScratchDir {
         let made = path.clone();
         let identity = tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&made)?;
+            // The program writes it as its own user. The path is the
+            // server's (`tmp/` of the state root), so no link can redirect
+            // the change.
+            if let Some(owner) = owner {
+                rustix::fs::chownat(
+                    rustix::fs::CWD,
+                    &made,
+                    Some(rustix::fs::Uid::from_raw(owner.uid)),
+                    Some(rustix::fs::Gid::from_raw(owner.gid)),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                )?;
+            }
             // A directory whose identity cannot be read is simply not
             // reused.
             Ok::<_, std::io::Error>(Identity::of(&made).ok())
@@ -253,7 +268,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let tmp = root.path().join("tmp");
         let pool = pool();
-        let first = ScratchDir::create(&pool, root.path(), "run_1")
+        let first = ScratchDir::create(&pool, root.path(), "run_1", None)
             .await
             .unwrap();
         let path = first.path().to_path_buf();
@@ -263,7 +278,7 @@ mod tests {
         assert!(path.is_dir());
 
         // The next run gets the same directory, whatever its own name.
-        let second = ScratchDir::create(&pool, root.path(), "run_2")
+        let second = ScratchDir::create(&pool, root.path(), "run_2", None)
             .await
             .unwrap();
         assert_eq!(second.path(), path);
@@ -278,7 +293,7 @@ mod tests {
         wait_gone(&path).await;
 
         // Nothing idle: a new directory under the run's own name.
-        let third = ScratchDir::create(&pool, root.path(), "run_3")
+        let third = ScratchDir::create(&pool, root.path(), "run_3", None)
             .await
             .unwrap();
         assert_eq!(third.path(), tmp.join("run_3"));
@@ -288,7 +303,7 @@ mod tests {
     async fn a_run_whose_tree_may_live_on_never_hands_its_directory_back() {
         let root = tempfile::tempdir().unwrap();
         let pool = pool();
-        let dir = ScratchDir::create(&pool, root.path(), "run_1")
+        let dir = ScratchDir::create(&pool, root.path(), "run_1", None)
             .await
             .unwrap();
         let path = dir.path().to_path_buf();
@@ -304,7 +319,7 @@ mod tests {
         let tmp = root.path().join("tmp");
         let pool = pool();
 
-        let dir = ScratchDir::create(&pool, root.path(), "mode")
+        let dir = ScratchDir::create(&pool, root.path(), "mode", None)
             .await
             .unwrap();
         let path = dir.path().to_path_buf();
@@ -313,7 +328,7 @@ mod tests {
         assert_eq!(pool.idle(&tmp), 0);
         wait_gone(&path).await;
 
-        let dir = ScratchDir::create(&pool, root.path(), "xattr")
+        let dir = ScratchDir::create(&pool, root.path(), "xattr", None)
             .await
             .unwrap();
         let path = dir.path().to_path_buf();
@@ -339,7 +354,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let tmp = root.path().join("tmp");
         let pool = pool();
-        let dir = ScratchDir::create(&pool, root.path(), "run_1")
+        let dir = ScratchDir::create(&pool, root.path(), "run_1", None)
             .await
             .unwrap();
         let path = dir.path().to_path_buf();
@@ -351,7 +366,7 @@ mod tests {
         std::fs::remove_dir(&path).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
 
-        let next = ScratchDir::create(&pool, root.path(), "run_2")
+        let next = ScratchDir::create(&pool, root.path(), "run_2", None)
             .await
             .unwrap();
         assert_eq!(next.path(), tmp.join("run_2"));
@@ -368,7 +383,7 @@ mod tests {
         let mut dirs = Vec::new();
         for n in 0..MAX_IDLE + 2 {
             dirs.push(
-                ScratchDir::create(&pool, root.path(), &format!("run_{n}"))
+                ScratchDir::create(&pool, root.path(), &format!("run_{n}"), None)
                     .await
                     .unwrap(),
             );

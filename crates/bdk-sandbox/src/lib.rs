@@ -189,6 +189,15 @@ impl Sandbox {
         self.user
     }
 
+    /// The user contained programs do run as: [`Sandbox::user`] unless
+    /// this launcher's probe found it cannot switch users (a `bdk` that is
+    /// itself inside another's sandbox). What programs write must belong
+    /// to it.
+    pub fn effective_user(&self) -> Option<Ids> {
+        self.user
+            .filter(|_| self.probed().is_none_or(|s| s.user == Some(true)))
+    }
+
     /// Each call's resource limits.
     pub fn limits(&self) -> &Limits {
         &self.limits
@@ -203,7 +212,7 @@ impl Sandbox {
         Confine {
             seccomp: holds(|s| s.seccomp),
             view: holds(|s| s.view),
-            user: self.user.filter(|_| holds(|s| s.user == Some(true))),
+            user: self.effective_user(),
             limits: self.limits,
             cgroups: if holds(|s| s.cgroup_limits) {
                 self.cgroups.as_ref().clone()

@@ -444,3 +444,19 @@ pub fn on_a_terminal(args: &[&str], cwd: &Path) -> String {
         .expect("util-linux `script` runs bdk on a pseudo-terminal");
     String::from_utf8_lossy(&out.stdout).replace("\r\n", "\n")
 }
+
+/// Gives `dir` to the user the agent's programs run as when `bdk` runs as
+/// root (the default sandbox user), as an operator would for a
+/// `[sandbox] write` grant; nothing to do for an ordinary user.
+pub fn give_to_programs(dir: &Path) {
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let user = bdk_core::containment::user::default_user();
+    rustix::fs::chown(
+        dir,
+        Some(rustix::fs::Uid::from_raw(user.uid)),
+        Some(rustix::fs::Gid::from_raw(user.gid)),
+    )
+    .unwrap();
+}

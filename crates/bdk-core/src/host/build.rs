@@ -262,7 +262,13 @@ impl HostBuilder {
             .max_running_turns
             .map(|n| Arc::new(Semaphore::new(n.max(1) as usize)));
         let reserved = reserved_namespaces(self.reserved, &self.extensions);
-        let endpoint = Endpoint::new(Arc::clone(&self.store), self.extensions.clone(), reserved);
+        // When the server is root its programs run as an unprivileged user
+        // of their own, which must own what they write: the workspaces and
+        // tool-call dirs (created and handed over through `trees`) and the
+        // host socket.
+        let owner = loaded.containment.owner();
+        let endpoint = Endpoint::new(Arc::clone(&self.store), self.extensions.clone(), reserved)
+            .for_user(owner);
         let hooks = HookBus::start(hooks, Some(Arc::clone(&self.store)));
         let native_gates = recipe.gates.iter().map(|g| g.spec().clone()).collect();
         let inner = Arc::new(Inner {
@@ -284,7 +290,8 @@ impl HostBuilder {
             coordination: self.coordination,
             coordination_wait: self.coordination_wait,
             native_gates,
-            trees: crate::workspace::trees::Trees::new(),
+            trees: crate::workspace::trees::Trees::new()
+                .with_owner(owner.map(|ids| crate::workspace::Owner::new(ids.uid, ids.gid))),
         });
         let host = Host { inner };
         let controls = host.join_cluster().await?;

@@ -50,6 +50,15 @@ enum Source {
 /// session's own edits survive.
 pub async fn materialize(root: &TreeRoot, project: &Arc<Project>) -> Result<bool, WorkspaceError> {
     let marker = Rel::parse(MATERIALIZED_MARKER)?;
+    // A workspace made before its programs ran as a user of their own (or
+    // under another one) is handed to that user once, so they can write
+    // what is in it. One `lstat` of the root when it is theirs already.
+    if let Some(owner) = root.owner()
+        && rustix::fs::lstat(root.path())
+            .is_ok_and(|stat| (stat.st_uid, stat.st_gid) != (owner.uid, owner.gid))
+    {
+        root.adopt().await?;
+    }
     // Every direct tool call asks, so the common answer costs no trip to
     // the blocking pool: opening the root and one `lstat` beneath it, which
     // never opens a file a tool could have made (a FIFO cannot block it).
