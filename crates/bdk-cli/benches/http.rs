@@ -1068,6 +1068,11 @@ fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
     ];
     let mut out = Vec::new();
     for (name, containment) in variants {
+        // Every process the runs start is counted, the fork server's
+        // supervisors and programs included (they are reparented away from
+        // this process, so its own /proc figures miss them).
+        let meter = CpuGroup::enter(name);
+        let mut cpu_ns = 0u64;
         let mut latencies = env.runtime.block_on(async {
             let cancel = CancellationToken::new();
             let mut latencies = Vec::with_capacity(count);
@@ -1081,6 +1086,9 @@ fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
                     max_stdout: 1024,
                     timeout: Duration::from_secs(10),
                 };
+                if n == WARMUP {
+                    cpu_ns = meter.as_ref().map_or(0, CpuGroup::usage_ns);
+                }
                 let started = Instant::now();
                 let end = containment.run(program, &dir.join("state"), &cancel).await;
                 let elapsed = started.elapsed();
@@ -1094,13 +1102,79 @@ fn tool_spawn(env: &Env) -> Result<Vec<Bench>> {
             }
             Ok::<_, BenchError>(latencies)
         })?;
+        let used = meter.as_ref().map(|m| m.usage_ns().saturating_sub(cpu_ns));
+        // Its fork server goes with it, so the group can go too.
+        drop(containment);
+        if let Some(meter) = meter {
+            meter.leave();
+        }
+        let cpu = used.map(|ns| ns as f64 / 1e6 / count as f64);
         let mut bench = Bench::latency_ms(name, &mut latencies, json!({}));
         if name.contains("sandboxed") {
             bench.measured["complete"] = json!(support.is_complete());
         }
+        // CPU of one run, every process counted (a cpuacct cgroup; null
+        // where this process cannot make one).
+        bench.measured["cpu_ms_per_run"] = json!(cpu.map(|ms| (ms * 1000.0).round() / 1000.0));
         out.push(bench);
     }
     Ok(out)
+}
+
+/// A cgroup v1 `cpuacct` group holding this process while it lives, so
+/// that everything it starts is counted, wherever it is reparented.
+struct CpuGroup {
+    dir: PathBuf,
+    parent: PathBuf,
+}
+
+impl CpuGroup {
+    /// Moves this process into a new group under its own `cpuacct`
+    /// group; `None` where there is no such hierarchy or no right to make
+    /// one.
+    fn enter(name: &str) -> Option<Self> {
+        let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let path = membership.lines().find_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let _ = fields.next()?;
+            let controllers = fields.next()?;
+            let path = fields.next()?;
+            controllers
+                .split(',')
+                .any(|c| c == "cpuacct")
+                .then(|| path.to_owned())
+        })?;
+        let parent = Path::new("/sys/fs/cgroup/cpuacct").join(path.trim_start_matches('/'));
+        let dir = parent.join(format!("bdk-bench-{}-{name}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        if std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string()).is_err() {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+        Some(Self { dir, parent })
+    }
+
+    fn usage_ns(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join("cpuacct.usage"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Moves this process back, and removes the group once what it
+    /// started has gone (a fork server exits when its sandbox is dropped).
+    fn leave(self) {
+        let _ = std::fs::write(
+            self.parent.join("cgroup.procs"),
+            std::process::id().to_string(),
+        );
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 /// `turn.load.*`: the full turn loop against the real `bdk serve` at 1, 8

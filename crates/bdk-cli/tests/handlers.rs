@@ -236,7 +236,13 @@ async fn misbehaving_handlers_fail_cleanly() {
             "",
         ),
         ("shape", "print('{\"body\": 1, \"bodyy\": 2}')", ""),
+        ("hog", "b = b'x' * (512 << 20)", ""),
     ];
+    // Handlers run under the agent's limits like its tools.
+    let agent_toml = dir.join("agent/agent.toml");
+    let mut config = std::fs::read_to_string(&agent_toml).unwrap();
+    config.push_str("\n[sandbox]\nmemory = \"64 MiB\"\n");
+    std::fs::write(&agent_toml, config).unwrap();
     let mut manifest =
         String::from("auth = \"bearer\"\ntoken_env = \"BDK_CHANNEL_SUPPORT_TOKEN\"\n");
     for (name, code, extra) in routes {
@@ -288,6 +294,7 @@ async fn misbehaving_handlers_fail_cleanly() {
         "handler_exited",
         "handler_bad_answer",
         "handler_output_exceeded",
+        "handler_limit_reached",
     ] {
         assert!(stderr.contains(code), "{code} is not in the log:\n{stderr}");
     }

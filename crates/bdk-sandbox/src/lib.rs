@@ -21,14 +21,31 @@
 //!   read `/proc/<pid>/environ` of processes outside it (Landlock denies
 //!   ptrace-mode access to them).
 //! - **Privileges**: `no_new_privs`, and every capability dropped, so a
-//!   server running as root runs its tools as an ordinary uid 0 without
-//!   `CAP_DAC_OVERRIDE`, `CAP_SYS_ADMIN` or `CAP_SYS_MODULE`.
-//! - **Lifetime**: the program is the first process of a PID namespace of
-//!   its own. When that process ends, or is killed, the kernel kills every
-//!   other process in the namespace: a `setsid` grandchild cannot outlive its
-//!   call. The launcher in between dies with the server (`PR_SET_PDEATHSIG`),
-//!   and takes the namespace with it, so not even `kill -9` of the server
-//!   leaves a tool running.
+//!   server running as root gives its programs no `CAP_DAC_OVERRIDE`,
+//!   `CAP_SYS_ADMIN` or `CAP_SYS_MODULE`. Given a user ([`Builder::user`],
+//!   meant for a root server), the program runs as that unprivileged uid
+//!   instead, keeping only `CAP_DAC_READ_SEARCH` (see [`user`]), so it owns
+//!   nothing of root's.
+//! - **Metadata**: a mount namespace in which everything but the write
+//!   grants is read-only, so `chmod`, `chown`, `utime` and `setxattr`
+//!   change nothing outside them (Landlock does not mediate those).
+//! - **System calls**: a seccomp filter refuses new namespaces, mounts, the
+//!   keyrings, `bpf`, `ptrace`, io_uring, `open_by_handle_at` and set-id
+//!   modes, among others.
+//! - **Resources** ([`Builder::limits`]): memory and processes of the whole
+//!   call in a cgroup of its own where the host delegates one
+//!   ([`cgroup::prepare`]), rlimits otherwise; CPU time and file size per
+//!   process. A call over a limit ends with a [`LIMIT_PREFIX`] line naming
+//!   it; its OOM score is the highest.
+//! - **Lifetime**: the program runs in a PID namespace of its own, under a
+//!   small init that is the namespace's first process. When the program
+//!   ends, the init reports its status and exits, and the kernel kills
+//!   every other process in the namespace: a `setsid` grandchild cannot
+//!   outlive its call. The launcher in between dies with the server
+//!   (`PR_SET_PDEATHSIG`), and takes the namespace with it, so not even
+//!   `kill -9` of the server leaves a tool running. As the init's child the
+//!   program keeps ordinary signal semantics (it can signal itself; a crash
+//!   is a death by its signal).
 //!
 //! # How a program is started
 //!
@@ -41,14 +58,16 @@
 //!
 //! 1. **supervise** (outside the namespace): blocks the stop signals, asks
 //!    for `SIGTERM` when its parent dies, checks the parent is still the
-//!    server, unshares a PID namespace (with a user namespace when it is not
-//!    root), forks stage 2 as the namespace's first process and waits. On
-//!    `SIGTERM` (the server stopping the call, or the server dying) it
-//!    `SIGKILL`s stage 2, which takes the namespace down. It exits with the
-//!    program's status, or dies by the program's signal.
-//! 2. **confine** (inside): applies Landlock, drops capabilities, sets
-//!    `no_new_privs`, and `exec`s the program in place, so the program itself
-//!    is the namespace's first process.
+//!    server, makes the call's cgroup, unshares a PID namespace (with a user
+//!    namespace when it is not root), forks stage 2 as the namespace's
+//!    first process and waits. On `SIGTERM` (the server stopping the call,
+//!    or the server dying) it `SIGKILL`s stage 2, which takes the namespace
+//!    down. It exits with the program's status, or dies by the program's
+//!    signal.
+//! 2. **confine** (inside): joins the cgroup, enters the read-only view,
+//!    switches user or drops capabilities, sets rlimits, applies Landlock
+//!    (and with it `no_new_privs`) and the system-call filter, then forks
+//!    the program and stays as its init.
 //!
 //! The caller stops a launched program by sending [`STOP_SIGNAL`] to the
 //! launcher's pid; `SIGKILL` would leave the launcher no chance to take the
@@ -69,6 +88,7 @@
 //! # What this crate does not contain
 //!
 //! The network: a contained program can open connections (tools call APIs).
+//! The total size of what it writes: only each file is bounded.
 //! Pathname Unix sockets are reachable on kernels before Landlock ABI 9.
 //! Where Landlock or namespaces are missing, [`Sandbox::probe`] says what is
 //! not enforced; callers warn or refuse to start.
