@@ -90,10 +90,14 @@ pub(crate) fn stage_two(
         let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     }
 
+    let mut fresh_proc = false;
     if whole && (confine.view || probe) {
         let cwd = std::env::current_dir();
         match crate::view::enter(&spec.write) {
-            Ok(()) => support.view = crate::view::holds(),
+            Ok(fresh) => {
+                fresh_proc = fresh;
+                support.view = crate::view::holds();
+            }
             Err(message) if probe => drop(message),
             Err(message) => return failed(&message),
         }
@@ -140,7 +144,7 @@ pub(crate) fn stage_two(
     // directory, or go to a handler outside the sandbox.
     let _ = crate::limits::no_core_files();
 
-    match landlock(spec, held) {
+    match landlock(spec, held, fresh_proc) {
         Ok((abi, status)) => {
             support.landlock_abi = abi;
             let enforced = status.ruleset != RulesetStatus::NotEnforced;
@@ -306,6 +310,7 @@ fn drop_capabilities() -> bool {
 fn landlock(
     spec: &Spec,
     held: Option<&Held>,
+    fresh_proc: bool,
 ) -> Result<(i32, landlock::RestrictionStatus), String> {
     let error = |e: landlock::RulesetError| format!("cannot set up Landlock: {e}");
     let mut ruleset = Ruleset::default();
@@ -344,7 +349,11 @@ fn landlock(
             .chain(spec.write.iter().map(|p| (p, write)))
             .chain(devices.iter().map(|p| (p, device)))
             .chain(spec.sockets.iter().map(|p| (p, socket)));
-        for (path, access) in grants {
+        // A procfs mounted by the view is a filesystem of its own, which
+        // the system's grants (opened before it) do not cover.
+        let proc = std::path::PathBuf::from("/proc");
+        let fresh = fresh_proc.then_some((&proc, read));
+        for (path, access) in grants.chain(fresh) {
             let Ok(fd) = PathFd::new(path) else {
                 continue;
             };

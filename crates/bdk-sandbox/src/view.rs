@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 use rustix::mount::{MountFlags, MountPropagationFlags};
 
 /// Enters a new mount namespace whose mounts are read-only but for the
-/// `write` grants (those that exist).
-pub(crate) fn enter(write: &[PathBuf]) -> Result<(), String> {
+/// `write` grants (those that exist). Returns whether `/proc` is now a
+/// procfs of this process's own PID namespace (see [`fresh_proc`]).
+pub(crate) fn enter(write: &[PathBuf]) -> Result<bool, String> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
         .map_err(|e| format!("cannot make a mount namespace: {e}"))?;
     rustix::mount::mount_change(
@@ -73,7 +74,18 @@ pub(crate) fn enter(write: &[PathBuf]) -> Result<(), String> {
         rustix::mount::mount_remount(path, flags, "")
             .map_err(|e| format!("cannot restrict {}: {e}", path.display()))?;
     }
-    Ok(())
+    Ok(fresh_proc())
+}
+
+/// Mounts a procfs of this process's PID namespace over `/proc`, read-only,
+/// so the program sees its own call's processes and no other: not the
+/// server's, not other calls', not their command lines. Best effort: where
+/// the kernel refuses (a container that masks parts of `/proc`), the
+/// machine's `/proc` stays, read-only, and Landlock still refuses the
+/// ptrace-guarded files of processes outside the sandbox.
+fn fresh_proc() -> bool {
+    let flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC | MountFlags::RDONLY;
+    rustix::mount::mount("proc", "/proc", "proc", flags, None).is_ok()
 }
 
 /// True when the root of this process's view is read-only.

@@ -248,9 +248,25 @@ fn a_contained_program_cannot_reach_the_process_that_started_it() {
     let o = f.sh(&format!("kill -0 {me} && echo reached"));
     assert_ne!(stdout(&o), "reached", "{o:?}");
     // Inside its PID namespace it is the second process, under the
-    // sandbox's init, and sees nothing beyond it.
+    // sandbox's init, and sees nothing beyond it: /proc is its namespace's
+    // own, so not even the caller's command line is there.
     let o = f.sh("echo $$ $PPID");
     assert_eq!(stdout(&o), "2 1", "{o:?}");
+    let o = f.sh(&format!(
+        "test -e /proc/{me} && echo visible; ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\\n' ' '; echo; grep -c . /proc/self/status"
+    ));
+    let out = stdout(&o);
+    assert!(!out.contains("visible"), "{o:?}");
+    let mut lines = out.lines();
+    let pids: Vec<u32> = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    // The init, the shell and its pipeline: a handful, not the machine's.
+    assert!(pids.len() < 12 && pids.contains(&1), "{pids:?}");
+    assert!(lines.next().unwrap().parse::<u32>().unwrap() > 10, "{o:?}");
     // And it has no capabilities left, even when the caller is root.
     let o = f.sh("grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status");
     for line in stdout(&o).lines() {
