@@ -96,7 +96,7 @@ pub(crate) fn stage_two(
         match crate::view::enter(&spec.write) {
             Ok(fresh) => {
                 fresh_proc = fresh;
-                support.view = crate::view::holds();
+                support.view = probe && crate::view::holds();
             }
             Err(message) if probe => drop(message),
             Err(message) => return failed(&message),
@@ -156,8 +156,12 @@ pub(crate) fn stage_two(
     }
 
     if confine.seccomp || probe {
-        match crate::seccomp::apply() {
-            Ok(()) => support.seccomp = crate::seccomp::holds(),
+        let applied = match held.and_then(|h| h.filter.as_ref()) {
+            Some(filter) => filter.apply(),
+            None => crate::seccomp::Filter::build().and_then(|filter| filter.apply()),
+        };
+        match applied {
+            Ok(()) => support.seccomp = probe && crate::seccomp::holds(),
             Err(message) if probe => drop(message),
             Err(message) => return failed(&message),
         }

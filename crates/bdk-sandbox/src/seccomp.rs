@@ -23,21 +23,36 @@
 //!
 //! Built with `seccompiler` (rust-vmm, Firecracker's filter compiler).
 
-/// Applies the filter to this process (and so to everything it starts).
-/// Sets `no_new_privs`, which the filter needs.
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-pub(crate) fn apply() -> Result<(), String> {
-    let (refused, missing) = programs().map_err(|e| format!("cannot build the filter: {e}"))?;
-    for program in [&missing, &refused] {
-        seccompiler::apply_filter(program)
-            .map_err(|e| format!("cannot apply the system-call filter: {e}"))?;
-    }
-    Ok(())
+/// The filter, compiled: a fork server compiles it once and every call it
+/// starts applies it (compiling costs about half a millisecond).
+pub(crate) struct Filter {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    program: seccompiler::BpfProgram,
 }
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub(crate) fn apply() -> Result<(), String> {
-    Err("the system-call filter is not built for this architecture".to_owned())
+impl Filter {
+    /// Compiles the filter for this architecture.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    pub(crate) fn build() -> Result<Self, String> {
+        program()
+            .map(|program| Filter { program })
+            .map_err(|e| format!("cannot build the filter: {e}"))
+    }
+
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub(crate) fn build() -> Result<Self, String> {
+        Err("the system-call filter is not built for this architecture".to_owned())
+    }
+
+    /// Applies the filter to this process (and so to everything it
+    /// starts). Sets `no_new_privs`, which the filter needs.
+    pub(crate) fn apply(&self) -> Result<(), String> {
+        // One program: the kernel checks and compiles each one it is given.
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        seccompiler::apply_filter(&self.program)
+            .map_err(|e| format!("cannot apply the system-call filter: {e}"))?;
+        Ok(())
+    }
 }
 
 /// True when the filter is in force: a new user namespace is refused.
@@ -50,7 +65,7 @@ pub(crate) fn holds() -> bool {
 }
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-fn programs() -> Result<(seccompiler::BpfProgram, seccompiler::BpfProgram), seccompiler::Error> {
+fn program() -> Result<seccompiler::BpfProgram, seccompiler::Error> {
     use std::collections::BTreeMap;
 
     use seccompiler::{
@@ -159,62 +174,59 @@ fn programs() -> Result<(seccompiler::BpfProgram, seccompiler::BpfProgram), secc
         SeccompAction::Errno(libc::EPERM.unsigned_abs()),
         arch,
     )?;
-    let missing = SeccompFilter::new(
-        always(&[libc::SYS_clone3, libc::SYS_openat2])
-            .into_iter()
-            .collect(),
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::ENOSYS.unsigned_abs()),
-        arch,
-    )?;
-    let refused: seccompiler::BpfProgram = refused.try_into()?;
-    let mut missing: seccompiler::BpfProgram = missing.try_into()?;
-    #[cfg(target_arch = "x86_64")]
-    {
-        missing.splice(0..0, x32_prefix());
-    }
-    Ok((refused, missing))
+    let mut program: seccompiler::BpfProgram = refused.try_into()?;
+    program.splice(0..0, missing_prefix());
+    Ok(program)
 }
 
-/// Instructions that answer `ENOSYS` to every call numbered with the x32
-/// bit, before the rest of a program looks at the number.
-#[cfg(target_arch = "x86_64")]
-fn x32_prefix() -> [seccompiler::sock_filter; 3] {
+/// Instructions put before the compiled rules: the calls whose arguments a
+/// filter cannot read (`clone3`, `openat2`) and, on x86-64, every call of
+/// the x32 ABI (numbers with bit 30 set) answer `ENOSYS`.
+/// `seccompiler` takes one answer per filter; a second filter would cost a
+/// second check and compilation in the kernel per call.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn missing_prefix() -> Vec<seccompiler::sock_filter> {
     const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
     const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const BPF_JA: u16 = 0x05; // BPF_JMP | BPF_JA
     const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
     const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-    const X32_BIT: u32 = 0x4000_0000;
-    let errno = SECCOMP_RET_ERRNO | libc::ENOSYS.unsigned_abs();
-    [
-        // The call number is the first field of `seccomp_data`.
-        seccompiler::sock_filter {
-            code: BPF_LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: 0,
-        },
-        seccompiler::sock_filter {
-            code: BPF_JGE_K,
-            jt: 0,
-            jf: 1,
-            k: X32_BIT,
-        },
-        seccompiler::sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: errno,
-        },
-    ]
+    let op = |code, k| seccompiler::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    // Each test jumps to the `ENOSYS` return at the end when it holds.
+    let mut tests: Vec<(u16, u32)> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    tests.push((BPF_JGE_K, 0x4000_0000));
+    for call in [libc::SYS_clone3, libc::SYS_openat2] {
+        tests.push((BPF_JEQ_K, u32::try_from(call).unwrap_or(u32::MAX)));
+    }
+    // The call number is the first field of `seccomp_data`.
+    let mut out = vec![op(BPF_LD_W_ABS, 0)];
+    let n = tests.len();
+    for (i, (code, k)) in tests.into_iter().enumerate() {
+        let mut test = op(code, k);
+        // Past the tests left and the jump over the return.
+        test.jt = u8::try_from(n - i).unwrap_or(u8::MAX);
+        out.push(test);
+    }
+    out.push(op(BPF_JA, 1));
+    out.push(op(
+        BPF_RET_K,
+        SECCOMP_RET_ERRNO | libc::ENOSYS.unsigned_abs(),
+    ));
+    out
 }
 
 #[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod tests {
     #[test]
-    fn the_filters_compile_for_this_architecture() {
-        let (refused, missing) = super::programs().unwrap();
-        assert!(refused.len() > 40, "{}", refused.len());
-        assert!(!missing.is_empty());
+    fn the_filter_compiles_for_this_architecture() {
+        let program = super::program().unwrap();
+        assert!(program.len() > 40, "{}", program.len());
     }
 }

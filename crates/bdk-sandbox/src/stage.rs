@@ -19,10 +19,12 @@ pub(crate) struct Program {
     pub(crate) env: Option<Vec<(String, String)>>,
 }
 
-/// The system's grants opened once, by a fork server, for every call.
+/// What a fork server prepares once for every call: the system's grants,
+/// opened, and the system-call filter, compiled.
 pub(crate) struct Held {
     pub(crate) system_read: Vec<PathFd>,
     pub(crate) devices: Vec<PathFd>,
+    pub(crate) filter: Option<crate::seccomp::Filter>,
 }
 
 impl Held {
@@ -38,6 +40,9 @@ impl Held {
         Self {
             system_read: open(&spec.system_read),
             devices: open(&spec.devices),
+            // A filter that cannot be compiled is compiled again (and its
+            // error reported) by the call that asks for it.
+            filter: crate::seccomp::Filter::build().ok(),
         }
     }
 }
