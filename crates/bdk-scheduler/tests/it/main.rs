@@ -1,0 +1,10 @@
+//! The integration tests of this crate, as one test binary (one link of
+//! the dependency graph instead of one per file): each module is the
+//! former test file of the same name.
+
+mod cadence;
+mod endpoint_ops;
+mod native_handlers;
+mod reminders;
+mod replicas;
+mod tool_schedules;
