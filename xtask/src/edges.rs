@@ -2,8 +2,9 @@
 //! tested.
 //!
 //! Dependencies point one way: `bdk-events` <- {`bdk-store`, `bdk-models`}
-//! <- `bdk-core` <- {`bdk-mcp`, `bdk-scheduler`, `bdk-evals`} <- `bdk-http`
-//! <- `bdk-cli`.
+//! <- `bdk-project` (the agent folder as data, on `bdk-models`' plain
+//! types) <- `bdk-core` <- {`bdk-mcp`, `bdk-scheduler`, `bdk-evals`} <-
+//! `bdk-http` <- `bdk-cli`.
 //! [`check_edges`] reads `cargo metadata --no-deps` and reports every
 //! dependency between workspace crates that the layering does not allow (of
 //! any kind: a test that reaches up the stack is still a crate naming one
@@ -30,7 +31,13 @@ enum Allowed {
     Any,
 }
 
-const CORE_AND_BELOW: &[&str] = &["bdk-events", "bdk-store", "bdk-models", "bdk-core"];
+const CORE_AND_BELOW: &[&str] = &[
+    "bdk-events",
+    "bdk-store",
+    "bdk-models",
+    "bdk-project",
+    "bdk-core",
+];
 
 /// Workspace crates for benchmarks and tests only: any crate may name them as
 /// dev-dependencies, none as normal or build dependencies.
@@ -43,9 +50,17 @@ const RULES: &[(&str, Allowed)] = &[
     ("bdk-sandbox", Allowed::Only(&[])),
     // The model port and providers, usable without the runtime.
     ("bdk-models", Allowed::Only(&["bdk-events"])),
+    // The agent folder as data: discovery, diagnostics, the spec types.
+    ("bdk-project", Allowed::Only(&["bdk-events", "bdk-models"])),
     (
         "bdk-core",
-        Allowed::Only(&["bdk-events", "bdk-store", "bdk-models", "bdk-sandbox"]),
+        Allowed::Only(&[
+            "bdk-events",
+            "bdk-store",
+            "bdk-models",
+            "bdk-project",
+            "bdk-sandbox",
+        ]),
     ),
     ("bdk-mcp", Allowed::Only(CORE_AND_BELOW)),
     ("bdk-scheduler", Allowed::Only(CORE_AND_BELOW)),
@@ -132,6 +147,27 @@ const OWNED: &[Owned] = &[
             "bdk-github",
             "bdk-slack",
             "bdk-cli",
+        ],
+    },
+    // "The agent folder is data": bdk-project (and the event vocabulary
+    // under it) run without an async runtime, so `bdk validate`, the eval
+    // loader and editor tooling never start one.
+    Owned {
+        family: "tokio",
+        also: &["futures", "async-trait"],
+        owners: &[
+            "bdk-store",
+            "bdk-models",
+            "bdk-core",
+            "bdk-mcp",
+            "bdk-scheduler",
+            "bdk-evals",
+            "bdk-github",
+            "bdk-slack",
+            "bdk-http",
+            "bdk-cli",
+            "bdk-testkit",
+            "bdk-sandbox",
         ],
     },
     // The OpenAPI document is generated from bdk-http's routers.
@@ -447,6 +483,25 @@ mod tests {
     }
 
     #[test]
+    fn the_agent_folder_reader_never_names_an_async_runtime() {
+        let problems = check_with(&[
+            ("bdk-project", ("tokio", "normal")),
+            ("bdk-project", ("futures", "normal")),
+            ("bdk-project", ("tempfile", "dev")),
+        ]);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0]
+                .starts_with("forbidden edge bdk-project -> tokio (normal dependency): only "),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].contains("bdk-project -> futures "),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
     fn the_testkit_is_a_dev_dependency_only_and_stays_below_the_surfaces() {
         // The runtime's own tests may use it, though it depends on the runtime.
         assert!(check_with(&[("bdk-core", ("bdk-testkit", "dev"))]).is_empty());
@@ -460,7 +515,7 @@ mod tests {
                 "forbidden edge bdk-http -> bdk-testkit (normal dependency): \
                  bdk-testkit may only be a dev-dependency",
                 "forbidden edge bdk-testkit -> bdk-http (normal dependency): \
-                 bdk-testkit may depend on bdk-events, bdk-store, bdk-models, bdk-core",
+                 bdk-testkit may depend on bdk-events, bdk-store, bdk-models, bdk-project, bdk-core",
             ]
         );
     }

@@ -23,7 +23,42 @@ use bdk_models::prices::{PriceTable, session_cost};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use crate::project::{ExperimentUnit, Project};
+use sha2::{Digest, Sha256};
+
+use crate::project::{Arm, Experiment, ExperimentUnit, Project, WEIGHT_TOTAL};
+
+/// The arm of `experiment` that `unit_key` draws: its bucket (see [`bucket`]) against the
+/// arms' cumulative weights, in manifest order. `None` only when the
+/// weights do not add up, which discovery never lets through.
+pub fn draw<'a>(experiment: &'a Experiment, unit_key: &str) -> Option<&'a Arm> {
+    let b = bucket(&experiment.name, unit_key);
+    let mut upper = 0;
+    for arm in &experiment.arms {
+        upper += arm.weight;
+        if b < upper {
+            return Some(arm);
+        }
+    }
+    None
+}
+
+/// The bucket (0 to [`WEIGHT_TOTAL`] - 1) of `unit_key` in `experiment`:
+/// the first 8 bytes of SHA-256 over `<experiment>\0<unit key>`, as a
+/// big-endian integer, modulo [`WEIGHT_TOTAL`]. The experiment's name is
+/// part of the input so two experiments split the same sessions
+/// independently; renaming an experiment redraws every new session.
+pub fn bucket(experiment: &str, unit_key: &str) -> u32 {
+    let mut hash = Sha256::new();
+    hash.update(experiment.as_bytes());
+    hash.update([0u8]);
+    hash.update(unit_key.as_bytes());
+    let digest = hash.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    let n = u64::from_be_bytes(first) % u64::from(WEIGHT_TOTAL);
+    // Below WEIGHT_TOTAL, so it fits.
+    u32::try_from(n).unwrap_or(0)
+}
 
 /// Totals over the turns of a set of sessions.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -297,5 +332,66 @@ impl<'a> AbFold<'a> {
             })
             .collect();
         AbReport { experiments }
+    }
+}
+
+#[cfg(test)]
+mod draw_tests {
+    use super::*;
+
+    /// An experiment `tone` with these arm weights, through discovery (the
+    /// only way one is built).
+    fn experiment(weights: &[(&str, u32)]) -> Experiment {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = dir.path().join("agent");
+        std::fs::create_dir_all(agent.join("experiments")).unwrap();
+        std::fs::write(agent.join("instructions.md"), "Be helpful.").unwrap();
+        let arms: String = weights
+            .iter()
+            .map(|(name, weight)| format!("[[arms]]\nname = \"{name}\"\nweight = {weight}\n"))
+            .collect();
+        std::fs::write(agent.join("experiments/tone.toml"), arms).unwrap();
+        let found = crate::project::discover(dir.path());
+        assert!(!found.has_errors(), "{:?}", found.diagnostics);
+        found.project.unwrap().experiments.remove(0)
+    }
+
+    #[test]
+    fn buckets_are_pinned() {
+        // SHA-256 is fixed by its standard: these values must never move,
+        // or running experiments would reshuffle on an upgrade.
+        assert_eq!(bucket("tone", "ses_1"), bucket("tone", "ses_1"));
+        let pinned: Vec<u32> = ["ses_a", "ses_b", "ses_c", "slack:T1"]
+            .iter()
+            .map(|k| bucket("tone", k))
+            .collect();
+        assert_eq!(pinned, PINNED);
+        assert_ne!(
+            (0..50)
+                .map(|i| bucket("tone", &i.to_string()))
+                .collect::<Vec<_>>(),
+            (0..50)
+                .map(|i| bucket("other", &i.to_string()))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    /// `bucket("tone", k)` for `ses_a`, `ses_b`, `ses_c`, `slack:T1`.
+    const PINNED: [u32; 4] = [47, 13, 60, 93];
+
+    #[test]
+    fn draws_follow_cumulative_weights() {
+        let e = experiment(&[("a", 30), ("b", 0), ("c", 70)]);
+        let mut counts = [0u32; 3];
+        for i in 0..10_000 {
+            let key = format!("ses_{i}");
+            let arm = draw(&e, &key).unwrap();
+            let b = bucket("tone", &key);
+            let want = if b < 30 { "a" } else { "c" };
+            assert_eq!(arm.name, want, "bucket {b}");
+            counts[["a", "b", "c"].iter().position(|n| *n == arm.name).unwrap()] += 1;
+        }
+        assert_eq!(counts[1], 0, "a zero weight never draws");
+        assert!((2_700..3_300).contains(&counts[0]), "{counts:?}");
     }
 }

@@ -68,7 +68,7 @@ pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts for a read that fails transiently (the first run included).
 pub const READ_ATTEMPTS: u32 = 3;
 /// The name of the built-in delegation tool.
-pub const TASK_TOOL: &str = "task";
+pub use bdk_project::tool::TASK_TOOL;
 /// The `tracing` target of the turn, step and tool-call spans.
 pub const TRACE_TARGET: &str = "bdk::gen_ai";
 

@@ -1,11 +1,13 @@
-//! The BDK agent runtime: project discovery and diagnostics, which model
+//! The BDK agent runtime: which model
 //! each agent runs ([`models`]), tools, the agent loop (turns and steps), the
 //! session runtime ("host"), hooks, result gates ([`gate`]), A/B experiments
 //! ([`ab`]), and the port through which crates above add to a host
 //! ([`extension`]: `bdk-scheduler`'s reminders).
 //!
-//! It builds on `bdk-events` (the wire format), `bdk-store` (the storage
-//! port) and `bdk-models` (the model port and its providers), and never names
+//! It builds on `bdk-events` (the wire format), `bdk-project` (the agent
+//! folder as data, re-exported as [`project`] and [`cron`]), `bdk-store`
+//! (the storage port) and `bdk-models` (the model port and its providers),
+//! and never names
 //! a crate above it: HTTP, MCP, the scheduler and the CLI reach the runtime
 //! through [`host::Host`]. Its own outbound HTTP is `url` tools and `url`
 //! hooks, through `bdk_models::net`'s shared client.
@@ -15,7 +17,7 @@ pub mod agent;
 pub mod claims;
 pub mod clock;
 pub mod containment;
-pub mod cron;
+pub use bdk_project::cron;
 pub mod endpoint;
 pub mod extension;
 pub mod gate;
@@ -25,7 +27,7 @@ pub mod host;
 pub mod mcp;
 pub mod models;
 mod process;
-pub mod project;
+pub use bdk_project as project;
 pub mod replica;
 mod scratch;
 pub mod tool;

@@ -16,27 +16,43 @@
 //! each request inside the model's context window. [`prices`] turns usage
 //! into cost; [`net`] is the process's one outbound HTTP client.
 //!
+//! Everything that runs a step sits behind the default `runtime` feature.
+//! Without it the crate is plain data (the request, event and settings
+//! types, the catalog, prices, provider names and the scripted rules
+//! parser) with no async runtime or HTTP client: what `bdk-project` reads
+//! an agent folder with.
+//!
 //! This crate knows the event vocabulary (`bdk-events`, for usage and for
 //! pricing a session's events) and nothing else of BDK: no agent folder,
 //! no sessions, no store.
 
 use std::sync::Arc;
 
+#[cfg(feature = "runtime")]
 use async_trait::async_trait;
 use bdk_events::Usage;
+#[cfg(feature = "runtime")]
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+#[cfg(feature = "runtime")]
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "runtime")]
 pub mod anthropic;
 pub mod catalog;
+#[cfg(feature = "runtime")]
 pub mod context;
+#[cfg(feature = "runtime")]
 pub mod http;
+#[cfg(feature = "runtime")]
 mod memo;
+#[cfg(feature = "runtime")]
 pub mod net;
+#[cfg(feature = "runtime")]
 pub mod openai;
 pub mod prices;
+#[cfg(feature = "runtime")]
 pub mod replay;
 pub mod resolve;
 pub mod scripted;
@@ -258,9 +274,11 @@ impl ModelError {
 }
 
 /// A streamed step.
+#[cfg(feature = "runtime")]
 pub type ModelStream = BoxStream<'static, Result<ModelEvent, ModelError>>;
 
 /// A language model behind a provider.
+#[cfg(feature = "runtime")]
 #[async_trait]
 pub trait Model: Send + Sync + 'static {
     /// The full model string (`provider/model`), as reported on `turn.completed`.

@@ -5,14 +5,21 @@
 //! [`crate::anthropic`]) and their shared transport ([`crate::http`]) know
 //! nothing of presets.
 
+#[cfg(feature = "runtime")]
 use std::sync::Arc;
 
+#[cfg(feature = "runtime")]
 use async_trait::async_trait;
+#[cfg(feature = "runtime")]
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "runtime")]
 use crate::anthropic::{AnthropicConfig, AnthropicModel};
+#[cfg(feature = "runtime")]
 use crate::http::HttpOptions;
+#[cfg(feature = "runtime")]
 use crate::openai::{OpenAiConfig, OpenAiModel};
+#[cfg(feature = "runtime")]
 use crate::{Model, ModelError, ModelRequest, ModelStream, ProviderConfig, split_model};
 
 /// The provider prefixes this build resolves, for error messages.
@@ -23,11 +30,13 @@ const KNOWN_PROVIDERS: &str =
 /// base URL, an unknown provider): every step fails at once with the
 /// message, which names what to set. Resolution never fails outright, so a
 /// misconfigured model is a clear `turn.failed`, not a refused startup.
+#[cfg(feature = "runtime")]
 pub struct Misconfigured {
     id: String,
     message: String,
 }
 
+#[cfg(feature = "runtime")]
 impl Misconfigured {
     /// A model `id` whose every step fails with `message`.
     pub fn new(id: impl Into<String>, message: impl Into<String>) -> Self {
@@ -38,6 +47,7 @@ impl Misconfigured {
     }
 }
 
+#[cfg(feature = "runtime")]
 #[async_trait]
 impl Model for Misconfigured {
     fn id(&self) -> &str {
@@ -54,6 +64,7 @@ impl Model for Misconfigured {
 }
 
 /// One provider preset: where it listens by default and where its key lives.
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 struct Preset {
     /// The base URL when neither `agent.toml` nor `base_env` sets one.
     base_url: Option<&'static str>,
@@ -136,6 +147,7 @@ pub fn known_providers() -> &'static str {
 /// Resolves `model` with explicit settings: the `[provider]` override, the
 /// transport options, and an environment lookup. Never fails: a model that
 /// cannot run is a [`Misconfigured`] one whose steps say what to set.
+#[cfg(feature = "runtime")]
 pub fn resolve_model(
     model: &str,
     provider: &ProviderConfig,
@@ -229,6 +241,7 @@ pub fn resolve_model(
 /// `http://gpu-box:11434`) into the base URL of Ollama's OpenAI-compatible
 /// API. The variable is shared with the Ollama server, where it names the
 /// bind address, so it often lacks a scheme, a port, or the `/v1` suffix.
+#[cfg(feature = "runtime")]
 fn ollama_base(host: &str) -> String {
     let host = host.trim().trim_end_matches('/');
     let (scheme, rest) = match host.split_once("://") {
@@ -254,7 +267,7 @@ fn ollama_base(host: &str) -> String {
     format!("{scheme}://{authority}{port}{path}")
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "runtime"))]
 mod tests {
     use super::*;
     use std::collections::HashMap;

@@ -12,6 +12,10 @@
 //! syntax, unknown keys, regexes, template syntax), so a broken rules file
 //! fails `bdk validate` rather than a turn. At step time a request that no rule
 //! answers fails the step with a message naming the file and the fix.
+//!
+//! Without the `runtime` feature only the parser is here (what `bdk
+//! validate` checks); answering a step is what the `Model` impl does.
+#![cfg_attr(not(feature = "runtime"), allow(dead_code, unused_imports))]
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -19,8 +23,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "runtime")]
 use async_trait::async_trait;
 use bdk_events::Usage;
+#[cfg(feature = "runtime")]
 use futures::StreamExt;
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::Serde;
@@ -28,11 +34,12 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
+#[cfg(feature = "runtime")]
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    Message, Model, ModelError, ModelEvent, ModelRequest, ModelStream, StopReason, ToolCall,
-};
+use super::{Message, ModelError, ModelEvent, ModelRequest, StopReason, ToolCall};
+#[cfg(feature = "runtime")]
+use super::{Model, ModelStream};
 
 /// How much of the last message a "no rule matched" error quotes.
 const QUOTE_CHARS: usize = 120;
@@ -877,6 +884,7 @@ impl ScriptedModel {
     }
 }
 
+#[cfg(feature = "runtime")]
 struct StreamState {
     events: VecDeque<ModelEvent>,
     delay: Option<Duration>,
@@ -884,6 +892,7 @@ struct StreamState {
     done: bool,
 }
 
+#[cfg(feature = "runtime")]
 #[async_trait]
 impl Model for ScriptedModel {
     fn id(&self) -> &str {
@@ -929,7 +938,7 @@ impl Model for ScriptedModel {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "runtime"))]
 mod tests {
     use super::*;
 

@@ -115,7 +115,7 @@ pub(super) fn enroll(
             }
             _ => (AbUnit::Session, id.to_string()),
         };
-        if let Some(arm) = e.draw(&key) {
+        if let Some(arm) = crate::ab::draw(e, &key) {
             out.push(AbAssigned {
                 experiment: e.name.clone(),
                 arm: arm.name.clone(),

@@ -107,6 +107,14 @@ impl Host {
                 }
                 return result;
             }
+            // A kind a newer bdk-project declares and this runtime cannot run.
+            other => {
+                link.abort();
+                return Err(HandlerError::Spawn {
+                    program: other.label().to_owned(),
+                    reason: "this runtime does not know how to run this kind of handler".into(),
+                });
+            }
         };
         let grant = match self.inner.endpoint.grant(&ctx, services).await {
             Ok(grant) => Some(grant),

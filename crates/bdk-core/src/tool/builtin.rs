@@ -24,8 +24,13 @@ use serde_json::{Value, json};
 use crate::containment::{Containment, Grants};
 use crate::process::{self, ProcessEnd, ProcessSpec};
 use crate::tool::subprocess;
-use crate::tool::{Effect, NewArtifact, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
+use crate::tool::{NewArtifact, Tool, ToolContext, ToolOutput, ToolSource, ToolSpec};
 use crate::workspace::{Folder, Kind, Rel, TreeRoot, WorkspaceError};
+pub use bdk_project::builtin::{
+    SHELL_DEFAULT_TIMEOUT_MS, SHELL_MAX_TIMEOUT_MS, delete_file_spec, edit_file_spec,
+    list_files_spec, load_skill_spec, read_file_spec, shell_spec, tag_artifact_spec, task_spec,
+    workspace_specs, write_file_spec,
+};
 
 /// `read_file` returns at most this many bytes of text per call.
 pub const READ_FILE_CAP_BYTES: usize = 256 * 1024;
@@ -37,10 +42,6 @@ pub const LIST_FILES_MAX_ENTRIES: usize = 1000;
 pub const ARTIFACT_MAX_BYTES: u64 = 10 * 1024 * 1024;
 /// `shell` keeps at most this much stdout; more stops the command.
 pub const SHELL_MAX_STDOUT_BYTES: usize = 256 * 1024;
-/// `shell`'s timeout when the call names none.
-pub const SHELL_DEFAULT_TIMEOUT_MS: u64 = 120_000;
-/// The longest timeout a `shell` call may ask for.
-pub const SHELL_MAX_TIMEOUT_MS: u64 = 600_000;
 
 /// The workspace file tools: `read_file`, `write_file`, `edit_file`,
 /// `list_files`, `delete_file`.
@@ -68,49 +69,16 @@ pub fn workspace_tools() -> Vec<Arc<dyn Tool>> {
 /// Its commands run under `containment`, like command tools: contained,
 /// they read the system and write only the workspace and a temp dir.
 pub fn shell_tool(containment: Containment) -> Arc<dyn Tool> {
-    let mut spec = ToolSpec::server(
-        "shell",
-        "Run a shell command (sh -c) with the session workspace as the working directory. \
-         Returns the exit code, stdout and the end of stderr. Use it for scripts, builds and \
-         the agent tools listed in AGENTS.md. The command is killed, with everything it \
-         started, when it exceeds its timeout.",
-        json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "minLength": 1, "description": "The command line, run with sh -c."},
-                "timeout_ms": {
-                    "type": "integer", "minimum": 1, "maximum": SHELL_MAX_TIMEOUT_MS,
-                    "description": format!("Kill the command after this many milliseconds (default {SHELL_DEFAULT_TIMEOUT_MS}).")
-                }
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        }),
-        Effect::Write,
-    );
-    // The call applies its own (input-chosen) timeout; advertise the largest
-    // one so a runtime-level deadline never cuts a command short of it.
-    spec.timeout_ms = Some(SHELL_MAX_TIMEOUT_MS + 5_000);
-    Arc::new(Shell { spec, containment })
+    Arc::new(Shell {
+        spec: shell_spec(),
+        containment,
+    })
 }
 
 /// `load_skill`: returns a skill's full text by name.
 pub fn load_skill_tool() -> Arc<dyn Tool> {
     Arc::new(LoadSkill {
-        spec: ToolSpec::server(
-            "load_skill",
-            "Load a skill by name and return its full instructions. Load a skill from the \
-             catalog in your instructions before doing the work it describes.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "minLength": 1, "description": "The skill name, as listed in the catalog."}
-                },
-                "required": ["name"],
-                "additionalProperties": false
-            }),
-            Effect::Read,
-        ),
+        spec: load_skill_spec(),
     })
 }
 
@@ -118,55 +86,8 @@ pub fn load_skill_tool() -> Arc<dyn Tool> {
 /// the session.
 pub fn tag_artifact_tool() -> Arc<dyn Tool> {
     Arc::new(TagArtifact {
-        spec: ToolSpec::server(
-            "tag_artifact",
-            "Tag a result worth keeping (a report, a patch, a generated file) as an artifact \
-             of this session so people and other systems can find it. Give exactly one of \
-             `path` (a file in the workspace, at most 10 MiB) or `content` (inline text).",
-            json!({
-                "type": "object",
-                "properties": {
-                    "kind": {"type": "string", "minLength": 1, "description": "What the artifact is, e.g. report, patch, summary."},
-                    "path": {"type": "string", "description": "A workspace file to tag."},
-                    "content": {"type": "string", "description": "Inline text to tag."},
-                    "name": {"type": "string", "minLength": 1, "description": "A display name (default: the file name, or the kind)."},
-                    "contentType": {"type": "string", "minLength": 1, "description": "The media type (default: guessed from the file name, text/plain for content)."},
-                    "metadata": {"type": "object", "description": "Extra JSON facts about the artifact."}
-                },
-                "required": ["kind"],
-                "additionalProperties": false
-            }),
-            Effect::Write,
-        ),
+        spec: tag_artifact_spec(),
     })
-}
-
-/// The spec of `task`, which delegates to a subagent. The agent loop
-/// recognizes the name and runs the subagent itself; `subagents` is
-/// `(name, description)` pairs.
-pub fn task_spec(subagents: &[(String, String)]) -> ToolSpec {
-    let mut description = String::from(
-        "Delegate a self-contained task to a subagent and get its final reply. The subagent \
-         does not see this conversation: put everything it needs in the prompt. Subagents:",
-    );
-    for (name, about) in subagents {
-        description.push_str(&format!("\n- {name}: {about}"));
-    }
-    let names: Vec<&str> = subagents.iter().map(|(name, _)| name.as_str()).collect();
-    ToolSpec::server(
-        "task",
-        &description,
-        json!({
-            "type": "object",
-            "properties": {
-                "subagent": {"type": "string", "enum": names, "description": "Which subagent to run."},
-                "prompt": {"type": "string", "minLength": 1, "description": "The complete task for the subagent."}
-            },
-            "required": ["subagent", "prompt"],
-            "additionalProperties": false
-        }),
-        Effect::Write,
-    )
 }
 
 /// Decodes a tool's input. The runtime validates input against the schema
@@ -210,26 +131,6 @@ fn settle(result: Result<ToolOutput, ToolOutput>) -> ToolOutput {
 }
 
 // ---------------------------------------------------------------- read_file
-
-fn read_file_spec() -> ToolSpec {
-    ToolSpec::server(
-        "read_file",
-        "Read a UTF-8 text file from the workspace. Optionally start at line `offset` \
-         (counting from 1) and return at most `limit` lines. Long output is cut at 256 KiB \
-         with a note saying where to continue.",
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative file path."},
-                "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1 = the first line)."},
-                "limit": {"type": "integer", "minimum": 1, "description": "How many lines to return."}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        }),
-        Effect::Read,
-    )
-}
 
 struct ReadFile {
     spec: ToolSpec,
@@ -373,24 +274,6 @@ fn read_lines(
 
 // --------------------------------------------------------------- write_file
 
-fn write_file_spec() -> ToolSpec {
-    ToolSpec::server(
-        "write_file",
-        "Create or overwrite a file in the workspace with the given text, creating parent \
-         directories as needed.",
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative file path."},
-                "content": {"type": "string", "description": "The complete new content."}
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false
-        }),
-        Effect::Write,
-    )
-}
-
 struct WriteFile {
     spec: ToolSpec,
 }
@@ -430,25 +313,6 @@ async fn write_file(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolO
 }
 
 // ---------------------------------------------------------------- edit_file
-
-fn edit_file_spec() -> ToolSpec {
-    ToolSpec::server(
-        "edit_file",
-        "Replace one exact piece of text in a workspace file. `old_text` must occur exactly \
-         once: include enough surrounding lines to make it unique.",
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative file path."},
-                "old_text": {"type": "string", "minLength": 1, "description": "The exact text to replace (must occur once)."},
-                "new_text": {"type": "string", "description": "The replacement text."}
-            },
-            "required": ["path", "old_text", "new_text"],
-            "additionalProperties": false
-        }),
-        Effect::Write,
-    )
-}
 
 struct EditFile {
     spec: ToolSpec,
@@ -531,23 +395,6 @@ fn edit_text(bytes: Vec<u8>, input: &EditFileInput) -> Result<String, ToolOutput
 }
 
 // --------------------------------------------------------------- list_files
-
-fn list_files_spec() -> ToolSpec {
-    ToolSpec::server(
-        "list_files",
-        "List the files and directories under a workspace directory (default: the whole \
-         workspace), recursively and sorted, one workspace-relative path per line; \
-         directories end with '/'. Stops after 1000 entries.",
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative directory (default \".\")."}
-            },
-            "additionalProperties": false
-        }),
-        Effect::Read,
-    )
-}
 
 struct ListFiles {
     spec: ToolSpec,
@@ -695,22 +542,6 @@ fn read_sorted(folder: &Folder, at_root: bool) -> io::Result<Vec<Listed>> {
 }
 
 // -------------------------------------------------------------- delete_file
-
-fn delete_file_spec() -> ToolSpec {
-    ToolSpec::server(
-        "delete_file",
-        "Delete a file from the workspace (files only, not directories).",
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "minLength": 1, "description": "Workspace-relative file path."}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        }),
-        Effect::Write,
-    )
-}
 
 struct DeleteFile {
     spec: ToolSpec,
@@ -1076,7 +907,7 @@ mod tests {
             ("writer".to_owned(), "Writes docs".to_owned()),
         ]);
         assert_eq!(spec.name, "task");
-        assert_eq!(spec.effect, Effect::Write);
+        assert_eq!(spec.effect, crate::tool::Effect::Write);
         assert!(spec.description.contains("- reviewer: Reviews diffs"));
         assert!(spec.description.contains("- writer: Writes docs"));
         assert_eq!(

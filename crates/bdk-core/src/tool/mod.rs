@@ -37,7 +37,7 @@ pub mod builtin;
 pub mod content;
 pub mod native;
 pub mod report;
-pub mod schema;
+pub use bdk_project::schema;
 pub mod services;
 pub mod spec;
 pub mod subprocess;

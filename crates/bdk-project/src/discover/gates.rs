@@ -1,5 +1,5 @@
 //! `gates/<name>.toml`: one result gate per manifest, plus the program
-//! files its `command` names (see [`crate::gate`]).
+//! files its `command` names (its runner is `bdk_core::gate`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -12,7 +12,7 @@ use super::util::{
 use crate::gate::{
     DEFAULT_GATE_TIMEOUT, DEFAULT_MAX_ATTEMPTS, GateSpec, MAX_ATTEMPTS_LIMIT, OnError,
 };
-use crate::project::{GateManifest, HandlerCommand, SandboxMode};
+use crate::{GateManifest, HandlerCommand, SandboxMode};
 
 const GATE_KEYS: &[&str] = &[
     "command",

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::util::{Diags, is_safe_relpath};
-use crate::project::SkillForm;
+use crate::SkillForm;
 
 /// More attachments than this is not a prompt a person reads.
 pub(crate) const MAX_ATTACHMENTS: usize = 16;

@@ -3,7 +3,7 @@
 //!
 //! Everything that can be wrong with an experiment is found here, before a
 //! session is ever drawn: weights that do not add up to
-//! [`WEIGHT_TOTAL`](crate::project::WEIGHT_TOTAL), duplicate or invalid arm
+//! [`WEIGHT_TOTAL`](crate::WEIGHT_TOTAL), duplicate or invalid arm
 //! names, overlay files that are missing or outside the folder, model
 //! strings of the wrong shape. An experiment with an error is left out of
 //! the project. The TypeScript forms of the seeds (`agent/ab.ts`,
@@ -18,7 +18,7 @@ use super::util::{
     Diags, Fields, Kind, is_safe_relpath, is_slug, list_dir, path_kind, read_text, read_toml,
     report_other,
 };
-use crate::project::{Arm, Experiment, ExperimentUnit, WEIGHT_TOTAL};
+use crate::{Arm, Experiment, ExperimentUnit, WEIGHT_TOTAL};
 
 const EXPERIMENT_KEYS: &[&str] = &["description", "unit", "enabled", "arms"];
 const ARM_KEYS: &[&str] = &["name", "weight", "instructions", "model", "effort"];

@@ -9,11 +9,11 @@ use bdk_events::Admission;
 use toml::Table;
 
 use super::util::{Diags, Fields, check_env_name, check_url};
-use crate::project::slack::{
+use crate::slack::{
     DEFAULT_PLACEHOLDER, DEFAULT_SLACK_SECRET_ENV, DEFAULT_SLACK_TOKEN_ENV, is_conversation_id,
     is_user_id,
 };
-use crate::project::{SlackChannel, SlackWatch};
+use crate::{SlackChannel, SlackWatch};
 
 /// Keys of the `[slack]` table.
 const SLACK_KEYS: &[&str] = &[

@@ -101,7 +101,7 @@ pub fn add_tools(surface: &mut Value, project: &Project, tools: &[(ToolSpec, Too
     };
     for (spec, source) in tools {
         if matches!(source, ToolSource::Builtin | ToolSource::Manifest)
-            || spec.name == crate::agent::TASK_TOOL
+            || spec.name == crate::tool::TASK_TOOL
             || builtins.contains(&spec.name)
             || list.iter().any(|t| t["name"] == spec.name.as_str())
         {

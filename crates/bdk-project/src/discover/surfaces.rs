@@ -12,7 +12,7 @@ use super::util::{
     Diags, Entry, Fields, Kind, check_schema, is_slug, list_dir, read_toml, report_other,
     table_to_json,
 };
-use crate::project::{
+use crate::{
     ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
     DEFAULT_EVENT_BACKOFF, HookEvents, HookManifest, HookTarget, MAX_EVENT_ATTEMPTS, McpConnection,
     McpOAuth, McpTransport, RouteAuth, RouteHandler, RouteMethod, default_token_env,
@@ -1069,7 +1069,7 @@ fn hook_target(d: &mut Diags, f: &Fields<'_>) -> Option<HookTarget> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::project::Severity;
+    use crate::Severity;
 
     /// Discovers one channel manifest and returns its diagnostics as
     /// `(severity, message)` pairs.
@@ -1108,7 +1108,7 @@ env = ["TOKEN"]
         assert!(diags.is_empty(), "{diags:?}");
         let handler = found[0].routes[0].handler.as_ref().unwrap();
         assert_eq!(handler.pass_headers, ["x-request-id", "x-github-event"]);
-        let crate::project::HandlerSpec::Program(command) = &handler.handler else {
+        let crate::HandlerSpec::Program(command) = &handler.handler else {
             panic!("{handler:?}");
         };
         assert_eq!(command.argv, ["python3", "route.py"]);
@@ -1417,11 +1417,11 @@ message = "{{ sender }}: {{ payload.comment.body }}"
         assert_eq!(g.secret_env, "GITHUB_WEBHOOK_SECRET");
         assert_eq!(
             g.credentials,
-            crate::project::GithubCredentials::Token {
+            crate::GithubCredentials::Token {
                 token_env: "GITHUB_TOKEN".into()
             }
         );
-        assert_eq!(g.reply, crate::project::GithubReply::Review);
+        assert_eq!(g.reply, crate::GithubReply::Review);
         assert_eq!(g.status_context.as_deref(), Some("review"));
         assert_eq!(g.public_url.as_deref(), Some("https://bots.example.com"));
         assert_eq!(g.triggers.len(), 2);
@@ -1433,10 +1433,10 @@ message = "{{ sender }}: {{ payload.comment.body }}"
         let (found, diags) = check("kind = \"github\"\n[github]\napp_id = 42\n");
         assert!(diags.is_empty(), "{diags:#?}");
         let g = found[0].github.as_ref().unwrap();
-        assert_eq!(g.triggers, crate::project::github::default_triggers());
+        assert_eq!(g.triggers, crate::github::default_triggers());
         assert!(matches!(
             &g.credentials,
-            crate::project::GithubCredentials::App { private_key_env, .. } if private_key_env == "GITHUB_APP_PRIVATE_KEY"
+            crate::GithubCredentials::App { private_key_env, .. } if private_key_env == "GITHUB_APP_PRIVATE_KEY"
         ));
     }
 
@@ -1447,7 +1447,7 @@ message = "{{ sender }}: {{ payload.comment.body }}"
         assert!(found[0].routes.is_empty());
         assert_eq!(
             found[0].slack.as_ref().unwrap(),
-            &crate::project::SlackChannel::default()
+            &crate::SlackChannel::default()
         );
         let (found, diags) = check(
             r#"

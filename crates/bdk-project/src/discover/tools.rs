@@ -9,8 +9,8 @@ use super::util::{
     Diags, Entry, Fields, Kind, check_env_name, check_schema, is_safe_relpath, list_dir, read_text,
     read_toml, report_other, sandbox_mode, table_to_json,
 };
-use crate::project::{SandboxMode, ToolManifest, ToolRunner};
 use crate::tool::{Effect, Execution, ToolSpec};
+use crate::{SandboxMode, ToolManifest, ToolRunner};
 
 const TOOL_KEYS: &[&str] = &[
     "title",

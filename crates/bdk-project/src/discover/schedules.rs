@@ -12,10 +12,12 @@ use super::handler::{HANDLER_KEYS, referenced};
 use super::util::{
     Diags, Fields, Kind, list_dir, read_text, read_toml, report_other, toml_to_json,
 };
+use crate::builtin;
 use crate::cron::CronExpr;
-use crate::project::{AgentConfig, HandlerSpec, Schedule, ScheduleAction, ToolManifest};
-use crate::tool::schema::InputValidator;
-use crate::tool::{Execution, ToolSpec, builtin};
+#[cfg(feature = "schema")]
+use crate::schema::InputValidator;
+use crate::tool::{Execution, ToolSpec};
+use crate::{AgentConfig, HandlerSpec, Schedule, ScheduleAction, ToolManifest};
 
 /// The most schedules one agent may declare.
 const MAX_SCHEDULES: usize = 64;
@@ -57,20 +59,20 @@ pub(crate) fn known_tools(
     let b = &config.builtin_tools;
     let mut builtins = Vec::new();
     if b.workspace {
-        builtins.extend(builtin::workspace_tools());
+        builtins.extend(builtin::workspace_specs());
     }
     if b.shell {
-        builtins.push(builtin::shell_tool(Default::default()));
+        builtins.push(builtin::shell_spec());
     }
     if b.artifacts {
-        builtins.push(builtin::tag_artifact_tool());
+        builtins.push(builtin::tag_artifact_spec());
     }
     if has_skills {
-        builtins.push(builtin::load_skill_tool());
+        builtins.push(builtin::load_skill_spec());
     }
     let mut tools: BTreeMap<String, ToolSpec> = builtins
-        .iter()
-        .map(|t| (t.spec().name.clone(), t.spec().clone()))
+        .into_iter()
+        .map(|spec| (spec.name.clone(), spec))
         .collect();
     for m in manifests {
         tools.insert(m.spec.name.clone(), m.spec.clone());
@@ -399,6 +401,7 @@ fn tool_call(d: &mut Diags, path: &Path, f: &Fields, targets: &Targets) -> Optio
                 "call a tool without `needs_approval`, or use a Markdown schedule so the model calls it in a session where a person approves it",
             );
         }
+        #[cfg(feature = "schema")]
         Some(spec) => {
             // A broken schema is reported by the tool's own manifest.
             if let Ok(validator) = InputValidator::new(&spec.input_schema)
@@ -414,6 +417,9 @@ fn tool_call(d: &mut Diags, path: &Path, f: &Fields, targets: &Targets) -> Optio
                 );
             }
         }
+        // Without JSON Schema the input is checked when the schedule fires.
+        #[cfg(not(feature = "schema"))]
+        Some(_) => {}
         None if targets.mcp_advertises => d.warn(
             path,
             format!("tool `{tool}` is not a tool of this folder; it must come from an MCP connection that advertises its tools"),

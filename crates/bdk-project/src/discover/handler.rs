@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::util::{Diags, Fields, check_env_name, is_slug, sandbox_mode};
-use crate::project::SandboxMode;
-use crate::project::handler::{
+use crate::SandboxMode;
+use crate::handler::{
     DEFAULT_HANDLER_TIMEOUT, HandlerCommand, HandlerSpec, MAX_HANDLER_TIMEOUT_SECS,
 };
 

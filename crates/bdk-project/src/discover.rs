@@ -577,22 +577,18 @@ fn walk_workspace(d: &mut Diags, dir: &Path, prefix: &str, out: &mut Vec<Sandbox
 
 /// The names of the built-in tools the agent has (its `[builtin_tools]`,
 /// and `load_skill` when it has skills).
-pub(crate) fn builtin_tool_names(project: &crate::project::Project) -> BTreeSet<String> {
+pub(crate) fn builtin_tool_names(project: &crate::Project) -> BTreeSet<String> {
     enabled_builtins(&project.config, !project.skills.is_empty())
 }
 
 /// The names of the built-ins `config` turns on: the runtime's own and the
 /// reminder tools an extension adds.
-fn enabled_builtins(config: &crate::project::AgentConfig, has_skills: bool) -> BTreeSet<String> {
+fn enabled_builtins(config: &crate::AgentConfig, has_skills: bool) -> BTreeSet<String> {
     let mut names: BTreeSet<String> = schedules::known_tools(config, &[], has_skills)
         .into_keys()
         .collect();
     if config.builtin_tools.reminders {
-        names.extend(
-            crate::project::REMINDER_TOOLS
-                .iter()
-                .map(|n| (*n).to_owned()),
-        );
+        names.extend(crate::REMINDER_TOOLS.iter().map(|n| (*n).to_owned()));
     }
     names
 }
@@ -603,15 +599,15 @@ fn enabled_builtins(config: &crate::project::AgentConfig, has_skills: bool) -> B
 /// delegation tool's). Both are errors, never a silent choice.
 fn check_tool_collisions(
     d: &mut Diags,
-    config: &crate::project::AgentConfig,
-    tools: &[crate::project::ToolManifest],
+    config: &crate::AgentConfig,
+    tools: &[crate::ToolManifest],
     has_skills: bool,
     has_subagents: bool,
 ) {
     let enabled = enabled_builtins(config, has_skills);
     for tool in tools {
         let name = tool.spec.name.as_str();
-        if name == crate::agent::TASK_TOOL {
+        if name == crate::tool::TASK_TOOL {
             let why = if has_subagents {
                 "the model delegates to agent/subagents/ through it"
             } else {
@@ -645,7 +641,7 @@ fn check_tool_collisions(
 fn check_direct_builtins(
     d: &mut Diags,
     path: &Path,
-    config: &crate::project::AgentConfig,
+    config: &crate::AgentConfig,
     has_skills: bool,
 ) {
     let enabled = enabled_builtins(config, has_skills);

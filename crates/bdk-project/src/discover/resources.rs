@@ -15,11 +15,11 @@ use super::schedules::Targets;
 use super::util::{
     Diags, Fields, Kind, is_safe_relpath, list_dir, path_kind, read_toml, report_other,
 };
-use crate::project::{
+use crate::tool::Execution;
+use crate::{
     AgentResource, AgentResourceTemplate, AgentResources, MAX_RESOURCE_BYTES, UriTemplate,
     check_uri,
 };
-use crate::tool::Execution;
 
 /// The most entries of each kind one agent may declare: the first page of
 /// `resources/list` carries every declared resource.

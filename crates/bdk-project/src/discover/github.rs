@@ -8,11 +8,11 @@ use bdk_events::Admission;
 use toml::Table;
 
 use super::util::{Diags, Fields, check_env_name, check_url};
-use crate::project::github::{
+use crate::github::{
     DEFAULT_GITHUB_KEY_ENV, DEFAULT_GITHUB_SECRET_ENV, DEFAULT_GITHUB_TOKEN_ENV, GITHUB_EVENTS,
     default_triggers,
 };
-use crate::project::{GithubAppId, GithubChannel, GithubCredentials, GithubReply, GithubTrigger};
+use crate::{GithubAppId, GithubChannel, GithubCredentials, GithubReply, GithubTrigger};
 
 /// Keys of the `[github]` table.
 const GITHUB_KEYS: &[&str] = &[

@@ -16,7 +16,7 @@ use super::util::{
     Diags, Fields, Kind, is_safe_relpath, is_slug, list_dir, read_bytes, read_text, read_toml,
     report_other, toml_to_json,
 };
-use crate::project::{Skill, SkillForm};
+use crate::{Skill, SkillForm};
 
 /// Largest sibling file a packaged skill may carry.
 const MAX_SKILL_FILE_BYTES: u64 = 1024 * 1024;

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::util::{Diags, is_slug};
-use crate::project::SkillArgument;
+use crate::SkillArgument;
 
 /// More arguments than a person fills in by hand is a mistake.
 const MAX_ARGUMENTS: usize = 32;

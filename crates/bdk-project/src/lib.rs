@@ -1,5 +1,30 @@
-//! Project discovery: the agent folder as a typed [`Project`] plus
-//! [`Diagnostic`]s.
+//! The agent folder as data: discovery turns a folder into a typed
+//! [`Project`] plus [`Diagnostic`]s.
+//!
+//! This crate is what `bdk validate`, the eval loader and editor tooling
+//! need, without the runtime: no async, no processes, no sockets. It owns
+//! the spec types the folder declares ([`tool::ToolSpec`],
+//! [`gate::GateSpec`], handlers, schedules, experiments, channels), the
+//! built-in tools' specs ([`builtin`]) and the crontab grammar ([`cron`]).
+//! The `schema` feature checks declared JSON Schemas (and exports
+//! `schema::InputValidator` for the runtime); without it a schema is
+//! taken as written.
+//!
+//! ```
+//! use std::path::Path;
+//!
+//! // The example agent of this repository.
+//! let found = bdk_project::discover(Path::new("../../examples/weather"));
+//! for d in &found.diagnostics {
+//!     eprintln!("{:?} {}: {} ({})", d.severity, d.file, d.message, d.fix);
+//! }
+//! assert!(!found.has_errors());
+//!
+//! let project = found.project.expect("a project");
+//! let tools: Vec<&str> = project.tools.iter().map(|t| t.spec.name.as_str()).collect();
+//! assert_eq!(tools, ["get_weather"]);
+//! assert!(project.instructions.contains("weather"));
+//! ```
 //!
 //! The filesystem is the interface. [`discover`] walks `agent/` (or its alias
 //! `bot/`) and every discovery folder in it, parses each manifest, and reports
@@ -19,21 +44,27 @@ use serde_json::Value;
 
 use crate::tool::ToolSpec;
 
+pub mod builtin;
 mod channel;
+pub mod cron;
 mod discover;
 mod experiment;
+pub mod gate;
 pub mod github;
 pub mod handler;
 pub mod info;
 mod resource;
+#[cfg(feature = "schema")]
+pub mod schema;
 pub mod slack;
+pub mod tool;
 pub use channel::{
     ChannelEventTarget, ChannelEvents, ChannelManifest, ChannelRoute, DEFAULT_EVENT_ATTEMPTS,
     DEFAULT_EVENT_BACKOFF, MAX_EVENT_ATTEMPTS, RouteAuth, RouteHandler, RouteMethod,
     default_token_env,
 };
 pub use discover::discover;
-pub use experiment::{Arm, Experiment, ExperimentUnit, WEIGHT_TOTAL, bucket};
+pub use experiment::{Arm, Experiment, ExperimentUnit, WEIGHT_TOTAL};
 pub use github::{GithubAppId, GithubChannel, GithubCredentials, GithubReply, GithubTrigger};
 pub use handler::{HandlerCommand, HandlerSpec};
 pub use resource::{
@@ -118,8 +149,8 @@ impl Default for BuiltinTools {
     }
 }
 
-/// Whether the programs an agent runs are sandboxed (see
-/// [`crate::containment`]).
+/// Whether the programs an agent runs are sandboxed (the runtime's
+/// `bdk_core::containment` applies it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SandboxMode {
@@ -237,7 +268,7 @@ pub struct AgentConfig {
     /// How long one model step may take, retries included (default 300000).
     pub step_timeout_ms: Option<u64>,
     /// The model's context window in tokens, overriding the built-in table
-    /// (see [`bdk_models::context`]).
+    /// (see `bdk_models::context`).
     pub context_window: Option<u64>,
     /// `[prices."provider/model"]`: prices added to or replacing the
     /// built-in table (see [`bdk_models::prices`]).
@@ -297,7 +328,7 @@ pub struct ToolManifest {
 }
 
 /// A result gate manifest (`gates/<name>.toml`): a program that judges each
-/// turn's final reply (see [`crate::gate`]).
+/// turn's final reply (its runner is `bdk_core::gate`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GateManifest {
     /// The manifest file.
