@@ -267,7 +267,8 @@ fn ollama_base(host: &str) -> String {
     format!("{scheme}://{authority}{port}{path}")
 }
 
-#[cfg(all(test, feature = "runtime"))]
+#[cfg(test)]
+#[cfg(feature = "runtime")]
 mod tests {
     use super::*;
     use std::collections::HashMap;

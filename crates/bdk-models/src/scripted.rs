@@ -938,7 +938,8 @@ impl Model for ScriptedModel {
     }
 }
 
-#[cfg(all(test, feature = "runtime"))]
+#[cfg(test)]
+#[cfg(feature = "runtime")]
 mod tests {
     use super::*;
 
