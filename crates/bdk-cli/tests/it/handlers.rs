@@ -288,14 +288,24 @@ async fn misbehaving_handlers_fail_cleanly() {
         let message = body["message"].as_str().unwrap();
         assert!(!message.contains("SECRET"), "{name}: {message}");
     }
-    let stderr = server.stderr.lock().unwrap().clone();
-    for code in [
+    // The server logs each failure before it answers, but the test reads
+    // its stderr on another thread: wait for the lines to arrive.
+    let codes = [
         "handler_timeout",
         "handler_exited",
         "handler_bad_answer",
         "handler_output_exceeded",
         "handler_limit_reached",
-    ] {
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let stderr = loop {
+        let stderr = server.stderr.lock().unwrap().clone();
+        if codes.iter().all(|code| stderr.contains(code)) || std::time::Instant::now() > deadline {
+            break stderr;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    for code in codes {
         assert!(stderr.contains(code), "{code} is not in the log:\n{stderr}");
     }
 
