@@ -1,6 +1,7 @@
 //! The Rust eval API: a [`Case`] sends turns and asserts on what happened.
 //!
 //! ```no_run
+//! # #[cfg(feature = "host")]
 //! # async fn demo(host: bdk_core::host::Host) -> Result<(), bdk_evals::Stop> {
 //! use bdk_evals::{Assertions, Case, Matcher, ToolMatch};
 //! use serde_json::json;
@@ -17,6 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+#[cfg(feature = "host")]
 use bdk_core::host::Host;
 use bdk_events::view::last_turn_end;
 use bdk_events::{Envelope, Event, SessionId};
@@ -26,7 +28,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::assert::{Assertions, EventRef, Failure, Score, Sink, Stop, ToolCallView, tool_calls};
 use crate::judge::Judge;
-use crate::target::{HostTarget, Opened, Target};
+#[cfg(feature = "host")]
+use crate::target::HostTarget;
+use crate::target::{Opened, Target};
 
 /// Options of one send. `workspace_files` only shape the session on the
 /// first send; later sends add them to the workspace before their turn.
@@ -261,6 +265,7 @@ impl Case {
     }
 
     /// A case against an in-process host, without a judge.
+    #[cfg(feature = "host")]
     pub fn in_process(id: impl Into<String>, host: Host) -> Case {
         Case::new(id, Arc::new(HostTarget::new(host)), None)
     }

@@ -9,11 +9,15 @@
 //! body a Rust author writes, so both forms share one semantics.
 //!
 //! Evals reach the agent through a [`target::Target`]: the in-process
-//! [`bdk_core::host::Host`] or a running server over HTTP. This crate knows
-//! nothing of axum or the CLI.
+//! `bdk_core::host::Host` (feature `host`) or a running server over HTTP
+//! (feature `http`); both are on by default. With only `http`, the crate
+//! stands on the agent folder's data (`bdk-project`) and the model port
+//! (`bdk-models`, for judges), not on the runtime. This crate knows nothing
+//! of axum or the CLI.
 
 pub mod assert;
 pub mod case;
+#[cfg(feature = "host")]
 pub mod history;
 pub mod judge;
 pub mod matcher;
@@ -32,13 +36,17 @@ pub use matcher::Matcher;
 pub use runner::{RunOptions, RunResult, Runner};
 pub use spec::{CaseSpec, EvalConfig, Suite, load};
 
+#[cfg(feature = "host")]
 use std::sync::Arc;
 
+#[cfg(feature = "host")]
 use bdk_core::Project;
+#[cfg(feature = "host")]
 use bdk_core::models::{BuiltinModels, ModelResolver};
 
 /// A judge resolver over the project's model providers (the same ones the
 /// agent uses, `scripted` included).
+#[cfg(feature = "host")]
 pub fn project_judges(project: Project) -> runner::JudgeResolver {
     Arc::new(move |spec: &spec::JudgeSpec| {
         BuiltinModels

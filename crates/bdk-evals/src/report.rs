@@ -3,8 +3,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+#[cfg(feature = "junit")]
 use std::time::Duration;
 
+#[cfg(feature = "junit")]
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::runner::{CaseResult, CaseStatus, IterationStatus, RunResult};
@@ -49,6 +51,7 @@ pub fn failure_lines(case: &CaseResult) -> Vec<String> {
 /// every violated assertion (with its event), `<skipped>` when cancelled.
 /// quick-junit escapes markup and drops what XML cannot carry (control
 /// characters, ANSI escapes).
+#[cfg(feature = "junit")]
 pub fn junit(result: &RunResult) -> std::io::Result<String> {
     let mut report = Report::new("bdk evals");
     report
@@ -58,6 +61,7 @@ pub fn junit(result: &RunResult) -> std::io::Result<String> {
 }
 
 /// One run as a JUnit test suite named `name`.
+#[cfg(feature = "junit")]
 fn test_suite(result: &RunResult, name: &str) -> TestSuite {
     let mut suite = TestSuite::new(name);
     suite
@@ -122,6 +126,7 @@ pub fn per_arm_json(experiment: &str, runs: &[ArmRun]) -> String {
 
 /// A suite run once per arm as JUnit XML: one test suite per arm, named
 /// `<experiment>/<arm>`.
+#[cfg(feature = "junit")]
 pub fn per_arm_junit(experiment: &str, runs: &[ArmRun]) -> std::io::Result<String> {
     let mut report = Report::new("bdk evals");
     let total: u64 = runs.iter().map(|r| r.run.duration_ms).sum();
@@ -280,6 +285,28 @@ pub fn summary_table(result: &RunResult) -> String {
     out
 }
 
+/// Without the `junit` feature a configured JUnit reporter is an error
+/// that names the feature, never a silently missing file.
+#[cfg(not(feature = "junit"))]
+fn no_junit() -> std::io::Error {
+    std::io::Error::other(
+        "JUnit reports need bdk-evals' `junit` feature, which this build leaves out",
+    )
+}
+
+/// The run as JUnit XML; this build has no JUnit writer (feature `junit`).
+#[cfg(not(feature = "junit"))]
+pub fn junit(_result: &RunResult) -> std::io::Result<String> {
+    Err(no_junit())
+}
+
+/// A suite run per arm as JUnit XML; this build has no JUnit writer
+/// (feature `junit`).
+#[cfg(not(feature = "junit"))]
+pub fn per_arm_junit(_experiment: &str, _runs: &[ArmRun]) -> std::io::Result<String> {
+    Err(no_junit())
+}
+
 /// Writes the file reporters of a suite run per arm: like
 /// [`write_reports`], each file holding every arm ([`per_arm_json`],
 /// [`per_arm_junit`]).
@@ -382,7 +409,12 @@ pub fn write_reports(
 }
 
 #[cfg(test)]
+#[cfg_attr(not(feature = "junit"), allow(unused_imports, dead_code))]
 mod tests {
+    #[cfg(feature = "junit")]
+    use std::time::Duration;
+
+    #[cfg(feature = "junit")]
     use quick_junit::{NonSuccessKind, Report, TestCaseStatus};
 
     use super::*;
@@ -403,6 +435,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "junit")]
     #[test]
     fn junit_has_a_case_per_case_and_escapes_what_it_carries() {
         let specs: Vec<CaseSpec> = ["a/<ok>", "a/fails & \"quotes\"", "a/gone"]

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bdk_core::project::rel_path;
-use bdk_core::{Diagnostic, Severity};
+use bdk_project::rel_path;
+use bdk_project::{Diagnostic, Severity};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -882,7 +882,7 @@ fn check_arms(project_root: &Path, cases: &[CaseSpec], d: &mut Diags<'_>) {
     if cases.iter().all(|c| c.arms.is_empty()) {
         return;
     }
-    let project = bdk_core::discover(project_root).project;
+    let project = bdk_project::discover(project_root).project;
     for case in cases {
         for (experiment, arm) in &case.arms {
             let file = project_root.join(&case.file);

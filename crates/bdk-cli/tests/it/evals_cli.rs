@@ -317,6 +317,93 @@ fn url_mode_runs_the_cases_against_a_running_server() {
     assert_eq!(code, 2, "{stderr}");
 }
 
+/// bdk-evals built with only its `http` feature (no runtime: no bdk-core,
+/// bdk-store or sandbox in the program) runs the weather example's whole
+/// suite, judge included, against a real `bdk serve`. The program is the
+/// crate's `remote` example, built here by cargo with exactly those
+/// features, so the feature split is proven by a build, not assumed.
+#[test]
+fn evals_built_for_http_only_run_the_weather_suite_against_a_server() {
+    let (_tmp, dir) = common::weather();
+    let server = common::Server::start(&[], &[&dir]);
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let built = Command::new(env!("CARGO"))
+        .current_dir(&workspace)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "bdk-evals",
+            "--no-default-features",
+            "-F",
+            "http",
+            "--example",
+            "remote",
+            "--message-format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&built.stdout);
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    // The example's path, from cargo's own report of what it built.
+    let program = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "remote")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reports the example it built");
+    // The program links no runtime crate: its dependency graph, as cargo
+    // resolves it for these features, has neither bdk-core nor bdk-store.
+    let tree = Command::new(env!("CARGO"))
+        .current_dir(&workspace)
+        .args([
+            "tree",
+            "-p",
+            "bdk-evals",
+            "--no-default-features",
+            "-F",
+            "http",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .output()
+        .unwrap();
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    assert!(tree.contains("bdk-project"), "{tree}");
+    for runtime in ["bdk-core", "bdk-store", "bdk-sandbox"] {
+        assert!(!tree.contains(runtime), "{runtime} in:\n{tree}");
+    }
+
+    let run = Command::new(&program)
+        .args([dir.to_str().unwrap(), &format!("{}/weather", server.base)])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("6 case(s): 6 passed"), "{out}");
+    assert!(out.contains("judge/celsius-answer        passed"), "{out}");
+
+    // A server that is not there fails every case, and says so.
+    let run = Command::new(&program)
+        .args([dir.to_str().unwrap(), "http://127.0.0.1:9/weather"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains("0 passed, 6 failed"),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+}
+
 #[test]
 fn validate_reports_eval_file_problems() {
     let (_tmp, dir) = common::weather();
