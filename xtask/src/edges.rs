@@ -3,7 +3,7 @@
 //!
 //! Dependencies point one way: `bdk-events` <- {`bdk-store`, `bdk-models`}
 //! <- `bdk-project` (the agent folder as data, on `bdk-models`' plain
-//! types) <- `bdk-core` <- {`bdk-mcp`, `bdk-scheduler`, `bdk-evals`} <-
+//! types) <- `bdk-exec` (running programs) <- `bdk-core` <- {`bdk-mcp`, `bdk-scheduler`, `bdk-evals`} <-
 //! `bdk-http` <- `bdk-cli`.
 //! [`check_edges`] reads `cargo metadata --no-deps` and reports every
 //! dependency between workspace crates that the layering does not allow (of
@@ -36,6 +36,7 @@ const CORE_AND_BELOW: &[&str] = &[
     "bdk-store",
     "bdk-models",
     "bdk-project",
+    "bdk-exec",
     "bdk-core",
 ];
 
@@ -52,6 +53,12 @@ const RULES: &[(&str, Allowed)] = &[
     ("bdk-models", Allowed::Only(&["bdk-events"])),
     // The agent folder as data: discovery, diagnostics, the spec types.
     ("bdk-project", Allowed::Only(&["bdk-events", "bdk-models"])),
+    // Running programs: tools, processes, containment, workspaces,
+    // handlers, gates. Below the runtime; knows no session or host.
+    (
+        "bdk-exec",
+        Allowed::Only(&["bdk-events", "bdk-models", "bdk-project", "bdk-sandbox"]),
+    ),
     (
         "bdk-core",
         Allowed::Only(&[
@@ -59,6 +66,7 @@ const RULES: &[(&str, Allowed)] = &[
             "bdk-store",
             "bdk-models",
             "bdk-project",
+            "bdk-exec",
             "bdk-sandbox",
         ]),
     ),
@@ -141,6 +149,7 @@ const OWNED: &[Owned] = &[
         also: &[],
         owners: &[
             "bdk-core",
+            "bdk-exec",
             "bdk-models",
             "bdk-mcp",
             "bdk-evals",
@@ -158,6 +167,7 @@ const OWNED: &[Owned] = &[
         owners: &[
             "bdk-store",
             "bdk-models",
+            "bdk-exec",
             "bdk-core",
             "bdk-mcp",
             "bdk-scheduler",
@@ -515,7 +525,7 @@ mod tests {
                 "forbidden edge bdk-http -> bdk-testkit (normal dependency): \
                  bdk-testkit may only be a dev-dependency",
                 "forbidden edge bdk-testkit -> bdk-http (normal dependency): \
-                 bdk-testkit may depend on bdk-events, bdk-store, bdk-models, bdk-project, bdk-core",
+                 bdk-testkit may depend on bdk-events, bdk-store, bdk-models, bdk-project, bdk-exec, bdk-core",
             ]
         );
     }
@@ -552,9 +562,9 @@ mod tests {
             problems,
             [
                 "forbidden edge bdk-store -> reqwest (build dependency): \
-                 only bdk-core, bdk-models, bdk-mcp, bdk-evals, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
+                 only bdk-core, bdk-exec, bdk-models, bdk-mcp, bdk-evals, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
                 "forbidden edge bdk-http -> reqwest (normal dependency): \
-                 only bdk-core, bdk-models, bdk-mcp, bdk-evals, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
+                 only bdk-core, bdk-exec, bdk-models, bdk-mcp, bdk-evals, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
             ]
         );
     }

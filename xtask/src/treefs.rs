@@ -5,7 +5,7 @@
 //! `tool-calls/<callId>/` and its temp dir, and can put a symlink or a FIFO
 //! at any name there at any moment. The server (often root) must therefore
 //! never open a path in such a tree by name: checking a path and then
-//! opening it is a race a tool wins. `bdk_core::workspace` owns every file
+//! opening it is a race a tool wins. `bdk_exec::workspace` owns every file
 //! operation on those trees and does each one beneath a directory handle
 //! (`Tree`). This check keeps it that way: in the files of [`SCANNED`]
 //! (outside test code), a path operation of `std::fs` or `tokio::fs`
@@ -36,24 +36,24 @@ pub const ALLOWLIST: &str = "xtask/tree-fs-allowlist.txt";
 /// The files and folders (every `.rs` below) scanned, relative to the
 /// workspace root: the modules that handle trees a tool can write.
 pub const SCANNED: &[&str] = &[
-    "crates/bdk-core/src/tool",
+    "crates/bdk-exec/src/tool",
     "crates/bdk-core/src/host.rs",
     "crates/bdk-core/src/host",
     "crates/bdk-core/src/endpoint.rs",
-    "crates/bdk-core/src/endpoint",
-    "crates/bdk-core/src/workspace",
-    "crates/bdk-core/src/scratch.rs",
-    "crates/bdk-core/src/gate.rs",
-    "crates/bdk-core/src/gate",
-    "crates/bdk-core/src/handler.rs",
+    "crates/bdk-exec/src/grant.rs",
+    "crates/bdk-exec/src/workspace",
+    "crates/bdk-exec/src/scratch.rs",
+    "crates/bdk-exec/src/gate.rs",
+    "crates/bdk-exec/src/gate",
+    "crates/bdk-exec/src/handler.rs",
     "crates/bdk-mcp/src/server",
 ];
 
 /// The owning module's files: they implement the handle-based operations
 /// and may use any file operation.
 pub const OWNERS: &[&str] = &[
-    "crates/bdk-core/src/workspace/tree.rs",
-    "crates/bdk-core/src/workspace/owner.rs",
+    "crates/bdk-exec/src/workspace/tree.rs",
+    "crates/bdk-exec/src/workspace/owner.rs",
 ];
 
 /// Functions of `std::fs`, `tokio::fs` and `std::os::unix::fs` that take a

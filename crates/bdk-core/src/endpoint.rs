@@ -44,7 +44,7 @@ use crate::tool::report::LOG_LEVELS;
 use crate::tool::services::{SendArgs, SessionArgs, ToolCallArgs};
 use crate::tool::{NewArtifact, ServiceError, ToolContext, ToolNote, ToolServices};
 
-pub mod grant;
+pub use bdk_exec::grant;
 
 pub use grant::{EndpointGrant, SOCKET_ENV, TOKEN_ENV};
 

@@ -44,7 +44,7 @@ mod owner;
 mod path;
 mod seed;
 mod tree;
-pub(crate) mod trees;
+pub mod trees;
 
 pub use error::{Access, SpecialKind, WorkspaceError};
 pub use files::{check_files, write_files};

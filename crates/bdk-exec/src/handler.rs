@@ -33,11 +33,11 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::containment::{Containment, Grants};
-use crate::endpoint::grant::{EndpointGrant, SOCKET_ENV, TOKEN_ENV};
+use crate::grant::{EndpointGrant, SOCKET_ENV, TOKEN_ENV};
 use crate::process::{ProcessEnd, ProcessSpec, run_process, temp_env};
-use crate::project::{HandlerCommand, HandlerSpec, Project, ScheduleAction};
 use crate::tool::subprocess::resolve_program;
 use crate::tool::{ToolContext, ToolServices};
+use bdk_project::{HandlerCommand, HandlerSpec, Project, ScheduleAction};
 
 /// How much of a handler's garbled stdout an error quotes.
 const EXCERPT_CHARS: usize = 200;
@@ -162,7 +162,7 @@ pub trait NativeHandler: Send + Sync + 'static {
 
 /// Every native handler `project` names, with where: `schedule `x``,
 /// `channel `c` route POST /p`.
-pub(crate) fn native_names(project: &Project) -> Vec<(String, String)> {
+pub fn native_names(project: &Project) -> Vec<(String, String)> {
     let schedules = project.schedules.iter().filter_map(|s| match &s.action {
         ScheduleAction::Handler {
             handler: HandlerSpec::Native { name, .. },
@@ -171,7 +171,7 @@ pub(crate) fn native_names(project: &Project) -> Vec<(String, String)> {
     });
     let routes = project.channels.iter().flat_map(|c| {
         c.routes.iter().filter_map(move |r| match &r.handler {
-            Some(crate::project::RouteHandler {
+            Some(bdk_project::RouteHandler {
                 handler: HandlerSpec::Native { name, .. },
                 ..
             }) => Some((format!("channel `{}` route {r}", c.name), name.clone())),
@@ -208,7 +208,7 @@ impl HandlerError {
 }
 
 /// What the host hands the runner for one run.
-pub(crate) struct Run<'a> {
+pub struct Run<'a> {
     pub command: &'a HandlerCommand,
     pub containment: &'a Containment,
     /// The agent's shared code (`lib/`), readable by every program.
@@ -227,7 +227,7 @@ pub(crate) struct Run<'a> {
 }
 
 /// Runs a handler program once and reads its answer.
-pub(crate) async fn run(run: Run<'_>) -> Result<Map<String, Value>, HandlerError> {
+pub async fn run(run: Run<'_>) -> Result<Map<String, Value>, HandlerError> {
     let command = run.command;
     let program = command.program().to_owned();
     let Some((name, args)) = command.argv.split_first() else {

@@ -11,7 +11,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::project::{Project, ToolRunner};
+use bdk_project::{Project, ToolRunner};
 
 use super::error::WorkspaceError;
 use super::path::Rel;

@@ -1,5 +1,5 @@
 //! How the host runs the programs an agent declares: command tools, the
-//! `shell` built-in and command hooks (and, through [`Host::containment`],
+//! `shell` built-in and command hooks (and, through `Host::containment`,
 //! the channels' command deliveries).
 //!
 //! Every program starts from an empty environment plus an allowlist
@@ -13,7 +13,6 @@
 //! built without a sandbox (an embedder that gave no launcher) runs
 //! programs uncontained and says so once in the log.
 //!
-//! [`Host::containment`]: crate::host::Host::containment
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,8 +22,8 @@ pub use bdk_sandbox::{CgroupDirs, Ids, Limits, Sandbox, Support, cgroup, run_if_
 use tokio_util::sync::CancellationToken;
 
 use crate::process::{self, ProcessEnd, ProcessSpec};
-use crate::project::{SandboxConfig, SandboxMode};
 use crate::scratch::{ScratchDir, ScratchPool};
+use bdk_project::{SandboxConfig, SandboxMode};
 
 /// A program the host runs once on an author's behalf (a channel's command
 /// delivery, a handler): one input on stdin, a bounded stdout.
@@ -212,7 +211,7 @@ impl Containment {
 }
 
 /// The sandbox's limits of a call, from the agent's `[sandbox]`.
-pub fn limits(config: &crate::project::ResourceLimits) -> Limits {
+pub fn limits(config: &bdk_project::ResourceLimits) -> Limits {
     Limits {
         memory_bytes: config.memory,
         processes: config.processes,

@@ -34,8 +34,8 @@ use serde_json::{Value, json};
 use super::{GateAnswer, GateError, GateRequest, GateSpec, ResultGate};
 use crate::containment::Containment;
 use crate::handler::{self, HandlerError, Run};
-use crate::project::{GateManifest, HandlerCommand};
 use crate::tool::subprocess::context_env;
+use bdk_project::{GateManifest, HandlerCommand};
 
 /// A gate run as a program in the agent's `gates/` folder.
 ///

@@ -12,7 +12,7 @@
 //!
 //! This file holds the ports a call sees: [`Tool`], the [`ToolContext`] it
 //! runs in and the [`ToolServices`] the host offers through it, among them
-//! the agent's MCP connections ([`McpHub`], re-exported as [`crate::mcp`])
+//! the agent's MCP connections ([`McpHub`], re-exported as `bdk_core::mcp`)
 //! and the host's extensions. The plain data lives in [`spec`]. Everything
 //! here names only leaves ([`spec`], [`report`], `endpoint::grant`,
 //! `workspace::trees`), so the modules that
@@ -30,7 +30,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoint::grant::EndpointGrant;
+use crate::grant::EndpointGrant;
 use crate::workspace::trees::Trees;
 
 pub mod builtin;
@@ -118,7 +118,7 @@ pub trait ToolServices: Send + Sync {
     }
 
     /// The extensions of the host the call runs on (see
-    /// [`crate::extension`]), as `Any`: an extension's own helpers find
+    /// `bdk_core::extension`), as `Any`: an extension's own helpers find
     /// themselves here (e.g. `bdk_scheduler::Reminders::for_call`).
     fn extensions(&self) -> Vec<Arc<dyn std::any::Any + Send + Sync>> {
         Vec::new()

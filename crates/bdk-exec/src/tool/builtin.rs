@@ -817,23 +817,20 @@ async fn tag_artifact(input: Value, ctx: &ToolContext) -> Result<ToolOutput, Too
 }
 
 /// A workspace file read for tagging.
-pub(crate) struct ArtifactFile {
-    pub(crate) bytes: Vec<u8>,
+pub struct ArtifactFile {
+    pub bytes: Vec<u8>,
     /// Its file name (the default display name).
-    pub(crate) name: String,
+    pub name: String,
     /// Guessed from the name.
-    pub(crate) content_type: &'static str,
+    pub content_type: &'static str,
     /// The workspace-relative path, normalized to `/` separators without
     /// `.` parts: what `artifact.tagged` records.
-    pub(crate) path: String,
+    pub path: String,
 }
 
 /// Reads the workspace file `rel` of the call (confined to the workspace, at
 /// most [`ARTIFACT_MAX_BYTES`]) for `tag_artifact` and `artifacts.tag`.
-pub(crate) async fn read_artifact_file(
-    ctx: &ToolContext,
-    rel: &str,
-) -> Result<ArtifactFile, ToolOutput> {
+pub async fn read_artifact_file(ctx: &ToolContext, rel: &str) -> Result<ArtifactFile, ToolOutput> {
     let parsed = confine(rel)?;
     let name = parsed.file_name().unwrap_or(rel).to_owned();
     let normalized = parsed.normalized();

@@ -180,7 +180,7 @@ impl ServiceError {
 /// The arguments of `send` on the wire.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct SendArgs {
+pub struct SendArgs {
     pub session_id: Option<String>,
     pub channel: Option<String>,
     pub key: Option<String>,
@@ -195,7 +195,7 @@ pub(crate) struct SendArgs {
 /// The arguments of `session.get` and `session.wait` on the wire.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct SessionArgs {
+pub struct SessionArgs {
     pub session_id: Option<String>,
     pub channel: Option<String>,
     pub key: Option<String>,
@@ -206,7 +206,7 @@ pub(crate) struct SessionArgs {
 /// The arguments of `tools.call` on the wire.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub(crate) struct ToolCallArgs {
+pub struct ToolCallArgs {
     pub tool: String,
     #[serde(default)]
     pub input: Option<Value>,
@@ -215,7 +215,7 @@ pub(crate) struct ToolCallArgs {
 
 /// The session a wire call names: exactly one of `sessionId` or `key`
 /// (with an optional `channel`).
-pub(crate) fn target(
+pub fn target(
     session_id: Option<String>,
     channel: Option<String>,
     key: Option<String>,
@@ -249,7 +249,7 @@ pub(crate) fn target(
 }
 
 impl SendArgs {
-    pub(crate) fn into_message(self) -> Result<SendMessage, ServiceError> {
+    pub fn into_message(self) -> Result<SendMessage, ServiceError> {
         if self.message.trim().is_empty() {
             return Err(ServiceError::invalid("message must not be empty"));
         }
@@ -265,7 +265,7 @@ impl SendArgs {
 
 impl SessionArgs {
     /// The target and, for `session.wait`, the bounded wait.
-    pub(crate) fn into_parts(self) -> Result<(SessionTarget, Duration), ServiceError> {
+    pub fn into_parts(self) -> Result<(SessionTarget, Duration), ServiceError> {
         let wait = match self.timeout_ms {
             None => DEFAULT_WAIT,
             Some(ms) => Duration::from_millis(ms).min(MAX_WAIT),

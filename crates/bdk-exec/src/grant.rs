@@ -28,7 +28,7 @@ pub struct EndpointGrant {
 
 impl EndpointGrant {
     /// A grant of `token` on `socket`, revoked when `revoke` is dropped.
-    pub(crate) fn new(socket: PathBuf, token: String, revoke: Box<dyn Any + Send + Sync>) -> Self {
+    pub fn new(socket: PathBuf, token: String, revoke: Box<dyn Any + Send + Sync>) -> Self {
         Self {
             socket,
             token,

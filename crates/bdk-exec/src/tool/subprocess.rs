@@ -15,7 +15,7 @@
 //! output flood kills every process the tool started, detached ones too; the
 //! tree never outlives the call. When the caller offers host services, a
 //! command tool also gets `BDK_HOST_SOCKET` and a per-call `BDK_HOST_TOKEN`
-//! for the host endpoint ([`crate::endpoint`]).
+//! for the host endpoint (`bdk_core::endpoint`).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -30,10 +30,10 @@ use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
 use crate::containment::{Containment, Grants};
-use crate::endpoint::grant::{SOCKET_ENV, TOKEN_ENV};
+use crate::grant::{SOCKET_ENV, TOKEN_ENV};
 use crate::process::{ProcessEnd, ProcessSpec, Tail, run_process, temp_env};
-use crate::project::{ToolManifest, ToolRunner};
 use crate::tool::{Tool, ToolContext, ToolOutput, ToolSource, ToolSpec, content};
+use bdk_project::{ToolManifest, ToolRunner};
 
 /// The largest response body a `url` tool may return.
 pub const MAX_URL_RESPONSE_BYTES: usize = 1024 * 1024;
