@@ -40,6 +40,7 @@ pub const SCANNED: &[&str] = &[
     "crates/bdk-core/src/host.rs",
     "crates/bdk-core/src/host",
     "crates/bdk-core/src/endpoint.rs",
+    "crates/bdk-core/src/endpoint",
     "crates/bdk-exec/src/grant.rs",
     "crates/bdk-exec/src/workspace",
     "crates/bdk-exec/src/scratch.rs",
