@@ -31,7 +31,9 @@ pub(crate) const OPEN: &str = "x-bdk-open";
 
 pub(crate) use crate::literal::True;
 
-/// A JSON answer with status `202 Accepted`.
+/// A JSON answer with status `202 Accepted` (the eval routes start runs
+/// with it).
+#[cfg_attr(not(feature = "evals"), allow(dead_code))]
 pub(crate) struct Accepted<T>(pub(crate) T);
 
 impl<T: Serialize> IntoResponse for Accepted<T> {

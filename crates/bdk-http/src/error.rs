@@ -222,12 +222,14 @@ impl ApiError {
     }
 
     /// Adds the eval files' problems (`invalid_evals`).
+    #[cfg(feature = "evals")]
     pub(crate) fn with_diagnostics(mut self, diagnostics: Vec<Diagnostic>) -> Self {
         self.extra.get_or_insert_default().diagnostics = Some(diagnostics);
         self
     }
 
     /// Adds the run in progress (`eval_run_active`).
+    #[cfg(feature = "evals")]
     pub(crate) fn with_active_run(mut self, run_id: String) -> Self {
         self.extra.get_or_insert_default().active_run_id = Some(run_id);
         self

@@ -15,6 +15,11 @@
 //! unless turned off); at the host root the agent index, health, the
 //! OpenAPI document and `/docs`.
 //!
+//! Features, all on by default: `mcp` (the MCP endpoints, over `bdk-mcp`),
+//! `evals` (the eval routes, over `bdk-evals`) and `playground` (the
+//! embedded web UI). A server without them answers 404 on their routes and
+//! leaves them out of the OpenAPI document.
+//!
 //! Layout: when every mount has a slug, each agent lives under
 //! `/<slug>/v1/*` and the host routes sit at the root; one mount without a
 //! slug is served at `/v1/*` (`--mode single`).
@@ -56,13 +61,16 @@ mod dev_reminders;
 mod discovery;
 mod docs;
 mod error;
+#[cfg(feature = "evals")]
 mod evals;
 mod extract;
 mod github;
 mod literal;
 mod logs;
+#[cfg(feature = "mcp")]
 mod mcp;
 pub mod openapi;
+#[cfg(feature = "playground")]
 mod playground;
 mod routes;
 mod server;
@@ -91,7 +99,8 @@ pub struct Config {
     pub auth: Auth,
     /// `--dev`: loopback callers see every session, not only their own.
     pub dev: bool,
-    /// The playground is mounted (adds `playgroundUrl` to responses).
+    /// The playground is mounted (adds `playgroundUrl` to responses); a
+    /// build without the `playground` feature mounts none.
     pub playground: bool,
     /// Serve `/docs`.
     pub docs: bool,
@@ -189,10 +198,17 @@ impl App {
 }
 
 fn build(mounts: Vec<Mount>, config: Config) -> App {
+    // A build without the playground mounts none and advertises none.
+    #[cfg(not(feature = "playground"))]
+    if config.playground {
+        tracing::warn!(
+            "this build of bdk-http has no playground (its `playground` feature is off); none is served"
+        );
+    }
     let shared = Arc::new(Shared {
         auth: auth::policy::Policy::new(&config.auth),
         dev: config.dev,
-        playground: config.playground,
+        playground: config.playground && cfg!(feature = "playground"),
         docs: config.docs,
         heartbeat: (!config.heartbeat.is_zero()).then_some(config.heartbeat),
         logs: config.logs.clone(),
@@ -314,6 +330,7 @@ fn agent_router(
     background.add(host.clone(), schedules.clone(), channels.clone());
     let agent = Arc::new(Agent {
         schedules,
+        #[cfg(feature = "evals")]
         evals: evals::state::Evals::new(host.clone(), shared.shutdown.clone()),
         host,
         slug: mount.slug,
@@ -331,6 +348,7 @@ fn agent_router(
     ));
     let open = routes::open_routes();
     // The web playground (`--no-playground` leaves it out).
+    #[cfg(feature = "playground")]
     let open = if shared.playground {
         open.merge(playground::routes())
     } else {

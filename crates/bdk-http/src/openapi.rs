@@ -51,8 +51,10 @@ use serde_json::{Map, Value, json};
 
 use crate::api::{ERRORS, OPEN, schema_of};
 use crate::error::{ErrorBody, ErrorCode};
+#[cfg(feature = "playground")]
+use crate::playground;
 use crate::state::Agent;
-use crate::{channels, discovery, docs, playground, routes};
+use crate::{channels, discovery, docs, routes};
 use served::{HOST, host_api};
 
 /// Where a group of routes is served.
@@ -98,9 +100,10 @@ pub(crate) fn build() -> (Value, Vec<String>) {
     // every schema collected so far and resets the generator.
     let agent = ApiRouter::<Arc<Agent>>::new()
         .merge(routes::protected_routes())
-        .merge(routes::open_routes())
-        .merge(playground::routes())
-        .merge(channels::documented());
+        .merge(routes::open_routes());
+    #[cfg(feature = "playground")]
+    let agent = agent.merge(playground::routes());
+    let agent = agent.merge(channels::documented());
     let host_index = discovery::host_api();
     let host_openapi = host_api();
     let server = docs::routes().merge(crate::github::documented());

@@ -12,17 +12,23 @@ use std::sync::Arc;
 
 use aide::axum::ApiRouter;
 use aide::axum::routing::{get_with, post_with};
+#[cfg(feature = "mcp")]
 use aide::transform::TransformOperation;
 use serde_json::json;
 
-use crate::api::{Describe, open, protected, schema_of};
+#[cfg(feature = "mcp")]
+use crate::api::schema_of;
+use crate::api::{Describe, open, protected};
+#[cfg(feature = "mcp")]
+use crate::described;
 use crate::error::ErrorCode;
+#[cfg(feature = "evals")]
+use crate::evals;
+#[cfg(feature = "mcp")]
+use crate::mcp;
 use crate::openapi::served;
 use crate::state::Agent;
-use crate::{
-    abs, artifacts, cost, described, dev, dev_reminders, discovery, evals, mcp, sessions, stream,
-    tools,
-};
+use crate::{abs, artifacts, cost, dev, dev_reminders, discovery, sessions, stream, tools};
 
 /// The codes of every route that reads a session.
 const SESSION_READ: &[ErrorCode] = &[
@@ -39,9 +45,11 @@ pub(crate) fn protected_routes() -> ApiRouter<Arc<Agent>> {
         .merge(tool_routes())
         .merge(discovery_routes())
         .merge(artifact_routes())
-        .merge(dev_routes())
-        .merge(eval_routes())
-        .merge(mcp_routes());
+        .merge(dev_routes());
+    #[cfg(feature = "evals")]
+    let routes = routes.merge(eval_routes());
+    #[cfg(feature = "mcp")]
+    let routes = routes.merge(mcp_routes());
     protected(routes)
 }
 
@@ -414,6 +422,7 @@ fn dev_routes() -> ApiRouter<Arc<Agent>> {
         )
 }
 
+#[cfg(feature = "evals")]
 fn eval_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(
@@ -482,6 +491,7 @@ fn eval_routes() -> ApiRouter<Arc<Agent>> {
         )
 }
 
+#[cfg(feature = "mcp")]
 fn mcp_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(
@@ -519,6 +529,7 @@ fn mcp_routes() -> ApiRouter<Arc<Agent>> {
 /// An MCP endpoint's `POST`: one JSON-RPC message, read and answered by
 /// `bdk-mcp` (which is why its body and answers are described here rather
 /// than by a typed extractor).
+#[cfg(feature = "mcp")]
 fn mcp_post<'a>(
     op: TransformOperation<'a>,
     id: &str,
@@ -570,6 +581,7 @@ fn mcp_post<'a>(
 }
 
 /// `GET` and `DELETE` on an MCP endpoint, which is stateless.
+#[cfg(feature = "mcp")]
 fn mcp_refused<'a>(op: TransformOperation<'a>, id: &str, what: &str) -> TransformOperation<'a> {
     op.doc(
         id,

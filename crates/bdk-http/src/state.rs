@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::policy::Policy;
+#[cfg(feature = "evals")]
 use crate::evals::state::Evals;
 use crate::logs::LogBuffer;
 
@@ -117,6 +118,7 @@ pub(crate) struct Agent {
     /// Fires this agent's schedules (dev route and cadence alike).
     pub(crate) schedules: bdk_scheduler::Dispatcher,
     /// The eval routes' state (run history, the active run).
+    #[cfg(feature = "evals")]
     pub(crate) evals: Evals,
 }
 
