@@ -939,139 +939,124 @@ async fn completion_offers_argument_values_and_the_callers_sessions() {
     let s = single_with(bearer(), SKILLS).await;
     let url = format!("{}/v1/mcp", s.base);
     let id = alice_session(&s).await;
-    let complete = |r: Value, name: &str, value: &str| {
+    let complete = |r: &Value, name: &str, value: &str| {
         request(
             1,
             "completion/complete",
             json!({"ref": r, "argument": {"name": name, "value": value}}),
         )
     };
-    let prompt = json!({"type": "ref/prompt", "name": "review"});
-    let (_, body) = rpc(
-        &s.http,
-        &url,
-        Some("alice-secret"),
-        complete(prompt.clone(), "depth", "th"),
-    )
-    .await;
-    assert_eq!(
-        body["result"]["completion"]["values"],
-        json!(["thorough", "Thoughtful"]),
-        "{body}"
-    );
-    assert_eq!(body["result"]["completion"]["total"], 2, "{body}");
-    assert_eq!(body["result"]["completion"]["hasMore"], false, "{body}");
-    let (_, body) = rpc(
-        &s.http,
-        &url,
-        Some("alice-secret"),
-        complete(prompt.clone(), "pr", ""),
-    )
-    .await;
-    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
-    let (status, body) = rpc(
-        &s.http,
-        &url,
-        Some("alice-secret"),
-        complete(prompt, "nope", ""),
-    )
-    .await;
-    assert_eq!(rpc_error(status, &body).0, -32602, "{body}");
-
-    // Session ids: the caller's own, by prefix.
-    let events = json!({"type": "ref/resource", "uri": "bdk://sessions/{sessionId}/events"});
-    let (_, body) = rpc(
-        &s.http,
-        &url,
-        Some("alice-secret"),
-        complete(events.clone(), "sessionId", "ses_"),
-    )
-    .await;
-    assert_eq!(
-        body["result"]["completion"]["values"],
-        json!([id]),
-        "{body}"
-    );
-    let (_, body) = rpc(
-        &s.http,
-        &url,
-        Some("alice-secret"),
-        complete(events.clone(), "sessionId", "zzz"),
-    )
-    .await;
-    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
-    let (_, body) = rpc(
-        &s.http,
-        &url,
-        Some("bob-secret"),
-        complete(events, "sessionId", ""),
-    )
-    .await;
-    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
-
     // With the session in the context: its artifacts and workspace paths.
-    let with_session = |template: &str, name: &str, value: &str, session: &str| {
+    let with_session = |template: &str, name: &str, value: &str| {
         request(
             2,
             "completion/complete",
             json!({
                 "ref": {"type": "ref/resource", "uri": template},
                 "argument": {"name": name, "value": value},
-                "context": {"arguments": {"sessionId": session}}
+                "context": {"arguments": {"sessionId": id}}
             }),
         )
     };
+    let prompt = json!({"type": "ref/prompt", "name": "review"});
+    let events = json!({"type": "ref/resource", "uri": "bdk://sessions/{sessionId}/events"});
     let artifacts = "bdk://sessions/{sessionId}/artifacts/{artifactId}";
-    let (_, body) = rpc(
-        &s.http,
-        &url,
-        Some("alice-secret"),
-        with_session(artifacts, "artifactId", "art_t", &id),
-    )
-    .await;
-    assert_eq!(
-        body["result"]["completion"]["values"],
-        json!(["art_text"]),
-        "{body}"
-    );
-    let (_, body) = rpc(
-        &s.http,
-        &url,
-        Some("bob-secret"),
-        with_session(artifacts, "artifactId", "", &id),
-    )
-    .await;
-    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
     let files = "bdk://sessions/{sessionId}/workspace/{+path}";
-    let (_, body) = rpc(
-        &s.http,
-        &url,
-        Some("alice-secret"),
-        with_session(files, "path", "notes/", &id),
-    )
-    .await;
-    assert_eq!(
-        body["result"]["completion"]["values"],
-        json!(["notes/today.md"]),
-        "{body}"
-    );
-    let (_, body) = rpc(
-        &s.http,
-        &url,
-        Some("alice-secret"),
-        with_session(files, "path", "../", &id),
-    )
-    .await;
-    assert_eq!(body["result"]["completion"]["values"], json!([]), "{body}");
+    // (what is asked, who asks, the request, the values offered; `None` for
+    // an invalid-params error).
+    let cases = [
+        // A prompt argument's declared values, by prefix, any case.
+        (
+            "prompt values",
+            "alice-secret",
+            complete(&prompt, "depth", "th"),
+            Some(json!(["thorough", "Thoughtful"])),
+        ),
+        (
+            "a free argument",
+            "alice-secret",
+            complete(&prompt, "pr", ""),
+            Some(json!([])),
+        ),
+        (
+            "an unknown argument",
+            "alice-secret",
+            complete(&prompt, "nope", ""),
+            None,
+        ),
+        // Session ids: the caller's own, by prefix.
+        (
+            "own sessions",
+            "alice-secret",
+            complete(&events, "sessionId", "ses_"),
+            Some(json!([id])),
+        ),
+        (
+            "no match",
+            "alice-secret",
+            complete(&events, "sessionId", "zzz"),
+            Some(json!([])),
+        ),
+        (
+            "another's sessions",
+            "bob-secret",
+            complete(&events, "sessionId", ""),
+            Some(json!([])),
+        ),
+        (
+            "own artifacts",
+            "alice-secret",
+            with_session(artifacts, "artifactId", "art_t"),
+            Some(json!(["art_text"])),
+        ),
+        (
+            "another's artifacts",
+            "bob-secret",
+            with_session(artifacts, "artifactId", ""),
+            Some(json!([])),
+        ),
+        (
+            "workspace paths",
+            "alice-secret",
+            with_session(files, "path", "notes/"),
+            Some(json!(["notes/today.md"])),
+        ),
+        (
+            "paths that climb",
+            "alice-secret",
+            with_session(files, "path", "../"),
+            Some(json!([])),
+        ),
+        (
+            "an unknown template",
+            "alice-secret",
+            with_session("bdk://nope/{x}", "x", ""),
+            None,
+        ),
+    ];
+    for (what, secret, call, want) in cases {
+        let (status, body) = rpc(&s.http, &url, Some(secret), call).await;
+        match want {
+            Some(values) => {
+                assert_eq!(
+                    body["result"]["completion"]["values"], values,
+                    "{what}: {body}"
+                );
+            }
+            None => assert_eq!(rpc_error(status, &body).0, -32602, "{what}: {body}"),
+        }
+    }
 
-    let (status, body) = rpc(
+    // The totals of a complete answer.
+    let (_, body) = rpc(
         &s.http,
         &url,
         Some("alice-secret"),
-        with_session("bdk://nope/{x}", "x", "", &id),
+        complete(&prompt, "depth", "th"),
     )
     .await;
-    assert_eq!(rpc_error(status, &body).0, -32602, "{body}");
+    assert_eq!(body["result"]["completion"]["total"], 2, "{body}");
+    assert_eq!(body["result"]["completion"]["hasMore"], false, "{body}");
 }
 
 /// The JSON-RPC messages of an answer, plain JSON or an event stream.
