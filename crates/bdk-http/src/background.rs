@@ -13,14 +13,17 @@
 use std::fmt;
 use std::sync::Arc;
 
+use bdk_core::clock::Clock;
 use bdk_core::host::Host;
-use bdk_scheduler::{Clock, Dispatcher, Scheduler};
+#[cfg(feature = "scheduler")]
+use bdk_scheduler::{Dispatcher, Scheduler};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::channels::Channels;
 
-/// Whether the schedules fire on their cadence ([`Background::start`]).
+/// Whether the schedules fire on their cadence ([`Background::start`]). A
+/// build without the `scheduler` feature fires none and says so in the log.
 #[derive(Clone, Default)]
 pub enum Schedules {
     /// Nothing fires on its own (the default; `--no-schedules`). The dev
@@ -53,6 +56,7 @@ pub struct Background {
 struct AgentWork {
     host: Host,
     /// The dispatcher the agent's routes use too.
+    #[cfg(feature = "scheduler")]
     schedules: Dispatcher,
     /// The agent's channels, when it serves any.
     channels: Option<Channels>,
@@ -71,9 +75,15 @@ impl Background {
 
     /// Adds one served agent's work: its schedules fire through
     /// `schedules`, and its `channels` resume their delivery.
-    pub(crate) fn add(&mut self, host: Host, schedules: Dispatcher, channels: Option<Channels>) {
+    pub(crate) fn add(
+        &mut self,
+        host: Host,
+        #[cfg(feature = "scheduler")] schedules: Dispatcher,
+        channels: Option<Channels>,
+    ) {
         self.agents.push(AgentWork {
             host,
+            #[cfg(feature = "scheduler")]
             schedules,
             channels,
         });
@@ -93,33 +103,42 @@ impl Background {
             _ => None,
         };
         let mut resuming = Vec::new();
+        #[cfg(feature = "scheduler")]
         let mut schedulers = Vec::new();
         for agent in self.agents {
             if let Some(channels) = agent.channels {
                 resuming.push(tokio::spawn(async move { channels.resume().await }));
             }
-            let Some(clock) = &clock else { continue };
-            let list = &agent.host.project().schedules;
-            if list.is_empty() {
-                continue;
+            #[cfg(not(feature = "scheduler"))]
+            if clock.is_some() && !agent.host.project().schedules.is_empty() {
+                tracing::warn!(agent = %agent.host.project().name, "this build of bdk-http has no scheduler (its `scheduler` feature is off); schedules do not fire");
             }
-            let started = Scheduler::start(
-                list,
-                Arc::clone(agent.host.store()),
-                Arc::new(agent.schedules),
-                Arc::clone(clock),
-                stop.child_token(),
-            );
-            match started {
-                Ok(scheduler) => schedulers.push(scheduler),
-                Err(e) => {
-                    tracing::error!(agent = %agent.host.project().name, error = %e, "schedules do not fire")
+            #[cfg(feature = "scheduler")]
+            {
+                let Some(clock) = &clock else { continue };
+                let list = &agent.host.project().schedules;
+                if list.is_empty() {
+                    continue;
+                }
+                let started = Scheduler::start(
+                    list,
+                    Arc::clone(agent.host.store()),
+                    Arc::new(agent.schedules),
+                    Arc::clone(clock),
+                    stop.child_token(),
+                );
+                match started {
+                    Ok(scheduler) => schedulers.push(scheduler),
+                    Err(e) => {
+                        tracing::error!(agent = %agent.host.project().name, error = %e, "schedules do not fire")
+                    }
                 }
             }
         }
         Workers {
             stop,
             resuming,
+            #[cfg(feature = "scheduler")]
             schedulers,
         }
     }
@@ -140,6 +159,7 @@ impl fmt::Debug for Background {
 pub struct Workers {
     stop: CancellationToken,
     resuming: Vec<JoinHandle<()>>,
+    #[cfg(feature = "scheduler")]
     schedulers: Vec<Scheduler>,
 }
 
@@ -149,6 +169,7 @@ impl Workers {
     /// channel session ends with the app's [`crate::Config::shutdown`].)
     pub async fn shutdown(self) {
         self.stop.cancel();
+        #[cfg(feature = "scheduler")]
         for scheduler in self.schedulers {
             scheduler.shutdown().await;
         }
@@ -164,8 +185,9 @@ impl Workers {
 
 impl fmt::Debug for Workers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Workers")
-            .field("schedulers", &self.schedulers.len())
-            .finish_non_exhaustive()
+        let mut d = f.debug_struct("Workers");
+        #[cfg(feature = "scheduler")]
+        d.field("schedulers", &self.schedulers.len());
+        d.finish_non_exhaustive()
     }
 }

@@ -16,8 +16,9 @@
 //! OpenAPI document and `/docs`.
 //!
 //! Features, all on by default: `mcp` (the MCP endpoints, over `bdk-mcp`),
-//! `evals` (the eval routes, over `bdk-evals`) and `playground` (the
-//! embedded web UI). A server without them answers 404 on their routes and
+//! `evals` (the eval routes, over `bdk-evals`), `scheduler` (schedules
+//! firing on their cadence and the dev schedule and reminder routes, over
+//! `bdk-scheduler`) and `playground` (the embedded web UI). A server without them answers 404 on their routes and
 //! leaves them out of the OpenAPI document.
 //!
 //! Layout: when every mount has a slug, each agent lives under
@@ -56,7 +57,9 @@ mod background;
 pub mod channels;
 mod cost;
 mod described;
+#[cfg(feature = "scheduler")]
 mod dev;
+#[cfg(feature = "scheduler")]
 mod dev_reminders;
 mod discovery;
 mod docs;
@@ -326,9 +329,16 @@ fn agent_router(
         })),
         _ => None,
     };
+    #[cfg(feature = "scheduler")]
     let schedules = dev::dispatcher(&host, channels.as_ref());
-    background.add(host.clone(), schedules.clone(), channels.clone());
+    background.add(
+        host.clone(),
+        #[cfg(feature = "scheduler")]
+        schedules.clone(),
+        channels.clone(),
+    );
     let agent = Arc::new(Agent {
+        #[cfg(feature = "scheduler")]
         schedules,
         #[cfg(feature = "evals")]
         evals: evals::state::Evals::new(host.clone(), shared.shutdown.clone()),

@@ -28,7 +28,9 @@ use crate::evals;
 use crate::mcp;
 use crate::openapi::served;
 use crate::state::Agent;
-use crate::{abs, artifacts, cost, dev, dev_reminders, discovery, sessions, stream, tools};
+use crate::{abs, artifacts, cost, discovery, sessions, stream, tools};
+#[cfg(feature = "scheduler")]
+use crate::{dev, dev_reminders};
 
 /// The codes of every route that reads a session.
 const SESSION_READ: &[ErrorCode] = &[
@@ -44,8 +46,9 @@ pub(crate) fn protected_routes() -> ApiRouter<Arc<Agent>> {
         .merge(session_routes())
         .merge(tool_routes())
         .merge(discovery_routes())
-        .merge(artifact_routes())
-        .merge(dev_routes());
+        .merge(artifact_routes());
+    #[cfg(feature = "scheduler")]
+    let routes = routes.merge(dev_routes());
     #[cfg(feature = "evals")]
     let routes = routes.merge(eval_routes());
     #[cfg(feature = "mcp")]
@@ -360,8 +363,10 @@ fn artifact_routes() -> ApiRouter<Arc<Agent>> {
 
 /// The codes of the dev routes besides their own: outside `--dev` they
 /// answer `404 not_found`.
+#[cfg(feature = "scheduler")]
 const DEV_ONLY: &[ErrorCode] = &[ErrorCode::NotFound];
 
+#[cfg(feature = "scheduler")]
 fn dev_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(

@@ -116,6 +116,7 @@ pub(crate) struct Agent {
     pub(crate) reload: Option<ReloadStatus>,
     pub(crate) shared: Arc<Shared>,
     /// Fires this agent's schedules (dev route and cadence alike).
+    #[cfg(feature = "scheduler")]
     pub(crate) schedules: bdk_scheduler::Dispatcher,
     /// The eval routes' state (run history, the active run).
     #[cfg(feature = "evals")]
