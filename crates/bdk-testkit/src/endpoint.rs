@@ -81,3 +81,60 @@ pub fn assert_reserved(answers: &[serde_json::Value], namespace: &str) {
         );
     }
 }
+
+/// An agent folder with the client tool and a scripted model that answers
+/// "ok": the set-up of a test of a pack's endpoint operations. Add the
+/// pack's channel with [`AgentFolder::channel`](crate::folder::AgentFolder::channel).
+pub fn client_agent() -> crate::folder::AgentFolder {
+    crate::folder::AgentFolder::new()
+        .rules("[[rules]]\nreply = \"ok\"\n")
+        .tool("client", CLIENT_TOML)
+        .tool_script("client.py", CLIENT_PY)
+}
+
+/// Runs the client tool on `host` with `requests`: unbound to any session,
+/// or bound to a fresh dry-run session. The answers, one per request; a
+/// failed call fails the test.
+pub async fn run_client(
+    host: &bdk_core::host::Host,
+    dry_run: bool,
+    requests: serde_json::Value,
+) -> Vec<serde_json::Value> {
+    use bdk_core::host::{DirectCall, StartSession};
+    let session_id = if dry_run {
+        let started = host
+            .start_session(StartSession {
+                dry_run: true,
+                ..StartSession::default()
+            })
+            .await
+            .unwrap();
+        Some(started.session_id)
+    } else {
+        None
+    };
+    let out = host
+        .call_tool(DirectCall {
+            name: "client".into(),
+            input: serde_json::json!({ "requests": requests }),
+            session_id,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!out.is_error, "{:?}", out.result);
+    out.result["answers"].as_array().unwrap().clone()
+}
+
+/// The result of an answer that must have succeeded.
+pub fn ok(answer: &serde_json::Value) -> &serde_json::Value {
+    assert_eq!(answer["ok"], serde_json::json!(true), "{answer}");
+    &answer["result"]
+}
+
+/// The message of an answer that must have been refused with `code`.
+pub fn refused(answer: &serde_json::Value, code: &str) -> String {
+    assert_eq!(answer["ok"], serde_json::json!(false), "{answer}");
+    assert_eq!(answer["error"], serde_json::json!(code), "{answer}");
+    answer["message"].as_str().unwrap().to_owned()
+}

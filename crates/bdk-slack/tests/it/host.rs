@@ -7,10 +7,9 @@
 
 use std::sync::Arc;
 
-use bdk_core::discover;
-use bdk_core::host::{DirectCall, Host, StartSession};
+use bdk_core::host::Host;
 use bdk_slack::{Ingress, Request, Slack, SlackOptions};
-use bdk_store::{FsStore, Store};
+use bdk_testkit::endpoint::{ok, refused, run_client};
 use bdk_testkit::slack::{FakeSlack, app_mention};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -32,90 +31,24 @@ async fn setup() -> Setup {
         "kind = \"slack\"\n\n[slack]\napi_url = \"{}\"\n",
         fake.url()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let files = [
-        ("agent/agent.toml", "model = \"scripted\"\n".to_owned()),
-        (
-            "agent/instructions.md",
-            "You are a test agent.\n".to_owned(),
-        ),
-        (
-            "agent/scripted.toml",
-            "[[rules]]\nreply = \"ok\"\n".to_owned(),
-        ),
-        ("agent/channels/slack.toml", channel),
-        (
-            "agent/tools/client.toml",
-            bdk_testkit::endpoint::CLIENT_TOML.to_owned(),
-        ),
-        (
-            "agent/tools/client.py",
-            bdk_testkit::endpoint::CLIENT_PY.to_owned(),
-        ),
-    ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
-    let d = discover(dir.path());
-    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
-    let project = d.project.unwrap();
+    let found = bdk_testkit::endpoint::client_agent()
+        .channel("slack", &channel)
+        .discover();
+    let (dir, project) = (found.dir, found.project);
     let secrets: bdk_slack::Secrets =
         Arc::new(|name| (name == "SLACK_BOT_TOKEN").then(|| FakeSlack::BOT_TOKEN.to_owned()));
     let slack = Slack::from_project(&project, SlackOptions::default().with_secrets(secrets))
         .expect("the project has a Slack channel");
-    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
-    let host = Host::builder(project, store)
-        .extension(Arc::new(slack.clone()))
-        .build()
-        .await
-        .unwrap();
+    let host = bdk_testkit::host::host_over(project, &dir.path().join("state"), |b| {
+        b.extension(Arc::new(slack.clone()))
+    })
+    .await;
     Setup {
         _dir: dir,
         host,
         slack,
         fake,
     }
-}
-
-/// Runs the client tool with `requests`: unbound, or bound to a fresh
-/// dry-run session.
-async fn run_client(host: &Host, dry_run: bool, requests: Value) -> Vec<Value> {
-    let session_id = if dry_run {
-        let started = host
-            .start_session(StartSession {
-                dry_run: true,
-                ..StartSession::default()
-            })
-            .await
-            .unwrap();
-        Some(started.session_id)
-    } else {
-        None
-    };
-    let out = host
-        .call_tool(DirectCall {
-            name: "client".into(),
-            input: json!({ "requests": requests }),
-            session_id,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert!(!out.is_error, "{:?}", out.result);
-    out.result["answers"].as_array().unwrap().clone()
-}
-
-fn ok(answer: &Value) -> &Value {
-    assert_eq!(answer["ok"], json!(true), "{answer}");
-    &answer["result"]
-}
-
-fn refused(answer: &Value, code: &str) -> String {
-    assert_eq!(answer["ok"], json!(false), "{answer}");
-    assert_eq!(answer["error"], json!(code), "{answer}");
-    answer["message"].as_str().unwrap().to_owned()
 }
 
 #[tokio::test]
