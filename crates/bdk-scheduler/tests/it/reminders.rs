@@ -98,6 +98,17 @@ async fn host_at(
     b.build().await.unwrap()
 }
 
+/// A host whose reminders fire only when dispatched (timers off).
+async fn host_without_timers(project: &Project, root: &Path, clock: &Arc<ManualClock>) -> Host {
+    let store: Arc<dyn Store> = Arc::new(FsStore::open(root).unwrap());
+    Host::builder(project.clone(), store)
+        .clock(Arc::clone(clock) as Arc<dyn Clock>)
+        .extension(Arc::new(Reminders::new().timers(false)))
+        .build()
+        .await
+        .unwrap()
+}
+
 async fn chat(host: &Host) -> SessionId {
     host.start_session(StartSession::default())
         .await
@@ -403,13 +414,7 @@ async fn reminders_survive_a_rebuild_and_lost_handlers_are_disarmed() {
 async fn timers_can_be_switched_off() {
     let (dir, p) = project();
     let clock = Arc::new(ManualClock::new(start()));
-    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
-    let host = Host::builder(p, store)
-        .clock(Arc::clone(&clock) as Arc<dyn Clock>)
-        .extension(Arc::new(Reminders::new().timers(false)))
-        .build()
-        .await
-        .unwrap();
+    let host = host_without_timers(&p, &dir.path().join("state"), &clock).await;
     let s = chat(&host).await;
     let r = host
         .create_reminder(&s, req(|r| r.delay = Some("1m".into())))
@@ -531,13 +536,7 @@ async fn a_reminder_on_a_deleted_session_is_disarmed_instead_of_firing() {
 async fn dispatching_a_reminder_of_a_deleted_session_disarms_it() {
     let (dir, p) = project();
     let clock = Arc::new(ManualClock::new(start()));
-    let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());
-    let host = Host::builder(p, store)
-        .clock(Arc::clone(&clock) as Arc<dyn Clock>)
-        .extension(Arc::new(Reminders::new().timers(false)))
-        .build()
-        .await
-        .unwrap();
+    let host = host_without_timers(&p, &dir.path().join("state"), &clock).await;
     let s = chat(&host).await;
     let r = host
         .create_reminder(&s, req(|r| r.delay = Some("1h".into())))
