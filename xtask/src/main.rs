@@ -43,6 +43,9 @@
 mod cycles;
 #[cfg(test)]
 mod edges;
+// A ratchet that runs as a test (`cargo xtask test` runs it under nextest).
+#[cfg(test)]
+mod packs;
 mod tally;
 mod treefs;
 
