@@ -31,21 +31,20 @@ pub fn names_a_pack(text: &str) -> bool {
 }
 
 /// The `.rs` files under the scanned folders that name a pack, as
-/// `/`-separated paths relative to `root`.
-pub fn find(root: &Path) -> io::Result<BTreeSet<String>> {
+/// `/`-separated paths relative to `root` (walked as the tree-fs check
+/// walks its folders).
+pub fn find(root: &Path) -> Result<BTreeSet<String>, crate::treefs::Error> {
+    let mut files = BTreeSet::new();
+    for place in SCANNED {
+        crate::treefs::collect(root, &root.join(place), &mut files)?;
+    }
     let mut found = BTreeSet::new();
-    let mut stack: Vec<_> = SCANNED.iter().map(|d| root.join(d)).collect();
-    while let Some(dir) = stack.pop() {
-        for entry in fs::read_dir(&dir)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs")
-                && names_a_pack(&fs::read_to_string(&path)?)
-                && let Ok(rel) = path.strip_prefix(root)
-            {
-                found.insert(rel.to_string_lossy().replace('\\', "/"));
-            }
+    for rel in files {
+        let path = root.join(&rel);
+        let text = fs::read_to_string(&path)
+            .map_err(|source| crate::treefs::Error::Read { path, source })?;
+        if names_a_pack(&text) {
+            found.insert(rel);
         }
     }
     Ok(found)

@@ -188,7 +188,7 @@ pub fn find(root: &Path) -> Result<Vec<Finding>, Error> {
 /// The `.rs` files at `path` (a file, or a folder walked recursively) as
 /// paths relative to `root` with `/` separators. A place that is not there
 /// is skipped: the list names some files that may come and go.
-fn collect(root: &Path, path: &Path, out: &mut BTreeSet<String>) -> Result<(), Error> {
+pub fn collect(root: &Path, path: &Path, out: &mut BTreeSet<String>) -> Result<(), Error> {
     let read = |source| Error::Read {
         path: path.to_path_buf(),
         source,

@@ -435,6 +435,33 @@ mod tests {
         }
     }
 
+    /// Without the `junit` feature a JUnit reporter is an error that names
+    /// the feature, for one run, per arm, and through `write_reports`. (Run
+    /// by the bdk-cli test that builds this crate for `http` alone.)
+    #[cfg(not(feature = "junit"))]
+    #[test]
+    fn without_the_junit_feature_a_junit_reporter_is_an_error_naming_it() {
+        let run = RunResult::new("evr_x".into(), RunOptions::default(), &[]);
+        let e = junit(&run).unwrap_err().to_string();
+        assert!(e.contains("`junit` feature"), "{e}");
+        let arms = [ArmRun {
+            arm: "a".into(),
+            run: run.clone(),
+        }];
+        let e = per_arm_junit("tone", &arms).unwrap_err().to_string();
+        assert!(e.contains("`junit` feature"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let reporters = [ReporterSpec {
+            kind: ReporterKind::Junit,
+            path: "report.xml".into(),
+        }];
+        let e = write_reports(dir.path(), &reporters, &[], &run)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`junit` feature"), "{e}");
+        assert!(!dir.path().join("report.xml").exists());
+    }
+
     #[cfg(feature = "junit")]
     #[test]
     fn junit_has_a_case_per_case_and_escapes_what_it_carries() {

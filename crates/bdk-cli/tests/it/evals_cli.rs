@@ -321,7 +321,8 @@ fn url_mode_runs_the_cases_against_a_running_server() {
 /// bdk-store or sandbox in the program) runs the weather example's whole
 /// suite, judge included, against a real `bdk serve`. The program is the
 /// crate's `remote` example, built here by cargo with exactly those
-/// features, so the feature split is proven by a build, not assumed.
+/// features, so the feature split is proven by a build, not assumed; the
+/// crate's unit tests run in that build as well.
 #[test]
 fn evals_built_for_http_only_run_the_weather_suite_against_a_server() {
     let (_tmp, dir) = common::weather();
@@ -357,6 +358,33 @@ fn evals_built_for_http_only_run_the_weather_suite_against_a_server() {
         .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "remote")
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
         .expect("cargo reports the example it built");
+    // The crate's own unit tests pass in that build too, among them the
+    // ones only such a build has (a JUnit reporter without `junit`).
+    let unit = Command::new(env!("CARGO"))
+        .current_dir(&workspace)
+        .args([
+            "test",
+            "-p",
+            "bdk-evals",
+            "--no-default-features",
+            "-F",
+            "http",
+            "--lib",
+        ])
+        .output()
+        .unwrap();
+    let unit_out = String::from_utf8_lossy(&unit.stdout);
+    assert!(
+        unit.status.success(),
+        "{unit_out}\n{}",
+        String::from_utf8_lossy(&unit.stderr)
+    );
+    assert!(
+        unit_out
+            .contains("without_the_junit_feature_a_junit_reporter_is_an_error_naming_it ... ok"),
+        "{unit_out}"
+    );
+
     // The program links no runtime crate: its dependency graph, as cargo
     // resolves it for these features, has neither bdk-core nor bdk-store.
     let tree = Command::new(env!("CARGO"))

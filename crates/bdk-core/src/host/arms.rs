@@ -130,7 +130,8 @@ pub(super) fn enroll(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::project::discover;
+    use crate::ab::{bucket, draw};
+    use crate::project::{Experiment, discover};
 
     fn project(manifest: &str) -> (tempfile::TempDir, Project) {
         let dir = tempfile::tempdir().unwrap();
@@ -193,5 +194,55 @@ mod tests {
         );
         let pinned = BTreeMap::from([("tone".to_owned(), "b".to_owned())]);
         assert_eq!(enroll(&p, &id, "http:t", &pinned).unwrap()[0].arm, "b");
+    }
+
+    /// An experiment `tone` with these arm weights, through discovery (the
+    /// only way one is built).
+    fn experiment(weights: &[(&str, u32)]) -> Experiment {
+        let arms: String = weights
+            .iter()
+            .map(|(name, weight)| format!("[[arms]]\nname = \"{name}\"\nweight = {weight}\n"))
+            .collect();
+        let (_dir, mut p) = project(&arms);
+        p.experiments.remove(0)
+    }
+
+    #[test]
+    fn buckets_are_pinned() {
+        // SHA-256 is fixed by its standard: these values must never move,
+        // or running experiments would reshuffle on an upgrade.
+        assert_eq!(bucket("tone", "ses_1"), bucket("tone", "ses_1"));
+        let pinned: Vec<u32> = ["ses_a", "ses_b", "ses_c", "slack:T1"]
+            .iter()
+            .map(|k| bucket("tone", k))
+            .collect();
+        assert_eq!(pinned, PINNED);
+        assert_ne!(
+            (0..50)
+                .map(|i| bucket("tone", &i.to_string()))
+                .collect::<Vec<_>>(),
+            (0..50)
+                .map(|i| bucket("other", &i.to_string()))
+                .collect::<Vec<_>>()
+        );
+    }
+
+    /// `bucket("tone", k)` for `ses_a`, `ses_b`, `ses_c`, `slack:T1`.
+    const PINNED: [u32; 4] = [47, 13, 60, 93];
+
+    #[test]
+    fn draws_follow_cumulative_weights() {
+        let e = experiment(&[("a", 30), ("b", 0), ("c", 70)]);
+        let mut counts = [0u32; 3];
+        for i in 0..10_000 {
+            let key = format!("ses_{i}");
+            let arm = draw(&e, &key).unwrap();
+            let b = bucket("tone", &key);
+            let want = if b < 30 { "a" } else { "c" };
+            assert_eq!(arm.name, want, "bucket {b}");
+            counts[["a", "b", "c"].iter().position(|n| *n == arm.name).unwrap()] += 1;
+        }
+        assert_eq!(counts[1], 0, "a zero weight never draws");
+        assert!((2_700..3_300).contains(&counts[0]), "{counts:?}");
     }
 }
