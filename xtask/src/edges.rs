@@ -4,7 +4,9 @@
 //! Dependencies point one way: `bdk-events` <- {`bdk-store`, `bdk-models`}
 //! <- `bdk-project` (the agent folder as data, on `bdk-models`' plain
 //! types) <- `bdk-exec` (running programs) <- `bdk-core` <- {`bdk-mcp`, `bdk-scheduler`, `bdk-evals`} <-
-//! `bdk-http` <- `bdk-cli`.
+//! `bdk-http` <- `bdk-cli`. `bdk-api` (the HTTP contract) stands on
+//! `bdk-events` alone, so a client pays for no runtime; `bdk-http` serves
+//! it, `bdk-evals` (its HTTP target) and `bdk-cli` call it.
 //! [`check_edges`] reads `cargo metadata --no-deps` and reports every
 //! dependency between workspace crates that the layering does not allow (of
 //! any kind: a test that reaches up the stack is still a crate naming one
@@ -70,9 +72,23 @@ const RULES: &[(&str, Allowed)] = &[
             "bdk-sandbox",
         ]),
     ),
+    // The HTTP contract: routes, bodies, error codes, the stream reader and
+    // a client. On the event vocabulary alone.
+    ("bdk-api", Allowed::Only(&["bdk-events"])),
     ("bdk-mcp", Allowed::Only(CORE_AND_BELOW)),
     ("bdk-scheduler", Allowed::Only(CORE_AND_BELOW)),
-    ("bdk-evals", Allowed::Only(CORE_AND_BELOW)),
+    (
+        "bdk-evals",
+        Allowed::Only(&[
+            "bdk-events",
+            "bdk-store",
+            "bdk-models",
+            "bdk-project",
+            "bdk-exec",
+            "bdk-core",
+            "bdk-api",
+        ]),
+    ),
     // The GitHub pack: webhook ingress, progress, tools and the REST client.
     ("bdk-github", Allowed::Only(CORE_AND_BELOW)),
     // The Slack pack: Events API ingress, placeholders, approval cards and
@@ -82,6 +98,7 @@ const RULES: &[(&str, Allowed)] = &[
         "bdk-http",
         Allowed::Only(&[
             "bdk-events",
+            "bdk-api",
             "bdk-store",
             "bdk-models",
             "bdk-core",
@@ -142,8 +159,9 @@ const OWNED: &[Owned] = &[
     },
     // "reqwest only where outbound HTTP lives": the model providers, `url`
     // tools and hooks (bdk-core, and bdk-models once the providers move
-    // there), the MCP HTTP client, the HTTP eval target, the GitHub REST
-    // and Slack Web API clients, and the CLI talking to a running server.
+    // there), the MCP HTTP client, bdk-api's client of a running server
+    // (which the HTTP eval target and the CLI use), the GitHub REST and
+    // Slack Web API clients, and the CLI.
     Owned {
         family: "reqwest",
         also: &[],
@@ -151,8 +169,8 @@ const OWNED: &[Owned] = &[
             "bdk-core",
             "bdk-exec",
             "bdk-models",
+            "bdk-api",
             "bdk-mcp",
-            "bdk-evals",
             "bdk-github",
             "bdk-slack",
             "bdk-cli",
@@ -167,6 +185,7 @@ const OWNED: &[Owned] = &[
         owners: &[
             "bdk-store",
             "bdk-models",
+            "bdk-api",
             "bdk-exec",
             "bdk-core",
             "bdk-mcp",
@@ -327,6 +346,14 @@ mod tests {
         vec![
             ("bdk-events", vec![("serde", "normal")]),
             (
+                "bdk-api",
+                vec![
+                    ("bdk-events", "normal"),
+                    ("reqwest", "normal"),
+                    ("tokio", "normal"),
+                ],
+            ),
+            (
                 "bdk-store",
                 vec![
                     ("bdk-events", "normal"),
@@ -362,7 +389,7 @@ mod tests {
                 vec![
                     ("bdk-core", "normal"),
                     ("bdk-events", "normal"),
-                    ("reqwest", "normal"),
+                    ("bdk-api", "normal"),
                 ],
             ),
             (
@@ -562,9 +589,9 @@ mod tests {
             problems,
             [
                 "forbidden edge bdk-store -> reqwest (build dependency): \
-                 only bdk-core, bdk-exec, bdk-models, bdk-mcp, bdk-evals, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
+                 only bdk-core, bdk-exec, bdk-models, bdk-api, bdk-mcp, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
                 "forbidden edge bdk-http -> reqwest (normal dependency): \
-                 only bdk-core, bdk-exec, bdk-models, bdk-mcp, bdk-evals, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
+                 only bdk-core, bdk-exec, bdk-models, bdk-api, bdk-mcp, bdk-github, bdk-slack or bdk-cli may depend on reqwest",
             ]
         );
     }

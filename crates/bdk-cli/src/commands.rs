@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
+use bdk_api::sessions::{FollowUpRequest, StartSessionRequest};
 use bdk_core::host::{CallOrigin, DirectCall, FollowUp, HostError, StartSession};
 use bdk_core::project::info::{add_tools, surface};
 use bdk_core::trajectory::summarize;
@@ -548,32 +549,35 @@ async fn remote_run(
     dry_run: bool,
     as_of: Option<DateTime<Utc>>,
 ) -> Result<u8> {
-    let answer = match &session {
+    let client = remote.client();
+    let sent = match &session {
         Some(id) => {
             if dry_run || as_of.is_some() {
                 errln!(
                     "warning: --dry-run and --as-of apply to new sessions; the session keeps its own settings"
                 );
             }
+            let body = FollowUpRequest::message(message, None);
             remote
-                .post(&format!("/v1/session/{id}"), &json!({"message": message}))
-                .await?
+                .reply(client.follow_up(id, &body).await)?
+                .map(|a| (a.session_id, a.turn_id))
         }
         None => {
-            let mut body = json!({"message": message, "dryRun": dry_run});
-            if let Some(t) = as_of {
-                body["asOf"] = json!(t.to_rfc3339());
-            }
-            remote.post("/v1/session", &body).await?
+            let body = StartSessionRequest {
+                dry_run,
+                as_of: as_of.map(|t| t.to_rfc3339()),
+                ..StartSessionRequest::message(message)
+            };
+            remote
+                .reply(client.start_session(&body).await)?
+                .map(|a| (a.session_id, a.turn_id))
         }
     };
-    if !(200..300).contains(&answer.status) {
-        return remote_error(&answer.body);
-    }
-    let Some(session_id) = answer.body["sessionId"].as_str().map(str::to_owned) else {
-        anyhow::bail!("the server's answer names no session: {}", answer.body);
+    let (session_id, turn_id) = match sent {
+        Ok(sent) => sent,
+        Err(refusal) => return remote_error(&serde_json::to_value(refusal)?),
     };
-    if let Some(turn_id) = answer.body["turnId"].as_str() {
+    if let Some(turn_id) = &turn_id {
         tokio::select! {
             r = remote.wait_turn(&session_id, turn_id) => { r?; }
             _ = tokio::signal::ctrl_c() => {
@@ -583,7 +587,7 @@ async fn remote_run(
         }
     }
     let events = remote.events(&session_id).await?;
-    let trace = write_trace_to(&state_root.join("traces"), &session_id, &events).await?;
+    let trace = write_trace_to(&state_root.join("traces"), session_id.as_str(), &events).await?;
     let summary = summarize(&events);
     let ok = summary.ok;
     let mut value = serde_json::to_value(&summary)?;
@@ -682,12 +686,13 @@ async fn call(
             if let Some(id) = &session {
                 body["sessionId"] = json!(id);
             }
-            let answer = remote.post(&format!("/v1/tools/{tool}"), &body).await?;
-            if !(200..300).contains(&answer.status) {
-                return remote_error(&answer.body);
-            }
-            print_json(&answer.body)?;
-            return Ok(if answer.body["isError"].as_bool() == Some(true) {
+            let path = bdk_api::paths::fill(bdk_api::paths::TOOL, &[&tool]);
+            let answer: Value = match remote.reply(remote.client().post(&path, &body).await)? {
+                Ok(answer) => answer,
+                Err(refusal) => return remote_error(&serde_json::to_value(refusal)?),
+            };
+            print_json(&answer)?;
+            return Ok(if answer["isError"].as_bool() == Some(true) {
                 FAILED
             } else {
                 OK

@@ -11,6 +11,8 @@
 pub mod event;
 pub mod ids;
 pub mod ndjson;
+#[cfg(feature = "schema")]
+mod schema;
 pub mod sequence;
 pub mod view;
 

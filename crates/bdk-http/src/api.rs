@@ -29,7 +29,7 @@ pub(crate) const ERRORS: &str = "x-bdk-errors";
 /// generator turns it into an empty `security` requirement.
 pub(crate) const OPEN: &str = "x-bdk-open";
 
-pub(crate) use crate::literal::True;
+pub(crate) use bdk_api::True;
 
 /// A JSON answer with status `202 Accepted` (the eval routes start runs
 /// with it).

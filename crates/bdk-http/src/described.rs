@@ -20,6 +20,8 @@ use chrono::{DateTime, Utc};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::Value;
 
+pub(crate) use bdk_events::{AbUnit, Envelope, SessionId, SessionMode, TurnId, Usage};
+
 /// Implements `JsonSchema` for a described type by a literal schema.
 macro_rules! literal_schema {
     ($ty:ident, $name:literal, $schema:tt) => {
@@ -35,38 +37,6 @@ macro_rules! literal_schema {
     };
 }
 
-/// A session id.
-// Mirrors `bdk_events::SessionId`.
-pub(crate) struct SessionId;
-literal_schema!(SessionId, "SessionId", {
-    "type": "string",
-    "pattern": "^ses_.+",
-    "examples": ["ses_01jh8k3m2n4p5q6r7s8t9v0w1x"],
-});
-
-/// A turn id.
-// Mirrors `bdk_events::TurnId`.
-pub(crate) struct TurnId;
-literal_schema!(TurnId, "TurnId", {"type": "string", "pattern": "^turn_.+"});
-
-/// The event vocabulary.
-// Mirrors `bdk_events::EVENT_TYPES`.
-pub(crate) struct EventType;
-
-impl JsonSchema for EventType {
-    fn schema_name() -> Cow<'static, str> {
-        "EventType".into()
-    }
-
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "type": "string",
-            "description": "The event vocabulary; `docs/events.md` describes each type's `data`.",
-            "enum": bdk_events::EVENT_TYPES,
-        })
-    }
-}
-
 /// Where a tool comes from.
 // Mirrors `bdk_core::tool::ToolSource`.
 pub(crate) struct ToolSource;
@@ -75,27 +45,6 @@ literal_schema!(ToolSource, "ToolSource", {
     "pattern": "^(builtin|manifest|native|mcp:.+)$",
     "description": "Where the tool comes from: `builtin` (a runtime tool), `manifest` (`agent/tools/<name>.toml`), `native` (Rust, given to the host), or `mcp:<connection>` (advertised by that MCP connection).",
 });
-
-/// `chat` or `task`.
-// Mirrors `bdk_events::SessionMode`.
-#[derive(JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum SessionMode {
-    Chat,
-    Task,
-}
-
-/// How a follow-up joins a session with a running turn: `preempt` interrupts
-/// the running turn, waits for it to settle, then runs the message; `coalesce`
-/// queues it, to be picked up at the running turn's next tool boundary or as
-/// the next turn.
-// Mirrors `bdk_events::Admission`.
-#[derive(JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub(crate) enum Admission {
-    Preempt,
-    Coalesce,
-}
 
 /// Read or write.
 // Mirrors `bdk_core::tool::Effect`.
@@ -113,34 +62,6 @@ pub(crate) enum Effect {
 pub(crate) enum Execution {
     Server,
     Agent,
-}
-
-/// One recorded event. `index` starts at 0 and grows by exactly one per
-/// session.
-// Mirrors `bdk_events::Envelope`.
-#[derive(JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Envelope {
-    #[serde(rename = "type")]
-    kind: EventType,
-    #[schemars(range(min = 0))]
-    index: u64,
-    session_id: SessionId,
-    turn_id: Option<TurnId>,
-    at: DateTime<Utc>,
-    /// The event's fields; their shape depends on `type`.
-    data: BTreeMap<String, Value>,
-}
-
-/// Token counts.
-// Mirrors `bdk_events::Usage`.
-#[derive(JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Usage {
-    input_tokens: u64,
-    output_tokens: u64,
-    cache_read_tokens: u64,
-    cache_write_tokens: u64,
 }
 
 /// How a turn ended, as the cost report lists it.
@@ -221,16 +142,6 @@ pub(crate) struct AbArm {
     totals: AbTotals,
 }
 
-/// What an `ab.assigned` arm was chosen by.
-// Mirrors `bdk_events::AbUnit`.
-#[derive(JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum AbUnit {
-    Session,
-    ChannelKey,
-    Pinned,
-}
-
 /// One session's enrollment.
 // Mirrors `bdk_core::ab::Assignment`.
 #[derive(JsonSchema)]
@@ -270,19 +181,6 @@ pub(crate) struct AbExperiment {
     sessions: Vec<AbAssignment>,
     /// Assignments beyond `limit`.
     sessions_omitted: u64,
-}
-
-/// A call waiting for approval.
-// Mirrors `bdk_core::host::ApprovalView`.
-#[derive(JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Approval {
-    call_id: String,
-    /// The tool.
-    name: String,
-    /// The validated input.
-    input: Value,
-    requested_at: DateTime<Utc>,
 }
 
 /// A durable output a session tagged.

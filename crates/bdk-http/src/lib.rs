@@ -68,7 +68,6 @@ mod error;
 mod evals;
 mod extract;
 mod github;
-mod literal;
 mod logs;
 #[cfg(feature = "mcp")]
 mod mcp;

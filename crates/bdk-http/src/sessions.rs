@@ -5,7 +5,6 @@
 //! validates what HTTP alone can judge (body shape, `asOf`, id shape), then
 //! makes one call into the host, whose errors map through `error`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use aide::OperationOutput;
@@ -15,184 +14,27 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
+use bdk_api::sessions::{
+    Approval, ApprovalDecision, ApprovalsResponse, DeleteSessionResponse, EventsQuery,
+    EventsResponse, FollowUpRequest, FollowUpResponse, MAX_DELIVERY_ID, OkResponse, SessionSummary,
+    SessionsResponse, StartSessionRequest, StartSessionResponse, StopResponse,
+};
 use bdk_core::host::{ApprovalView, FollowUp, StartSession};
-use bdk_events::{Admission, Envelope, SessionId, SessionMode, TurnId};
+use bdk_events::{Envelope, SessionId, SessionMode};
 use bdk_store::SessionRecord;
 use chrono::{DateTime, Utc};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::api::{True, response};
 use crate::auth::{Caller, request_host};
-use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{CallPath, JsonBody, QueryParams, SessionPath};
 use crate::state::Agent;
 
-/// Longest accepted caller-chosen delivery id.
-const MAX_DELIVERY_ID: usize = 256;
-
-/// Body of `POST /v1/session`. Every field is optional.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(rename = "StartSessionRequest")]
-pub(crate) struct StartBody {
-    /// The first message; must not be blank. Without it the session is
-    /// created idle.
-    message: Option<String>,
-    /// A display title.
-    title: Option<String>,
-    /// Run read tools, stub write tools.
-    #[serde(default)]
-    dry_run: bool,
-    /// An RFC 3339 instant with a zone; tools see it as now, and time
-    /// arguments later than it are refused.
-    #[schemars(extend("format" = "date-time"))]
-    as_of: Option<String>,
-    /// Files written into the session workspace before the turn: relative
-    /// path to content. An absolute path, a `\` or a `..` that leaves the
-    /// workspace is `400 invalid_request`.
-    #[serde(default)]
-    workspace_files: BTreeMap<String, String>,
-    /// Free-form; `eval` marks regression traffic.
-    purpose: Option<String>,
-    /// The caller's id for this send (1-256 characters, no control
-    /// characters); one is generated otherwise.
-    #[schemars(length(min = 1, max = 256))]
-    delivery_id: Option<String>,
-}
-
-/// Body of `POST /v1/session/{sessionId}`.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(rename = "FollowUpRequest")]
-pub(crate) struct FollowUpBody {
-    /// The message; must not be blank.
-    #[schemars(required)]
-    message: Option<String>,
-    /// The token of the last accepted send. Optional; when given it must be
-    /// current.
-    continuation_token: Option<String>,
-    /// What to do when a turn is running.
-    #[serde(default)]
-    #[schemars(with = "described::Admission")]
-    admission: Admission,
-    /// As on start.
-    #[schemars(length(min = 1, max = 256))]
-    delivery_id: Option<String>,
-    /// As on start, written before the turn.
-    #[serde(default)]
-    workspace_files: BTreeMap<String, String>,
-}
-
-/// Body of `POST /v1/session/{sessionId}/approvals/{callId}`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[schemars(rename = "ApprovalDecision")]
-pub(crate) struct DecisionBody {
-    /// `approve` or `deny`.
-    #[schemars(required, with = "Option<Decision>")]
-    decision: Option<String>,
-    /// Why; recorded with the decision.
-    reason: Option<String>,
-}
-
-/// A decision on a parked call.
-#[derive(JsonSchema)]
-#[serde(rename_all = "lowercase")]
-#[expect(
-    dead_code,
-    reason = "describes the `decision` field, which the handler reads as text"
-)]
-enum Decision {
-    Approve,
-    Deny,
-}
-
-/// Query of `GET /v1/session/{sessionId}/events`.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[schemars(inline)]
-pub(crate) struct EventsQuery {
-    /// `ndjson` (one `Envelope` per line, the default) or `json` (an
-    /// `EventsResponse`).
-    #[schemars(with = "Option<EventsFormat>")]
-    format: Option<String>,
-}
-
-/// The representations of the events route.
-#[derive(JsonSchema)]
-#[serde(rename_all = "lowercase")]
-#[expect(
-    dead_code,
-    reason = "describes the `format` parameter, which the handler reads as text"
-)]
-enum EventsFormat {
-    Ndjson,
-    Json,
-}
-
-/// The answer of `POST /v1/session`: the session was created.
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(rename = "StartSessionResponse")]
-pub(crate) struct Started {
-    ok: True,
-    #[schemars(with = "described::SessionId")]
-    session_id: SessionId,
-    /// `http:…`, opaque and rotated on every accepted follow-up.
-    continuation_token: String,
-    /// The id of the first message's send; absent without a message.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delivery_id: Option<String>,
-    /// The first turn; absent without a message.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<described::TurnId>")]
-    turn_id: Option<TurnId>,
-    /// Where the session's events can be read, absolute when the request
-    /// named a usable host.
-    trace_url: String,
-    /// The session in the playground, when it is mounted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    playground_url: Option<String>,
-}
-
-/// The answer of `POST /v1/session/{sessionId}`: the message was accepted.
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(rename = "FollowUpResponse")]
-pub(crate) struct Sent {
-    ok: True,
-    #[schemars(with = "described::SessionId")]
-    session_id: SessionId,
-    /// The new token: keep it for the next follow-up.
-    continuation_token: String,
-    /// The id of this send.
-    delivery_id: String,
-    /// Absent when a coalesced message was queued behind the running turn.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<described::TurnId>")]
-    turn_id: Option<TurnId>,
-}
-
-/// The recorded events of a session, as one JSON document.
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(rename = "EventsResponse")]
-pub(crate) struct EventList {
-    ok: True,
-    #[schemars(with = "described::SessionId")]
-    session_id: SessionId,
-    #[schemars(with = "Vec<described::Envelope>")]
-    events: Vec<Envelope>,
-    /// The session in the playground, when it is mounted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    playground_url: Option<String>,
-}
-
 /// The answer of the events route: NDJSON or one JSON document.
 pub(crate) enum Events {
     Ndjson(Vec<u8>),
-    Json(EventList),
+    Json(EventsResponse),
 }
 
 impl IntoResponse for Events {
@@ -212,11 +54,11 @@ impl IntoResponse for Events {
 }
 
 impl OperationOutput for Events {
-    type Inner = EventList;
+    type Inner = EventsResponse;
 
     fn operation_response(ctx: &mut GenContext, _: &mut Operation) -> Option<DocResponse> {
-        let envelope = ctx.schema.subschema_for::<described::Envelope>();
-        let list = ctx.schema.subschema_for::<EventList>();
+        let envelope = ctx.schema.subschema_for::<Envelope>();
+        let list = ctx.schema.subschema_for::<EventsResponse>();
         response(json!({
             "description": "The recorded events.",
             "content": {
@@ -235,70 +77,6 @@ impl OperationOutput for Events {
             .into_iter()
             .collect()
     }
-}
-
-/// The answer of the stop route.
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "StopResponse")]
-pub(crate) struct Stopped {
-    ok: True,
-    /// False when no turn was running.
-    stopped: bool,
-}
-
-/// The answer of the delete route: the session is gone.
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(rename = "DeleteSessionResponse")]
-pub(crate) struct Deleted {
-    ok: True,
-    #[schemars(with = "described::SessionId")]
-    session_id: SessionId,
-}
-
-/// One session as the list shows it.
-#[derive(Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct SessionSummary {
-    #[schemars(with = "described::SessionId")]
-    session_id: SessionId,
-    #[schemars(with = "described::SessionMode")]
-    mode: SessionMode,
-    /// `http`, `cli` or a custom channel id.
-    channel: String,
-    /// The display title.
-    title: Option<String>,
-    /// The owner; null for sessions created without one.
-    principal: Option<String>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    /// The follow-up credential; only on sessions the caller owns.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    continuation_token: Option<String>,
-}
-
-/// The caller's sessions, newest first.
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "SessionsResponse")]
-pub(crate) struct Sessions {
-    ok: True,
-    sessions: Vec<SessionSummary>,
-}
-
-/// The calls of a session parked for a decision.
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "ApprovalsResponse")]
-pub(crate) struct Approvals {
-    ok: True,
-    #[schemars(with = "Vec<described::Approval>")]
-    approvals: Vec<ApprovalView>,
-}
-
-/// A plain acknowledgement.
-#[derive(Serialize, JsonSchema)]
-#[schemars(rename = "OkResponse")]
-pub(crate) struct Done {
-    ok: True,
 }
 
 fn parse_as_of(raw: &str) -> Result<DateTime<Utc>, ApiError> {
@@ -368,8 +146,8 @@ pub(crate) async fn start(
     caller: Caller,
     headers: HeaderMap,
     uri: Uri,
-    JsonBody(body): JsonBody<StartBody>,
-) -> Result<Json<Started>, ApiError> {
+    JsonBody(body): JsonBody<StartSessionRequest>,
+) -> Result<Json<StartSessionResponse>, ApiError> {
     let as_of = body.as_of.as_deref().map(parse_as_of).transpose()?;
     check_delivery_id(body.delivery_id.as_deref())?;
     let started = agent
@@ -392,7 +170,7 @@ pub(crate) async fn start(
         })
         .await?;
     let base = base_url(&agent, &headers, &uri);
-    Ok(Json(Started {
+    Ok(Json(StartSessionResponse {
         ok: True,
         trace_url: format!("{base}/v1/session/{}/events", started.session_id),
         playground_url: playground_url(&agent, &base, &started.session_id),
@@ -408,8 +186,8 @@ pub(crate) async fn follow_up(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
     SessionPath(id): SessionPath,
-    JsonBody(body): JsonBody<FollowUpBody>,
-) -> Result<Json<Sent>, ApiError> {
+    JsonBody(body): JsonBody<FollowUpRequest>,
+) -> Result<Json<FollowUpResponse>, ApiError> {
     let Some(message) = body.message else {
         return Err(ApiError::new(
             ErrorCode::InvalidRequest,
@@ -432,7 +210,7 @@ pub(crate) async fn follow_up(
             },
         )
         .await?;
-    Ok(Json(Sent {
+    Ok(Json(FollowUpResponse {
         ok: True,
         session_id: sent.session_id,
         continuation_token: sent.continuation_token,
@@ -463,7 +241,7 @@ pub(crate) async fn events(
     let events = agent.host.events(&id, 0, caller.read_scope()).await?;
     if json_format {
         let base = base_url(&agent, &headers, &uri);
-        return Ok(Events::Json(EventList {
+        return Ok(Events::Json(EventsResponse {
             ok: True,
             playground_url: playground_url(&agent, &base, &id),
             session_id: id,
@@ -482,9 +260,9 @@ pub(crate) async fn stop(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
     SessionPath(id): SessionPath,
-) -> Result<Json<Stopped>, ApiError> {
+) -> Result<Json<StopResponse>, ApiError> {
     let stopped = agent.host.stop(&id, caller.owner()).await?;
-    Ok(Json(Stopped { ok: True, stopped }))
+    Ok(Json(StopResponse { ok: True, stopped }))
 }
 
 /// `DELETE /v1/session/{sessionId}`: stop the running turn, then remove the session
@@ -493,13 +271,13 @@ pub(crate) async fn delete(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
     SessionPath(id): SessionPath,
-) -> Result<Json<Deleted>, ApiError> {
+) -> Result<Json<DeleteSessionResponse>, ApiError> {
     if !agent.host.delete_session(&id, caller.owner()).await? {
         return Err(ApiError::from(bdk_core::host::HostError::SessionNotFound(
             id.to_string(),
         )));
     }
-    Ok(Json(Deleted {
+    Ok(Json(DeleteSessionResponse {
         ok: True,
         session_id: id,
     }))
@@ -525,14 +303,14 @@ fn session_view(record: SessionRecord, caller: &Caller) -> SessionSummary {
 pub(crate) async fn list(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
-) -> Result<Json<Sessions>, ApiError> {
+) -> Result<Json<SessionsResponse>, ApiError> {
     let mut records = agent.host.list_sessions(caller.read_scope()).await?;
     records.reverse();
     let sessions = records
         .into_iter()
         .map(|r| session_view(r, &caller))
         .collect();
-    Ok(Json(Sessions { ok: True, sessions }))
+    Ok(Json(SessionsResponse { ok: True, sessions }))
 }
 
 /// `GET /v1/session/{sessionId}/approvals`: calls parked for a decision.
@@ -540,9 +318,18 @@ pub(crate) async fn approvals(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
     SessionPath(id): SessionPath,
-) -> Result<Json<Approvals>, ApiError> {
+) -> Result<Json<ApprovalsResponse>, ApiError> {
     let approvals = agent.host.approvals(&id, caller.read_scope()).await?;
-    Ok(Json(Approvals {
+    let approvals = approvals
+        .into_iter()
+        .map(|a: ApprovalView| Approval {
+            call_id: a.call_id,
+            name: a.name,
+            input: a.input,
+            requested_at: a.requested_at,
+        })
+        .collect();
+    Ok(Json(ApprovalsResponse {
         ok: True,
         approvals,
     }))
@@ -553,8 +340,8 @@ pub(crate) async fn resolve_approval(
     State(agent): State<Arc<Agent>>,
     caller: Caller,
     CallPath(id, call_id): CallPath,
-    JsonBody(body): JsonBody<DecisionBody>,
-) -> Result<Json<Done>, ApiError> {
+    JsonBody(body): JsonBody<ApprovalDecision>,
+) -> Result<Json<OkResponse>, ApiError> {
     let approved = match body.decision.as_deref() {
         Some("approve") => true,
         Some("deny") => false,
@@ -569,5 +356,5 @@ pub(crate) async fn resolve_approval(
         .host
         .resolve_approval(&id, &call_id, approved, body.reason, caller.owner())
         .await?;
-    Ok(Json(Done { ok: True }))
+    Ok(Json(OkResponse { ok: True }))
 }

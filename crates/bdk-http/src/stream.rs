@@ -22,10 +22,10 @@ use axum::response::{IntoResponse, Response};
 use bdk_store::EventStream;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
-use schemars::JsonSchema;
-use serde::Deserialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+
+use bdk_api::sessions::StreamQuery;
 
 use crate::api::response;
 use crate::auth::Caller;
@@ -61,17 +61,6 @@ impl Drop for Gauge {
     fn drop(&mut self) {
         OPEN_STREAMS.fetch_sub(1, Ordering::SeqCst);
     }
-}
-
-/// Query of the stream route.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(inline)]
-pub(crate) struct StreamQuery {
-    /// The first event index to send; an index past the end waits for that
-    /// event.
-    #[serde(default)]
-    start_index: u64,
 }
 
 /// The streaming answer: NDJSON envelopes, then live ones.

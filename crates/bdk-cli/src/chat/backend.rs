@@ -7,11 +7,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Result, anyhow};
+use bdk_api::sessions::{Decision, FollowUpRequest, StartSessionRequest};
+use bdk_api::{ErrorAnswer, paths};
 use bdk_core::host::{FollowUp, Host, HostError, StartSession};
 use bdk_events::{Envelope, SessionId, SessionMode};
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::lock::StateLock;
 use crate::remote::Remote;
@@ -57,13 +59,15 @@ impl Refusal {
         }
     }
 
-    fn of_body(body: &Value) -> Refusal {
+    fn of_answer(answer: ErrorAnswer) -> Refusal {
+        let message = if answer.message.is_empty() {
+            "the server gave no reason".to_owned()
+        } else {
+            answer.message
+        };
         Refusal {
-            code: body["error"].as_str().unwrap_or("error").to_owned(),
-            message: body["message"]
-                .as_str()
-                .unwrap_or("the server gave no reason")
-                .to_owned(),
+            code: answer.error,
+            message,
         }
     }
 }
@@ -88,21 +92,22 @@ impl Backend {
                 Ok(format!("{} ({})", host.project().name, host.model_id()))
             }
             Backend::Remote { remote, .. } => {
-                let answer = remote.get("/v1/info").await?;
-                if answer.status != 200 {
-                    let refusal = Refusal::of_body(&answer.body);
-                    return Err(anyhow!(
-                        "no agent answers at {} (GET /v1/info: {} {}: {})",
-                        remote.base(),
-                        answer.status,
-                        refusal.code,
-                        refusal.message
-                    ));
-                }
+                let info = match remote.reply(remote.client().get::<Value>(paths::INFO).await)? {
+                    Ok(info) => info,
+                    Err(refusal) => {
+                        return Err(anyhow!(
+                            "no agent answers at {} (GET {}: {}: {})",
+                            remote.base(),
+                            paths::INFO,
+                            refusal.error,
+                            refusal.message
+                        ));
+                    }
+                };
                 Ok(format!(
                     "{} ({}) at {}",
-                    answer.body["name"].as_str().unwrap_or("agent"),
-                    answer.body["model"].as_str().unwrap_or("default model"),
+                    info["name"].as_str().unwrap_or("agent"),
+                    info["model"].as_str().unwrap_or("default model"),
                     remote.base()
                 ))
             }
@@ -151,32 +156,33 @@ impl Backend {
                 Ok(result.map_err(|e| Refusal::of_host(&e)))
             }
             Backend::Remote { remote, .. } => {
-                let answer = match session {
+                let client = remote.client();
+                let sent = match session {
                     Some(id) => {
+                        let id = match session_id(id) {
+                            Ok(id) => id,
+                            Err(refusal) => return Ok(Err(refusal)),
+                        };
+                        let body = FollowUpRequest::message(message, None);
                         remote
-                            .post(&format!("/v1/session/{id}"), &json!({"message": message}))
-                            .await?
+                            .reply(client.follow_up(&id, &body).await)?
+                            .map(|a| (a.session_id, a.turn_id))
                     }
-                    None => {
-                        remote
-                            .post("/v1/session", &json!({"message": message}))
-                            .await?
-                    }
+                    None => remote
+                        .reply(
+                            client
+                                .start_session(&StartSessionRequest::message(message))
+                                .await,
+                        )?
+                        .map(|a| (a.session_id, a.turn_id)),
                 };
-                if !(200..300).contains(&answer.status) {
-                    return Ok(Err(Refusal::of_body(&answer.body)));
-                }
-                let Some(session) = answer.body["sessionId"].as_str() else {
-                    return Err(anyhow!(
-                        "the server's answer names no session: {}",
-                        answer.body
-                    ));
-                };
-                Ok(Ok(Accepted {
-                    session: session.to_owned(),
-                    turn: answer.body["turnId"].as_str().map(str::to_owned),
-                    index: None,
-                }))
+                Ok(sent
+                    .map(|(session, turn)| Accepted {
+                        session: session.to_string(),
+                        turn: turn.map(|t| t.to_string()),
+                        index: None,
+                    })
+                    .map_err(Refusal::of_answer))
             }
         }
     }
@@ -193,7 +199,10 @@ impl Backend {
                 let events = host.subscribe(&id, from, None).await?;
                 Ok(events.map(|e| e.map_err(anyhow::Error::from)).boxed())
             }
-            Backend::Remote { remote, .. } => remote.follow(session, from).await,
+            Backend::Remote { remote, .. } => {
+                let id = session_id(session).map_err(|r| anyhow!(r.message))?;
+                Ok(remote.follow(&id, from))
+            }
         }
     }
 
@@ -206,7 +215,8 @@ impl Backend {
                 Ok(())
             }
             Backend::Remote { remote, .. } => {
-                remote.stop(session).await;
+                let id = session_id(session).map_err(|r| anyhow!(r.message))?;
+                remote.stop(&id).await;
                 Ok(())
             }
         }
@@ -232,18 +242,23 @@ impl Backend {
                 Ok(decided.map_err(|e| Refusal::of_host(&e)))
             }
             Backend::Remote { remote, .. } => {
-                let mut body = json!({"decision": if approved { "approve" } else { "deny" }});
-                if let Some(reason) = reason {
-                    body["reason"] = json!(reason);
-                }
-                let answer = remote
-                    .post(&format!("/v1/session/{session}/approvals/{call_id}"), &body)
-                    .await?;
-                if (200..300).contains(&answer.status) {
-                    Ok(Ok(()))
+                let id = match session_id(session) {
+                    Ok(id) => id,
+                    Err(refusal) => return Ok(Err(refusal)),
+                };
+                let decision = if approved {
+                    Decision::Approve
                 } else {
-                    Ok(Err(Refusal::of_body(&answer.body)))
-                }
+                    Decision::Deny
+                };
+                let decided = remote
+                    .client()
+                    .decide(&id, call_id, decision, reason.map(str::to_owned))
+                    .await;
+                Ok(remote
+                    .reply(decided)?
+                    .map(|_| ())
+                    .map_err(Refusal::of_answer))
             }
         }
     }
@@ -261,15 +276,8 @@ impl Backend {
                 .await
                 .map_err(|e| Refusal::of_host(&e))),
             Backend::Remote { remote, .. } => {
-                let answer = remote
-                    .get(&format!("/v1/session/{id}/events?format=json"))
-                    .await?;
-                if !(200..300).contains(&answer.status) {
-                    return Ok(Err(Refusal::of_body(&answer.body)));
-                }
-                let events = serde_json::from_value(answer.body["events"].clone())
-                    .map_err(|e| anyhow!("the server's events do not read as events: {e}"))?;
-                Ok(Ok(events))
+                let events = remote.client().events(&id).await;
+                Ok(remote.reply(events)?.map_err(Refusal::of_answer))
             }
         }
     }
@@ -292,7 +300,11 @@ impl Backend {
             Backend::Remote {
                 remote,
                 traces: None,
-            } => Ok(format!("{}/v1/session/{session}/events", remote.base())),
+            } => Ok(format!(
+                "{}{}",
+                remote.base(),
+                paths::fill(paths::SESSION_EVENTS, &[session])
+            )),
         }
     }
 

@@ -1,20 +1,20 @@
-//! A running `bdk serve`, reached over its public session API.
+//! A running `bdk serve`, reached over its public session API through
+//! bdk-api's client.
 
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use bdk_api::Client;
+use bdk_api::sessions::{Decision, FollowUpRequest, StartSessionRequest};
 use bdk_events::{Envelope, SessionId, TurnId};
 use futures::StreamExt;
-use serde_json::{Value, json};
 
 use super::{EVAL_PURPOSE, Opened, Settled, Target, TargetError, host_err, settles};
 
 /// A running `bdk serve`, reached over its public session API.
 #[derive(Clone)]
 pub struct HttpTarget {
-    client: reqwest::Client,
-    base: String,
-    token: Option<String>,
+    client: Client,
 }
 
 impl HttpTarget {
@@ -22,50 +22,15 @@ impl HttpTarget {
     /// the server root in single mode); `token` a bearer token, if the
     /// server wants one.
     pub fn new(base: &str, token: Option<String>) -> Result<HttpTarget, TargetError> {
-        let client = bdk_models::net::http_client().map_err(host_err)?;
-        let base = base.trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(TargetError(format!(
-                "--url must start with http:// or https://, got {base}"
-            )));
-        }
-        Ok(HttpTarget {
-            client,
-            base,
-            token,
-        })
-    }
-
-    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let r = self.client.request(method, format!("{}{path}", self.base));
-        match &self.token {
-            Some(t) => r.bearer_auth(t),
-            None => r,
-        }
-    }
-
-    async fn post_json(&self, path: &str, body: Value) -> Result<Value, TargetError> {
-        let resp = self
-            .req(reqwest::Method::POST, path)
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| TargetError(format!("POST {}{path} failed: {e}", self.base)))?;
-        let status = resp.status();
-        let value: Value = resp.json().await.map_err(|e| {
-            TargetError(format!("POST {}{path}: unreadable answer: {e}", self.base))
-        })?;
-        if !status.is_success() {
-            return Err(TargetError(format!(
-                "POST {}{path} answered {status}: {}",
-                self.base,
-                value
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-            )));
-        }
-        Ok(value)
+        let http = bdk_models::net::http_client().map_err(host_err)?;
+        let client = Client::new(base, http)
+            .map_err(|_| {
+                TargetError(format!(
+                    "--url must be an http:// or https:// URL, got {base}"
+                ))
+            })?
+            .bearer(token);
+        Ok(HttpTarget { client })
     }
 
     /// Follows the session's stream from `from` until `turn` ends or (with
@@ -77,35 +42,13 @@ impl HttpTarget {
         from: u64,
         parks: bool,
     ) -> Result<Settled, TargetError> {
-        let path = format!("/v1/session/{session}/stream?startIndex={from}");
-        let resp = self
-            .req(reqwest::Method::GET, &path)
-            .send()
-            .await
-            .map_err(|e| TargetError(format!("GET {}{path} failed: {e}", self.base)))?;
-        if !resp.status().is_success() {
-            return Err(TargetError(format!(
-                "GET {}{path} answered {}",
-                self.base,
-                resp.status()
-            )));
-        }
-        let mut body = resp.bytes_stream();
-        let mut buf: Vec<u8> = Vec::new();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| TargetError(format!("the event stream broke: {e}")))?;
-            buf.extend_from_slice(&chunk);
-            while let Some(nl) = buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = buf.drain(..=nl).collect();
-                let Ok(v) = serde_json::from_slice::<Value>(&line) else {
-                    continue; // heartbeats and blank lines
-                };
-                let ty = v.get("type").and_then(Value::as_str).unwrap_or_default();
-                match settles(v.get("turnId").and_then(Value::as_str), ty, turn) {
-                    Some(Settled::Ended) => return Ok(Settled::Ended),
-                    Some(Settled::Parked) if parks => return Ok(Settled::Parked),
-                    _ => {}
-                }
+        let mut events = self.client.stream(session, from);
+        while let Some(env) = events.next().await {
+            let env = env.map_err(target_err)?;
+            match settles(env.turn_id.as_ref().map(TurnId::as_str), env.kind(), turn) {
+                Some(Settled::Ended) => return Ok(Settled::Ended),
+                Some(Settled::Parked) if parks => return Ok(Settled::Parked),
+                _ => {}
             }
         }
         Err(TargetError(
@@ -113,20 +56,24 @@ impl HttpTarget {
         ))
     }
 
-    fn opened(value: &Value) -> Result<Opened, TargetError> {
-        let field = |k: &str| {
-            value
-                .get(k)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| TargetError(format!("the server's answer has no {k}")))
-        };
+    fn opened(
+        session_id: SessionId,
+        token: String,
+        turn_id: Option<TurnId>,
+    ) -> Result<Opened, TargetError> {
+        let turn_id = turn_id.ok_or_else(|| {
+            TargetError("the server's answer has no turnId: the message started no turn".into())
+        })?;
         Ok(Opened {
-            session_id: SessionId::from_string(field("sessionId")?),
-            token: field("continuationToken")?,
-            turn_id: TurnId::from_string(field("turnId")?),
+            session_id,
+            token,
+            turn_id,
         })
     }
+}
+
+fn target_err(e: bdk_api::ClientError) -> TargetError {
+    TargetError(e.to_string())
 }
 
 #[async_trait]
@@ -137,13 +84,14 @@ impl Target for HttpTarget {
         message: &str,
         files: &BTreeMap<String, String>,
     ) -> Result<Opened, TargetError> {
-        let v = self
-            .post_json(
-                "/v1/session",
-                json!({"message": message, "title": title, "purpose": EVAL_PURPOSE, "workspaceFiles": files}),
-            )
-            .await?;
-        Self::opened(&v)
+        let body = StartSessionRequest {
+            title: Some(title.to_owned()),
+            purpose: Some(EVAL_PURPOSE.to_owned()),
+            workspace_files: files.clone(),
+            ..StartSessionRequest::message(message)
+        };
+        let a = self.client.start_session(&body).await.map_err(target_err)?;
+        Self::opened(a.session_id, a.continuation_token, a.turn_id)
     }
 
     async fn follow_up(
@@ -152,13 +100,16 @@ impl Target for HttpTarget {
         message: &str,
         files: &BTreeMap<String, String>,
     ) -> Result<Opened, TargetError> {
-        let v = self
-            .post_json(
-                &format!("/v1/session/{}", session.session_id),
-                json!({"message": message, "continuationToken": session.token, "workspaceFiles": files}),
-            )
-            .await?;
-        Self::opened(&v)
+        let body = FollowUpRequest {
+            workspace_files: files.clone(),
+            ..FollowUpRequest::message(message, Some(session.token.clone()))
+        };
+        let a = self
+            .client
+            .follow_up(&session.session_id, &body)
+            .await
+            .map_err(target_err)?;
+        Self::opened(a.session_id, a.continuation_token, a.turn_id)
     }
 
     async fn wait_turn(&self, session: &SessionId, turn: &TurnId) -> Result<(), TargetError> {
@@ -181,40 +132,24 @@ impl Target for HttpTarget {
         approved: bool,
         reason: Option<&str>,
     ) -> Result<(), TargetError> {
-        let decision = if approved { "approve" } else { "deny" };
-        self.post_json(
-            &format!("/v1/session/{session}/approvals/{call_id}"),
-            json!({"decision": decision, "reason": reason}),
-        )
-        .await
-        .map(|_| ())
+        let decision = if approved {
+            Decision::Approve
+        } else {
+            Decision::Deny
+        };
+        self.client
+            .decide(session, call_id, decision, reason.map(str::to_owned))
+            .await
+            .map(|_| ())
+            .map_err(target_err)
     }
 
     async fn events(&self, session: &SessionId) -> Result<Vec<Envelope>, TargetError> {
-        let path = format!("/v1/session/{session}/events?format=json");
-        let resp = self
-            .req(reqwest::Method::GET, &path)
-            .send()
-            .await
-            .map_err(|e| TargetError(format!("GET {}{path} failed: {e}", self.base)))?;
-        if !resp.status().is_success() {
-            return Err(TargetError(format!(
-                "GET {}{path} answered {}",
-                self.base,
-                resp.status()
-            )));
-        }
-        let mut v: Value = resp
-            .json()
-            .await
-            .map_err(|e| TargetError(format!("unreadable events: {e}")))?;
-        serde_json::from_value(v.get_mut("events").map(Value::take).unwrap_or(Value::Null))
-            .map_err(|e| TargetError(format!("unreadable events: {e}")))
+        self.client.events(session).await.map_err(target_err)
     }
 
     async fn stop(&self, session: &SessionId) {
-        let path = format!("/v1/session/{session}/stop");
-        if let Err(e) = self.req(reqwest::Method::POST, &path).send().await {
+        if let Err(e) = self.client.stop(session).await {
             tracing::debug!(session_id = %session, error = %e, "failed to stop an eval turn");
         }
     }

@@ -4,6 +4,7 @@
 
 mod abs;
 mod channels;
+mod client;
 mod common;
 mod dev_reminders;
 mod dev_schedules;
