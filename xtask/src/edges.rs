@@ -35,6 +35,7 @@ enum Allowed {
 
 const CORE_AND_BELOW: &[&str] = &[
     "bdk-events",
+    "bdk-api",
     "bdk-store",
     "bdk-models",
     "bdk-project",
@@ -54,7 +55,11 @@ const RULES: &[(&str, Allowed)] = &[
     // The model port and providers, usable without the runtime.
     ("bdk-models", Allowed::Only(&["bdk-events"])),
     // The agent folder as data: discovery, diagnostics, the spec types.
-    ("bdk-project", Allowed::Only(&["bdk-events", "bdk-models"])),
+    // (bdk-api for the route paths `bdk info` shows, without its client.)
+    (
+        "bdk-project",
+        Allowed::Only(&["bdk-events", "bdk-models", "bdk-api"]),
+    ),
     // Running programs: tools, processes, containment, workspaces,
     // handlers, gates. Below the runtime; knows no session or host.
     (
@@ -77,18 +82,7 @@ const RULES: &[(&str, Allowed)] = &[
     ("bdk-api", Allowed::Only(&["bdk-events"])),
     ("bdk-mcp", Allowed::Only(CORE_AND_BELOW)),
     ("bdk-scheduler", Allowed::Only(CORE_AND_BELOW)),
-    (
-        "bdk-evals",
-        Allowed::Only(&[
-            "bdk-events",
-            "bdk-store",
-            "bdk-models",
-            "bdk-project",
-            "bdk-exec",
-            "bdk-core",
-            "bdk-api",
-        ]),
-    ),
+    ("bdk-evals", Allowed::Only(CORE_AND_BELOW)),
     // The GitHub pack: webhook ingress, progress, tools and the REST client.
     ("bdk-github", Allowed::Only(CORE_AND_BELOW)),
     // The Slack pack: Events API ingress, placeholders, approval cards and
@@ -552,7 +546,7 @@ mod tests {
                 "forbidden edge bdk-http -> bdk-testkit (normal dependency): \
                  bdk-testkit may only be a dev-dependency",
                 "forbidden edge bdk-testkit -> bdk-http (normal dependency): \
-                 bdk-testkit may depend on bdk-events, bdk-store, bdk-models, bdk-project, bdk-exec, bdk-core",
+                 bdk-testkit may depend on bdk-events, bdk-api, bdk-store, bdk-models, bdk-project, bdk-exec, bdk-core",
             ]
         );
     }

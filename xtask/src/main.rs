@@ -46,6 +46,9 @@ mod edges;
 // A ratchet that runs as a test (`cargo xtask test` runs it under nextest).
 #[cfg(test)]
 mod packs;
+// Only bdk-api writes the API's `/v1/` paths; runs as a test too.
+#[cfg(test)]
+mod routes;
 mod tally;
 mod treefs;
 

@@ -69,6 +69,17 @@ pub const MCP: &str = "/v1/mcp";
 pub const MCP_TOOLS: &str = "/v1/mcp/tools";
 /// Where channel ingress routes are nested: `/v1/channels/<channel>/...`.
 pub const CHANNELS: &str = "/v1/channels";
+/// A channel's own URL (any method the channel declares).
+pub const CHANNEL: &str = "/v1/channels/{channel}";
+/// A route below a channel's URL.
+pub const CHANNEL_PATH: &str = "/v1/channels/{channel}/{path}";
+/// `POST`, at the server root, loopback clients only: a GitHub delivery
+/// handed to every mounted GitHub channel (what `bdk github send` and
+/// `bdk github replay` post to by default).
+pub const GITHUB_WEBHOOKS: &str = "/v1/webhooks/github";
+
+/// `GET`, at the server root of a multi-agent server: the agents, as JSON.
+pub const AGENTS: &str = "/v1/agents";
 
 /// `template` with each `{name}` placeholder replaced, in order, by the
 /// matching value, percent-encoded as one path segment.

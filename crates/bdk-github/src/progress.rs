@@ -24,6 +24,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bdk_api::paths;
 use bdk_core::project::GithubReply;
 use bdk_events::{ChannelOutbound, Envelope, Event, FailStatus, SessionId};
 use bdk_store::{NewEvent, Store};
@@ -404,11 +405,11 @@ impl Follower {
             .clone()
             .or_else(|| (self.inner.secrets)("BDK_PUBLIC_URL"))
             .or_else(|| thread.origin.clone())?;
+        let events = paths::fill(paths::SESSION_EVENTS, &[self.id.as_str()]);
         Some(format!(
-            "{}{}/v1/session/{}/events",
+            "{}{}{events}",
             origin.trim_end_matches('/'),
             self.inner.base_path,
-            self.id
         ))
     }
 

@@ -38,6 +38,7 @@ use axum::extract::{FromRequestParts, Query, RawPathParams, Request};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, Route, on};
+use bdk_api::paths;
 use bdk_core::host::{FollowUp, Host, HostError, KeySession, StartSession, Started};
 use bdk_core::project::{ChannelManifest, RouteMethod};
 use bdk_events::ids::new_id;
@@ -49,7 +50,6 @@ use tokio_util::sync::CancellationToken;
 use tower::{Layer, Service};
 
 use crate::api::{Describe, True, schema_of};
-use crate::described;
 use crate::error::{ApiError, ErrorCode};
 
 mod config;
@@ -136,7 +136,6 @@ pub struct Receive {
 #[serde(rename_all = "camelCase")]
 pub struct Accepted {
     /// The session.
-    #[schemars(with = "described::SessionId")]
     pub session_id: SessionId,
     /// Its continuation token, `<channel>:<key>`; channel tokens never
     /// rotate.
@@ -146,7 +145,6 @@ pub struct Accepted {
     /// The turn the message started; `None` when it was queued behind a
     /// running turn (coalesce).
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<described::TurnId>")]
     pub turn_id: Option<TurnId>,
     /// True when this message created the session.
     pub created: bool,
@@ -655,11 +653,11 @@ pub(crate) fn documented<S: Clone + Send + Sync + 'static>() -> ApiRouter<S> {
         };
         router = router
             .api_route_docs(
-                "/v1/channels/{channel}",
+                paths::CHANNEL,
                 ApiMethodDocs::new(name, operation(name, false)),
             )
             .api_route_docs(
-                "/v1/channels/{channel}/{path}",
+                paths::CHANNEL_PATH,
                 ApiMethodDocs::new(name, operation(name, true)),
             );
     }

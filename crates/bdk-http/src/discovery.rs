@@ -10,6 +10,7 @@ use aide::transform::TransformOperation;
 use axum::Json;
 use axum::extract::State;
 use axum::response::Html;
+use bdk_api::paths;
 use bdk_core::host::MemoryStats;
 use bdk_core::project::info::{add_gates, add_tools, surface};
 use schemars::JsonSchema;
@@ -268,7 +269,7 @@ pub(crate) fn host_api() -> ApiRouter<Arc<HostIndex>> {
             }),
         )
         .api_route(
-            "/v1/agents",
+            paths::AGENTS,
             get_with(agents_json, |op| {
                 op.doc(
                     "listAgents",
@@ -278,7 +279,7 @@ pub(crate) fn host_api() -> ApiRouter<Arc<HostIndex>> {
                 )
             }),
         )
-        .api_route("/v1/health", get_with(health, health_doc));
+        .api_route(paths::HEALTH, get_with(health, health_doc));
     open(routes)
 }
 
@@ -301,7 +302,7 @@ async fn index_html(State(index): State<Arc<HostIndex>>) -> Html<String> {
     let mut items = String::new();
     for a in &index.agents {
         let slug = escape(&a.slug);
-        let mut links = format!("<a href=\"/{slug}/v1/info\">info</a>");
+        let mut links = format!("<a href=\"/{slug}{}\">info</a>", paths::INFO);
         if index.shared.playground {
             links.push_str(&format!(" · <a href=\"/{slug}/playground\">playground</a>"));
         }
@@ -320,7 +321,8 @@ async fn index_html(State(index): State<Arc<HostIndex>>) -> Html<String> {
         ""
     };
     Html(format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>BDK agents</title></head>\n<body>\n<h1>Agents</h1>\n<ul>\n{items}</ul>\n<p><a href=\"/v1/agents\">JSON index</a>{docs}</p>\n</body></html>\n"
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>BDK agents</title></head>\n<body>\n<h1>Agents</h1>\n<ul>\n{items}</ul>\n<p><a href=\"{}\">JSON index</a>{docs}</p>\n</body></html>\n",
+        paths::AGENTS
     ))
 }
 

@@ -124,7 +124,7 @@ pub(crate) fn channel_routes(mount: &Arc<GithubMount>) -> Router {
 pub(crate) fn host_route(mounts: Vec<Arc<GithubMount>>) -> Router {
     let mounts = Arc::new(mounts);
     Router::new().route(
-        "/v1/webhooks/github",
+        bdk_api::paths::GITHUB_WEBHOOKS,
         post(move |req: Request| {
             let mounts = Arc::clone(&mounts);
             async move {
@@ -140,7 +140,7 @@ pub(crate) fn host_route(mounts: Vec<Arc<GithubMount>>) -> Router {
 /// The fan-out route for the OpenAPI document.
 pub(crate) fn documented() -> ApiRouter {
     ApiRouter::new().api_route(
-        "/v1/webhooks/github",
+        bdk_api::paths::GITHUB_WEBHOOKS,
         post_with(
             |_: Request| async { StatusCode::NOT_FOUND },
             |op| {

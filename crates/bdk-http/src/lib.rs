@@ -383,7 +383,7 @@ fn agent_router(
         if let Some(m) = slack_mount {
             nested = nested.merge(slack::channel_routes(&m));
         }
-        router = router.nest("/v1/channels", nested);
+        router = router.nest(bdk_api::paths::CHANNELS, nested);
     }
     router
 }

@@ -14,6 +14,7 @@ use aide::axum::ApiRouter;
 use aide::axum::routing::{get_with, post_with};
 #[cfg(feature = "mcp")]
 use aide::transform::TransformOperation;
+use bdk_api::paths;
 use serde_json::json;
 
 #[cfg(feature = "mcp")]
@@ -60,9 +61,9 @@ pub(crate) fn protected_routes() -> ApiRouter<Arc<Agent>> {
 /// the app adds unless `--no-playground`).
 pub(crate) fn open_routes() -> ApiRouter<Arc<Agent>> {
     let routes = ApiRouter::new()
-        .api_route("/v1/health", get_with(discovery::health, discovery::health_doc))
+        .api_route(paths::HEALTH, get_with(discovery::health, discovery::health_doc))
         .api_route(
-            "/v1/meta",
+            paths::META,
             get_with(discovery::meta, |op| {
                 op.doc(
                     "getMeta",
@@ -73,7 +74,7 @@ pub(crate) fn open_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/openapi.json",
+            paths::OPENAPI,
             get_with(served::agent_document, served::openapi_doc),
         );
     open(routes)
@@ -82,7 +83,7 @@ pub(crate) fn open_routes() -> ApiRouter<Arc<Agent>> {
 fn session_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(
-            "/v1/session",
+            paths::SESSION,
             post_with(sessions::start, |op| {
                 op.doc(
                     "startSession",
@@ -99,7 +100,7 @@ fn session_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/session/{sessionId}",
+            paths::SESSION_ID,
             post_with(sessions::follow_up, |op| {
                 op.doc(
                     "sendMessage",
@@ -134,7 +135,7 @@ fn session_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/session/{sessionId}/stream",
+            paths::SESSION_STREAM,
             get_with(stream::stream, |op| {
                 op.doc(
                     "streamEvents",
@@ -146,7 +147,7 @@ fn session_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/session/{sessionId}/events",
+            paths::SESSION_EVENTS,
             get_with(sessions::events, |op| {
                 op.doc(
                     "listEvents",
@@ -158,7 +159,7 @@ fn session_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/session/{sessionId}/stop",
+            paths::SESSION_STOP,
             post_with(sessions::stop, |op| {
                 op.doc(
                     "stopTurn",
@@ -171,7 +172,7 @@ fn session_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/session/{sessionId}/cost",
+            paths::SESSION_COST,
             get_with(cost::cost, |op| {
                 op.doc(
                     "getCost",
@@ -183,7 +184,7 @@ fn session_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/session/{sessionId}/approvals",
+            paths::SESSION_APPROVALS,
             get_with(sessions::approvals, |op| {
                 op.doc(
                     "listApprovals",
@@ -195,7 +196,7 @@ fn session_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/session/{sessionId}/approvals/{callId}",
+            paths::SESSION_APPROVAL,
             post_with(sessions::resolve_approval, |op| {
                 op.doc(
                     "resolveApproval",
@@ -209,7 +210,7 @@ fn session_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/sessions",
+            paths::SESSIONS,
             get_with(sessions::list, |op| {
                 op.doc(
                     "listSessions",
@@ -224,7 +225,7 @@ fn session_routes() -> ApiRouter<Arc<Agent>> {
 fn tool_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(
-            "/v1/tools",
+            paths::TOOLS,
             get_with(tools::list, |op| {
                 op.doc(
                     "listTools",
@@ -235,7 +236,7 @@ fn tool_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/tools/{name}",
+            paths::TOOL,
             get_with(tools::describe, |op| {
                 op.doc(
                     "getTool",
@@ -277,7 +278,7 @@ fn tool_routes() -> ApiRouter<Arc<Agent>> {
 fn discovery_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(
-            "/v1/info",
+            paths::INFO,
             get_with(discovery::info, |op| {
                 op.doc(
                     "getInfo",
@@ -288,7 +289,7 @@ fn discovery_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/logs",
+            paths::LOGS,
             get_with(discovery::logs, |op| {
                 op.doc(
                     "getLogs",
@@ -299,7 +300,7 @@ fn discovery_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/abs",
+            paths::ABS,
             get_with(abs::abs, |op| {
                 op.doc(
                     "getAbs",
@@ -311,7 +312,7 @@ fn discovery_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/memory",
+            paths::MEMORY,
             get_with(discovery::memory, |op| {
                 op.doc(
                     "getMemory",
@@ -326,7 +327,7 @@ fn discovery_routes() -> ApiRouter<Arc<Agent>> {
 fn artifact_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(
-            "/v1/artifacts",
+            paths::ARTIFACTS,
             get_with(artifacts::list, |op| {
                 op.doc(
                     "listArtifacts",
@@ -337,7 +338,7 @@ fn artifact_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/artifacts/{id}/content",
+            paths::ARTIFACT_CONTENT,
             get_with(artifacts::content, |op| {
                 op.doc(
                     "getArtifactContent",
@@ -370,7 +371,7 @@ const DEV_ONLY: &[ErrorCode] = &[ErrorCode::NotFound];
 fn dev_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(
-            "/v1/dev/reminders",
+            paths::DEV_REMINDERS,
             get_with(dev_reminders::list, |op| {
                 op.doc(
                     "listReminders",
@@ -382,7 +383,7 @@ fn dev_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/dev/reminders/{id}",
+            paths::DEV_REMINDER,
             post_with(dev_reminders::fire, |op| {
                 op.doc(
                     "fireReminder",
@@ -395,7 +396,7 @@ fn dev_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/dev/schedules",
+            paths::DEV_SCHEDULES,
             get_with(dev::list_schedules, |op| {
                 op.doc(
                     "listSchedules",
@@ -407,7 +408,7 @@ fn dev_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/dev/schedules/{id}",
+            paths::DEV_SCHEDULE,
             post_with(dev::dispatch_schedule, |op| {
                 op.doc(
                     "dispatchSchedule",
@@ -431,7 +432,7 @@ fn dev_routes() -> ApiRouter<Arc<Agent>> {
 fn eval_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(
-            "/v1/dev/evals",
+            paths::DEV_EVALS,
             get_with(evals::list, |op| {
                 op.doc(
                     "listEvals",
@@ -442,7 +443,7 @@ fn eval_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/dev/evals/runs",
+            paths::DEV_EVAL_RUNS,
             get_with(evals::runs, |op| {
                 op.doc(
                     "listEvalRuns",
@@ -471,7 +472,7 @@ fn eval_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/dev/evals/runs/{id}",
+            paths::DEV_EVAL_RUN,
             get_with(evals::run, |op| {
                 op.doc(
                     "getEvalRun",
@@ -483,7 +484,7 @@ fn eval_routes() -> ApiRouter<Arc<Agent>> {
             }),
         )
         .api_route(
-            "/v1/dev/evals/runs/{id}/cancel",
+            paths::DEV_EVAL_RUN_CANCEL,
             post_with(evals::cancel, |op| {
                 op.doc(
                     "cancelEvalRun",
@@ -500,7 +501,7 @@ fn eval_routes() -> ApiRouter<Arc<Agent>> {
 fn mcp_routes() -> ApiRouter<Arc<Agent>> {
     ApiRouter::new()
         .api_route(
-            "/v1/mcp",
+            paths::MCP,
             post_with(mcp::agent, |op| {
                 mcp_post(
                     op,
@@ -513,7 +514,7 @@ fn mcp_routes() -> ApiRouter<Arc<Agent>> {
             .delete_with(mcp::stateless, |op| mcp_refused(op, "mcpEnd", "End an MCP session")),
         )
         .api_route(
-            "/v1/mcp/tools",
+            paths::MCP_TOOLS,
             post_with(mcp::tools, |op| {
                 mcp_post(
                     op,

@@ -14,6 +14,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
+use bdk_api::paths;
 use bdk_api::sessions::{
     Approval, ApprovalDecision, ApprovalsResponse, DeleteSessionResponse, EventsQuery,
     EventsResponse, FollowUpRequest, FollowUpResponse, MAX_DELIVERY_ID, OkResponse, SessionSummary,
@@ -172,7 +173,10 @@ pub(crate) async fn start(
     let base = base_url(&agent, &headers, &uri);
     Ok(Json(StartSessionResponse {
         ok: True,
-        trace_url: format!("{base}/v1/session/{}/events", started.session_id),
+        trace_url: format!(
+            "{base}{}",
+            paths::fill(paths::SESSION_EVENTS, &[started.session_id.as_str()])
+        ),
         playground_url: playground_url(&agent, &base, &started.session_id),
         session_id: started.session_id,
         continuation_token: started.continuation_token,

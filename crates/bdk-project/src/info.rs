@@ -5,6 +5,7 @@
 //! tools only a running host knows (advertised MCP tools, native tools), so
 //! every listing shows every tool the model gets, each with its `source`.
 
+use bdk_api::paths;
 use serde_json::{Value, json};
 
 use super::{Diagnostic, Project, ToolRunner, rel_path};
@@ -49,7 +50,7 @@ fn channel_routes(ch: &super::ChannelManifest) -> Vec<Value> {
         return vec![json!({
             "method": "POST",
             "path": "/",
-            "fullPath": format!("/v1/channels/{}", ch.name),
+            "fullPath": paths::fill(paths::CHANNEL, &[&ch.name]),
             "description": "Slack Events API and interactivity requests",
             "mode": "chat",
             "bodySchema": null,
@@ -61,7 +62,7 @@ fn channel_routes(ch: &super::ChannelManifest) -> Vec<Value> {
         return vec![json!({
             "method": "POST",
             "path": "/",
-            "fullPath": format!("/v1/channels/{}", ch.name),
+            "fullPath": paths::fill(paths::CHANNEL, &[&ch.name]),
             "description": "GitHub webhook deliveries",
             "mode": "chat",
             "bodySchema": null,
@@ -71,10 +72,11 @@ fn channel_routes(ch: &super::ChannelManifest) -> Vec<Value> {
     ch.routes
         .iter()
         .map(|r| {
+            let channel = paths::fill(paths::CHANNEL, &[&ch.name]);
             let full = if r.path == "/" {
-                format!("/v1/channels/{}", ch.name)
+                channel
             } else {
-                format!("/v1/channels/{}{}", ch.name, r.path)
+                format!("{channel}{}", r.path)
             };
             json!({
                 "method": r.method,

@@ -17,7 +17,7 @@ pub(super) const UNREACHABLE: u8 = 3;
 pub(super) const DEFAULT_URL: &str = "http://127.0.0.1:3000";
 /// The route both commands send to when `--path` is not given: the
 /// loopback fan-out to every mounted GitHub channel.
-pub(super) const DEFAULT_PATH: &str = "/v1/webhooks/github";
+pub(super) const DEFAULT_PATH: &str = bdk_api::paths::GITHUB_WEBHOOKS;
 
 /// Where deliveries go: the server and the route.
 #[derive(clap::Args, Debug)]

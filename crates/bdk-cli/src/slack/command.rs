@@ -155,7 +155,8 @@ pub(super) fn public_url(
 
 /// Where Slack sends a channel's requests: `<public>/v1/channels/<name>`.
 pub(super) fn request_url(public: &str, channel: &str) -> String {
-    format!("{}/v1/channels/{channel}", public.trim_end_matches('/'))
+    let path = bdk_api::paths::fill(bdk_api::paths::CHANNEL, &[channel]);
+    format!("{}{path}", public.trim_end_matches('/'))
 }
 
 /// The exit-2 message when no public URL is known.

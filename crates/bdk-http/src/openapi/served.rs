@@ -12,6 +12,7 @@ use aide::axum::routing::get_with;
 use aide::transform::TransformOperation;
 use axum::Json;
 use axum::extract::State;
+use bdk_api::paths;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -60,7 +61,7 @@ async fn host_document(State(doc): State<Arc<Value>>) -> Json<Document> {
 
 /// The host route of a multi-agent app, described.
 pub(super) fn host_api() -> ApiRouter<Arc<Value>> {
-    open(ApiRouter::new().api_route("/v1/openapi.json", get_with(host_document, openapi_doc)))
+    open(ApiRouter::new().api_route(paths::OPENAPI, get_with(host_document, openapi_doc)))
 }
 
 /// The host route of a multi-agent app serving `slugs`:
