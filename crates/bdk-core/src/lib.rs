@@ -24,6 +24,7 @@ pub use bdk_exec::gate;
 pub use bdk_exec::handler;
 pub mod hooks;
 pub mod host;
+mod json_schema;
 pub mod mcp;
 pub mod models;
 pub use bdk_project as project;

@@ -19,6 +19,8 @@ pub mod assert;
 pub mod case;
 #[cfg(feature = "host")]
 pub mod history;
+#[cfg(feature = "schema")]
+mod json_schema;
 pub mod judge;
 pub mod matcher;
 pub mod report;

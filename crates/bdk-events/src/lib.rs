@@ -26,3 +26,26 @@ pub use event::{
     TurnFailed, TurnQueued, TurnStarted, Usage, Verdict,
 };
 pub use ids::{DeliveryId, SessionId, TurnId};
+
+/// Implements `schemars::JsonSchema` for `$ty` by the derived schema of
+/// `$shape`: a private type that mirrors `$ty`'s serializer, for types
+/// whose own derive would not describe the wire (hand-written
+/// serializers, `&'static str` fields that are enums on the wire). The
+/// crates that describe their types this way (bdk-models, bdk-store,
+/// bdk-project, bdk-exec, bdk-core, bdk-scheduler, bdk-evals) share it;
+/// it names `::schemars` only where it expands, so it needs no feature.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! schema_by_shape {
+    ($ty:ty, $shape:ty) => {
+        impl ::schemars::JsonSchema for $ty {
+            fn schema_name() -> ::std::borrow::Cow<'static, str> {
+                <$shape as ::schemars::JsonSchema>::schema_name()
+            }
+
+            fn json_schema(generator: &mut ::schemars::SchemaGenerator) -> ::schemars::Schema {
+                <$shape as ::schemars::JsonSchema>::json_schema(generator)
+            }
+        }
+    };
+}

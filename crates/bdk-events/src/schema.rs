@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::Value;
 
+use crate::schema_by_shape;
 use crate::{AbUnit, Admission, EVENT_TYPES, Envelope, SessionId, SessionMode, TurnId, Usage};
 
 impl JsonSchema for SessionId {
@@ -62,21 +63,6 @@ impl JsonSchema for EventType {
     }
 }
 
-/// Implements `JsonSchema` for `$ty` by the derived schema of `$shape`.
-macro_rules! shaped {
-    ($ty:ty, $shape:ty) => {
-        impl JsonSchema for $ty {
-            fn schema_name() -> Cow<'static, str> {
-                <$shape>::schema_name()
-            }
-
-            fn json_schema(generator: &mut SchemaGenerator) -> Schema {
-                <$shape>::json_schema(generator)
-            }
-        }
-    };
-}
-
 /// `chat` or `task`.
 #[derive(JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -85,7 +71,7 @@ enum SessionModeShape {
     Chat,
     Task,
 }
-shaped!(SessionMode, SessionModeShape);
+schema_by_shape!(SessionMode, SessionModeShape);
 
 /// How a follow-up joins a session with a running turn: `preempt` interrupts
 /// the running turn, waits for it to settle, then runs the message; `coalesce`
@@ -98,7 +84,7 @@ enum AdmissionShape {
     Preempt,
     Coalesce,
 }
-shaped!(Admission, AdmissionShape);
+schema_by_shape!(Admission, AdmissionShape);
 
 /// One recorded event. `index` starts at 0 and grows by exactly one per
 /// session.
@@ -116,7 +102,7 @@ struct EnvelopeShape {
     /// The event's fields; their shape depends on `type`.
     data: BTreeMap<String, Value>,
 }
-shaped!(Envelope, EnvelopeShape);
+schema_by_shape!(Envelope, EnvelopeShape);
 
 /// Token counts.
 #[derive(JsonSchema)]
@@ -128,7 +114,7 @@ struct UsageShape {
     cache_read_tokens: u64,
     cache_write_tokens: u64,
 }
-shaped!(Usage, UsageShape);
+schema_by_shape!(Usage, UsageShape);
 
 /// What an `ab.assigned` arm was chosen by.
 #[derive(JsonSchema)]
@@ -139,4 +125,4 @@ enum AbUnitShape {
     ChannelKey,
     Pinned,
 }
-shaped!(AbUnit, AbUnitShape);
+schema_by_shape!(AbUnit, AbUnitShape);

@@ -57,6 +57,7 @@ pub mod containment;
 pub mod gate;
 pub mod grant;
 pub mod handler;
+mod json_schema;
 mod process;
 mod scratch;
 pub mod tool;

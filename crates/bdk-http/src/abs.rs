@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::True;
 use crate::auth::Caller;
-use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::QueryParams;
 use crate::state::Agent;
@@ -43,7 +42,6 @@ pub(crate) struct AbsQuery {
 #[schemars(rename = "AbsResponse")]
 pub(crate) struct Abs {
     ok: True,
-    #[schemars(with = "Vec<described::AbExperiment>")]
     experiments: Vec<ExperimentReport>,
 }
 

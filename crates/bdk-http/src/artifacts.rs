@@ -20,7 +20,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::True;
 use crate::auth::Caller;
-use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{PathParams, QueryParams};
 use crate::state::Agent;
@@ -55,7 +54,6 @@ pub(crate) struct ArtifactPath {
 #[schemars(rename = "ArtifactsResponse")]
 pub(crate) struct Artifacts {
     ok: True,
-    #[schemars(with = "Vec<described::Artifact>")]
     artifacts: Vec<ArtifactRecord>,
 }
 

@@ -19,7 +19,6 @@ use serde::Serialize;
 
 use crate::api::True;
 use crate::auth::Caller;
-use crate::described;
 use crate::error::ApiError;
 use crate::extract::SessionPath;
 use crate::state::Agent;
@@ -31,11 +30,8 @@ use crate::state::Agent;
 #[schemars(rename = "CostResponse")]
 pub(crate) struct Cost {
     ok: True,
-    #[schemars(with = "described::SessionId")]
     session_id: SessionId,
-    #[schemars(with = "Vec<described::CostTurn>")]
     turns: Vec<TurnCost>,
-    #[schemars(with = "described::CostTotals")]
     totals: CostTotals,
 }
 

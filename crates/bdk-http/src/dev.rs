@@ -24,7 +24,6 @@ use serde::{Deserialize, Serialize};
 use crate::api::True;
 use crate::auth::Caller;
 use crate::channels::{Channels, Receive};
-use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::PathParams;
 use crate::state::Agent;
@@ -43,7 +42,6 @@ pub(crate) struct SchedulePath {
 #[schemars(rename = "ScheduleList")]
 pub(crate) struct Schedules {
     ok: True,
-    #[schemars(with = "Vec<described::ScheduleStatus>")]
     schedules: Vec<ScheduleStatus>,
 }
 
@@ -55,15 +53,12 @@ pub(crate) struct Dispatched {
     ok: True,
     /// The schedule name.
     schedule_id: String,
-    #[schemars(with = "Vec<described::SessionId>")]
     session_ids: Vec<SessionId>,
     /// A tool schedule's call, error results included.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<described::ScheduleToolCall>")]
     tool_call: Option<ToolRun>,
     /// What a handler schedule's program answered.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<described::ScheduleHandlerRun>")]
     handler: Option<HandlerRun>,
 }
 

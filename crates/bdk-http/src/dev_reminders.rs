@@ -32,7 +32,6 @@ pub(crate) struct ReminderPath {
 #[schemars(rename = "ReminderList")]
 pub(crate) struct Reminders {
     ok: True,
-    #[schemars(with = "Vec<described::Reminder>")]
     reminders: Vec<Reminder>,
 }
 
@@ -42,12 +41,10 @@ pub(crate) struct Reminders {
 #[schemars(rename = "ReminderFired")]
 pub(crate) struct Fired {
     ok: True,
-    #[schemars(with = "described::Reminder")]
     reminder: Reminder,
     #[schemars(with = "described::FireResult")]
     result: String,
     /// The turn the fire started; null when it started none.
-    #[schemars(with = "Option<described::TurnId>")]
     turn_id: Option<TurnId>,
 }
 

@@ -131,7 +131,6 @@ pub(crate) async fn info(State(agent): State<Arc<Agent>>, _caller: Caller) -> Js
 pub(crate) struct Memory {
     ok: True,
     #[serde(flatten)]
-    #[schemars(with = "described::MemoryStats")]
     stats: MemoryStats,
 }
 

@@ -18,7 +18,6 @@ use bdk_core::host::HostError;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use crate::described;
 use bdk_api::False;
 
 /// An error response.
@@ -46,7 +45,6 @@ pub(crate) struct ErrorExtra {
     pub(crate) errors: Option<Vec<String>>,
     /// With `invalid_evals`: the problems of the eval files.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<Vec<described::Diagnostic>>")]
     pub(crate) diagnostics: Option<Vec<Diagnostic>>,
     /// With `eval_run_active`: the run in progress.
     #[serde(skip_serializing_if = "Option::is_none")]

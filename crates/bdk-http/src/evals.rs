@@ -48,7 +48,6 @@ pub(crate) struct EvalList {
     #[schemars(with = "Vec<described::EvalCase>")]
     evals: Vec<Value>,
     config: ConfigView,
-    #[schemars(with = "Vec<described::Diagnostic>")]
     diagnostics: Vec<Diagnostic>,
 }
 
@@ -75,7 +74,6 @@ pub(crate) struct ConfigView {
 #[schemars(rename = "EvalRunList")]
 pub(crate) struct RunList {
     ok: True,
-    #[schemars(with = "Vec<described::EvalRun>")]
     runs: Vec<RunResult>,
     /// The run in progress, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,7 +87,6 @@ pub(crate) struct RunList {
 pub(crate) struct RunStarted {
     ok: True,
     run_id: String,
-    #[schemars(with = "described::EvalRun")]
     run: RunResult,
 }
 
@@ -98,7 +95,6 @@ pub(crate) struct RunStarted {
 #[schemars(rename = "EvalRunView")]
 pub(crate) struct RunView {
     ok: True,
-    #[schemars(with = "described::EvalRun")]
     run: RunResult,
 }
 

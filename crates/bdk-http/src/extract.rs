@@ -24,7 +24,6 @@ use serde::de::DeserializeOwned;
 use serde_json::error::Category;
 
 use crate::api::add_errors;
-use crate::described;
 use crate::error::{ApiError, ErrorCode};
 
 /// The default body limit: 1 MiB.
@@ -222,7 +221,7 @@ impl<T: JsonSchema> OperationInput for PathParams<T> {
 #[schemars(inline)]
 struct SessionParams {
     /// The session. A malformed id is `404 invalid_session_id`.
-    #[schemars(with = "described::SessionId")]
+    #[schemars(with = "bdk_events::SessionId")]
     #[expect(
         dead_code,
         reason = "a description of the path; the extractor parses the id itself"
@@ -236,7 +235,7 @@ struct SessionParams {
 #[schemars(inline)]
 struct CallParams {
     /// The session. A malformed id is `404 invalid_session_id`.
-    #[schemars(with = "described::SessionId")]
+    #[schemars(with = "bdk_events::SessionId")]
     #[expect(
         dead_code,
         reason = "a description of the path; the extractor parses the id itself"

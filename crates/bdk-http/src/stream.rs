@@ -29,7 +29,6 @@ use bdk_api::sessions::StreamQuery;
 
 use crate::api::response;
 use crate::auth::Caller;
-use crate::described;
 use crate::error::ApiError;
 use crate::extract::{QueryParams, SessionPath};
 use crate::state::Agent;
@@ -85,7 +84,7 @@ impl OperationOutput for Ndjson {
     type Inner = ();
 
     fn operation_response(ctx: &mut GenContext, _: &mut Operation) -> Option<DocResponse> {
-        let envelope = ctx.schema.subschema_for::<described::Envelope>();
+        let envelope = ctx.schema.subschema_for::<bdk_events::Envelope>();
         response(json!({
             "description": "An NDJSON stream: one `Envelope` per line. While nothing happens an empty line is written every 15 seconds; skip blank lines.",
             "headers": {

@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 
 use crate::api::True;
 use crate::auth::Caller;
-use crate::described;
 use crate::error::{ApiError, ErrorCode};
 use crate::extract::{JsonBody, PathParams};
 use crate::state::Agent;
@@ -63,12 +62,9 @@ pub(crate) struct Tool {
     /// The display title the tool declares (`title` in its manifest, the
     /// MCP server's title, `NativeTool::title`); null when it declares none.
     title: Option<String>,
-    #[schemars(with = "described::ToolSource")]
     source: ToolSource,
     description: String,
-    #[schemars(with = "described::Effect")]
     effect: Effect,
-    #[schemars(with = "described::Execution")]
     execution: Execution,
     needs_approval: bool,
     /// The tool's own timeout; null for the default.
@@ -105,7 +101,6 @@ pub(crate) struct Tools {
     tools: Vec<Tool>,
     /// MCP connections that could not start or list their tools; their
     /// tools are missing from `tools`.
-    #[schemars(with = "Vec<described::ConnectionError>")]
     connection_errors: Vec<ConnectionError>,
 }
 
@@ -124,7 +119,6 @@ pub(crate) struct OneTool {
 pub(crate) struct Called {
     ok: True,
     #[serde(flatten)]
-    #[schemars(with = "described::DirectOutcome")]
     outcome: DirectOutcome,
 }
 

@@ -55,6 +55,8 @@ pub mod prices;
 #[cfg(feature = "runtime")]
 pub mod replay;
 pub mod resolve;
+#[cfg(feature = "schema")]
+mod schema;
 pub mod scripted;
 
 /// The model used when `agent.toml` names none: xAI's current Grok.

@@ -53,8 +53,10 @@ pub mod gate;
 pub mod github;
 pub mod handler;
 pub mod info;
-mod resource;
 #[cfg(feature = "schema")]
+mod json_schema;
+mod resource;
+#[cfg(feature = "validate")]
 pub mod schema;
 pub mod slack;
 pub mod tool;

@@ -27,6 +27,8 @@
 
 pub mod clock;
 pub mod cron;
+#[cfg(feature = "schema")]
+mod json_schema;
 pub mod reminders;
 pub mod status;
 

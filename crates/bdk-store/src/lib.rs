@@ -25,6 +25,8 @@ use serde_json::Value;
 
 pub mod coord;
 mod fs;
+#[cfg(feature = "schema")]
+mod schema;
 pub use coord::{Coordination, MemoryCluster, MemoryCoordination};
 pub use fs::FsStore;
 

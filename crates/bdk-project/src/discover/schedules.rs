@@ -14,7 +14,7 @@ use super::util::{
 };
 use crate::builtin;
 use crate::cron::CronExpr;
-#[cfg(feature = "schema")]
+#[cfg(feature = "validate")]
 use crate::schema::InputValidator;
 use crate::tool::{Execution, ToolSpec};
 use crate::{AgentConfig, HandlerSpec, Schedule, ScheduleAction, ToolManifest};
@@ -401,7 +401,7 @@ fn tool_call(d: &mut Diags, path: &Path, f: &Fields, targets: &Targets) -> Optio
                 "call a tool without `needs_approval`, or use a Markdown schedule so the model calls it in a session where a person approves it",
             );
         }
-        #[cfg(feature = "schema")]
+        #[cfg(feature = "validate")]
         Some(spec) => {
             // A broken schema is reported by the tool's own manifest.
             if let Ok(validator) = InputValidator::new(&spec.input_schema)
@@ -418,7 +418,7 @@ fn tool_call(d: &mut Diags, path: &Path, f: &Fields, targets: &Targets) -> Optio
             }
         }
         // Without JSON Schema the input is checked when the schedule fires.
-        #[cfg(not(feature = "schema"))]
+        #[cfg(not(feature = "validate"))]
         Some(_) => {}
         None if targets.mcp_advertises => d.warn(
             path,

@@ -327,7 +327,7 @@ pub(crate) fn table_to_json(table: &Table) -> Value {
 
 /// Checks that `schema` is a valid JSON Schema (against its meta-schema, then
 /// by compiling it). Reports and returns false when it is not.
-#[cfg(feature = "schema")]
+#[cfg(feature = "validate")]
 pub(crate) fn check_schema(d: &mut Diags, path: &Path, label: &str, schema: &Value) -> bool {
     if let Err(e) = jsonschema::meta::validate(schema) {
         let at = e.instance_path().as_str().to_owned();
@@ -356,7 +356,7 @@ pub(crate) fn check_schema(d: &mut Diags, path: &Path, label: &str, schema: &Val
 
 /// Without the `schema` feature a declared schema is taken as written: the
 /// runtime (which enables the feature) checks it when it loads the agent.
-#[cfg(not(feature = "schema"))]
+#[cfg(not(feature = "validate"))]
 pub(crate) fn check_schema(_d: &mut Diags, _path: &Path, _label: &str, _schema: &Value) -> bool {
     true
 }
