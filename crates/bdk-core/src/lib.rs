@@ -20,6 +20,7 @@ pub use bdk_exec::containment;
 pub use bdk_project::cron;
 pub mod endpoint;
 pub mod extension;
+pub mod follow;
 pub use bdk_exec::gate;
 pub use bdk_exec::handler;
 pub mod hooks;

@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 use bdk_core::extension::{HostExtension, OperationCall, OperationError, RuntimeLink};
+use bdk_core::follow::{self, Cursor, FollowStart};
 use bdk_core::host::HostResult;
 use bdk_core::project::{GithubChannel, Project};
 use bdk_core::tool::Tool;
@@ -221,9 +222,9 @@ impl Github {
             .await;
         }
         let start = if created {
-            progress::Start::New
+            FollowStart::New
         } else {
-            progress::Start::Resume
+            FollowStart::Resume
         };
         self.follow(channel, session, &wake.key, start).await;
     }
@@ -237,7 +238,7 @@ impl Github {
         }
     }
 
-    async fn follow(&self, channel: &str, session: &SessionId, key: &str, start: progress::Start) {
+    async fn follow(&self, channel: &str, session: &SessionId, key: &str, start: FollowStart) {
         let (Some(pack), Some(store), Some(shutdown)) = (
             self.inner.packs.get(channel),
             self.inner.store(),
@@ -254,19 +255,33 @@ impl Github {
         if !fresh {
             return;
         }
+        let cursor = Cursor::new(
+            Arc::clone(&store),
+            PROGRESS_NAMESPACE,
+            "GitHub progress",
+            &pack.name,
+            session,
+        );
         let follower = progress::Follower::new(
             Arc::clone(&self.inner),
             Arc::clone(pack),
             store,
             session.clone(),
             key.to_owned(),
-            shutdown.clone(),
         );
         let inner = Arc::clone(&self.inner);
         let id = session.clone();
-        if let Some(from) = follower.start_index(start).await {
+        if let Some((from, saved)) = cursor.start(start).await {
+            let shutdown = shutdown.clone();
             tokio::spawn(async move {
-                follower.run(from).await;
+                follow::run(
+                    cursor,
+                    from,
+                    saved,
+                    shutdown,
+                    progress::Progress::new(follower),
+                )
+                .await;
                 inner
                     .following
                     .lock()
@@ -306,7 +321,7 @@ impl Github {
                 continue;
             };
             let key = key.to_owned();
-            self.follow(&record.channel, &record.id, &key, progress::Start::Resume)
+            self.follow(&record.channel, &record.id, &key, FollowStart::Resume)
                 .await;
         }
     }

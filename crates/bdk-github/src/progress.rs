@@ -19,18 +19,19 @@
 //! A durable cursor per session (namespace [`PROGRESS_NAMESPACE`], key
 //! `<channel>/<sessionId>`) holds the next event to look at and the last
 //! turn whose reply was posted, so a restart resumes without posting a
-//! reply twice.
+//! reply twice. The cursor and the reading loop are `bdk_core::follow`'s,
+//! shared with the Slack pack and channel event delivery.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use bdk_api::paths;
+use bdk_core::follow::{Cursor, Handled, SessionFollower};
 use bdk_core::project::GithubReply;
 use bdk_events::{ChannelOutbound, Envelope, Event, FailStatus, SessionId};
 use bdk_store::{NewEvent, Store};
-use futures::StreamExt;
-use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+use serde_json::{Map, Value, json};
 
 use crate::api::{ApiError, Method};
 use crate::ingress::MARKER;
@@ -50,15 +51,6 @@ const STATUS_DESCRIPTION_MAX: usize = 140;
 /// GitHub's limit on a comment body, in characters.
 const COMMENT_MAX: usize = 65_536;
 
-/// Where a follower starts reading.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Start {
-    /// A session this process just created: from its first event.
-    New,
-    /// An existing session: from its cursor, else from its end.
-    Resume,
-}
-
 /// The follower of one thread session.
 pub(crate) struct Follower {
     inner: Arc<Inner>,
@@ -66,7 +58,6 @@ pub(crate) struct Follower {
     store: Arc<dyn Store>,
     id: SessionId,
     key: String,
-    shutdown: CancellationToken,
 }
 
 /// What the follower keeps about the running turn.
@@ -84,6 +75,53 @@ struct Turn {
     last_banner: Option<Instant>,
 }
 
+impl Turn {
+    /// What the cursor keeps: the last turn whose reply was posted.
+    fn state(&self) -> Map<String, Value> {
+        let mut state = Map::new();
+        state.insert("replied".into(), json!(self.replied));
+        state
+    }
+}
+
+/// A follower with the state of its session's running turn: what
+/// [`follow::run`] drives.
+pub(crate) struct Progress {
+    follower: Follower,
+    turn: Turn,
+}
+
+impl Progress {
+    pub(crate) fn new(follower: Follower) -> Self {
+        Progress {
+            follower,
+            turn: Turn::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl SessionFollower for Progress {
+    fn restore(&mut self, saved: &Map<String, Value>) {
+        self.turn.replied = saved
+            .get("replied")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+    }
+
+    fn state(&self) -> Map<String, Value> {
+        self.turn.state()
+    }
+
+    async fn on_event(&mut self, env: &Envelope, cursor: &Cursor) -> Handled {
+        if self.follower.on_event(env, &mut self.turn, cursor).await {
+            Handled::Acted
+        } else {
+            Handled::Passed
+        }
+    }
+}
+
 impl Follower {
     pub(crate) fn new(
         inner: Arc<Inner>,
@@ -91,7 +129,6 @@ impl Follower {
         store: Arc<dyn Store>,
         id: SessionId,
         key: String,
-        shutdown: CancellationToken,
     ) -> Self {
         Self {
             inner,
@@ -99,62 +136,7 @@ impl Follower {
             store,
             id,
             key,
-            shutdown,
         }
-    }
-
-    fn cursor_key(&self) -> String {
-        format!("{}/{}", self.pack.name, self.id)
-    }
-
-    /// The index to read from, recorded as the cursor when there is none.
-    pub(crate) async fn start_index(&self, start: Start) -> Option<u64> {
-        let key = self.cursor_key();
-        match self.store.kv_get(PROGRESS_NAMESPACE, &key).await {
-            Ok(Some(v)) => {
-                if let Some(next) = v.get("next").and_then(Value::as_u64) {
-                    return Some(next);
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "cannot read the GitHub progress cursor");
-                return None;
-            }
-        }
-        let from = match start {
-            Start::New => 0,
-            Start::Resume => match self.store.next_index(&self.id).await {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "cannot resume GitHub progress");
-                    return None;
-                }
-            },
-        };
-        self.save_cursor(from, None).await;
-        Some(from)
-    }
-
-    async fn save_cursor(&self, next: u64, replied: Option<&str>) {
-        // `replied` is the last turn whose reply was posted.
-        let value = json!({"next": next, "replied": replied});
-        if let Err(e) = self
-            .store
-            .kv_put(PROGRESS_NAMESPACE, &self.cursor_key(), value)
-            .await
-        {
-            tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "cannot save the GitHub progress cursor");
-        }
-    }
-
-    async fn replied(&self) -> Option<String> {
-        let v = self
-            .store
-            .kv_get(PROGRESS_NAMESPACE, &self.cursor_key())
-            .await
-            .ok()??;
-        v.get("replied").and_then(Value::as_str).map(str::to_owned)
     }
 
     /// Forgets the finished turn, keeping what outlives it.
@@ -165,59 +147,8 @@ impl Follower {
         };
     }
 
-    pub(crate) async fn run(self, from: u64) {
-        let mut stream = match self.store.subscribe(&self.id, from).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "cannot follow a GitHub session; its progress is not shown");
-                return;
-            }
-        };
-        let mut turn = Turn {
-            replied: self.replied().await,
-            ..Turn::default()
-        };
-        loop {
-            let item = tokio::select! {
-                biased;
-                () = self.shutdown.cancelled() => return,
-                item = stream.next() => item,
-            };
-            let env = match item {
-                Some(Ok(env)) => env,
-                Some(Err(e)) => {
-                    tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "a GitHub session's stream failed; progress stops");
-                    return;
-                }
-                None => break,
-            };
-            let acted = tokio::select! {
-                biased;
-                // Shutdown mid-call: the cursor stays before this event.
-                () = self.shutdown.cancelled() => return,
-                acted = self.on_event(&env, &mut turn) => acted,
-            };
-            if acted {
-                self.save_cursor(env.index + 1, turn.replied.as_deref())
-                    .await;
-            }
-            if matches!(
-                env.event,
-                Event::SessionCompleted(_) | Event::SessionFailed(_)
-            ) {
-                return;
-            }
-        }
-        if let Ok(None) = self.store.get_session(&self.id).await {
-            let _ = self
-                .store
-                .kv_delete(PROGRESS_NAMESPACE, &self.cursor_key())
-                .await;
-        }
-    }
-
     /// Shows one event on GitHub; true when it was one the follower acts on.
-    async fn on_event(&self, env: &Envelope, turn: &mut Turn) -> bool {
+    async fn on_event(&self, env: &Envelope, turn: &mut Turn, cursor: &Cursor) -> bool {
         match &env.event {
             Event::TurnStarted(_) => {
                 Self::reset(turn);
@@ -289,8 +220,7 @@ impl Follower {
                     self.reply(&thread, turn, &done.reply).await;
                     // Saved at once: a restart must not post it again.
                     turn.replied = Some(turn_id);
-                    self.save_cursor(env.index + 1, turn.replied.as_deref())
-                        .await;
+                    cursor.save(env.index + 1, turn.state()).await;
                 }
                 Self::reset(turn);
                 true

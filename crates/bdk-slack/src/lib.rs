@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 use bdk_core::extension::{HostExtension, OperationCall, OperationError, RuntimeLink};
+use bdk_core::follow::{self, Cursor, FollowStart};
 use bdk_core::host::HostResult;
 use bdk_core::project::{Project, SlackChannel};
 use bdk_events::{Admission, SessionId};
@@ -320,9 +321,9 @@ impl Slack {
             }
         }
         let start = if created {
-            progress::Start::New
+            FollowStart::New
         } else {
-            progress::Start::Resume
+            FollowStart::Resume
         };
         self.follow(
             channel,
@@ -448,7 +449,7 @@ impl Slack {
         session: &SessionId,
         conversation: &str,
         thread_ts: &str,
-        start: progress::Start,
+        start: FollowStart,
     ) {
         let (Some(pack), Some(store), Some(shutdown)) = (
             self.inner.packs.get(channel),
@@ -466,19 +467,33 @@ impl Slack {
         if !fresh {
             return;
         }
+        let cursor = Cursor::new(
+            Arc::clone(&store),
+            PROGRESS_NAMESPACE,
+            "Slack progress",
+            &pack.name,
+            session,
+        );
         let follower = progress::Follower::new(
             Arc::clone(pack),
             store,
             session.clone(),
             conversation.to_owned(),
             thread_ts.to_owned(),
-            shutdown.clone(),
         );
         let inner = Arc::clone(&self.inner);
         let id = session.clone();
-        if let Some(from) = follower.start_index(start).await {
+        if let Some((from, saved)) = cursor.start(start).await {
+            let shutdown = shutdown.clone();
             tokio::spawn(async move {
-                follower.run(from).await;
+                follow::run(
+                    cursor,
+                    from,
+                    saved,
+                    shutdown,
+                    progress::Progress::new(follower),
+                )
+                .await;
                 inner
                     .following
                     .lock()
@@ -524,7 +539,7 @@ impl Slack {
                 &record.id,
                 &conversation,
                 &thread_ts,
-                progress::Start::Resume,
+                FollowStart::Resume,
             )
             .await;
         }

@@ -21,17 +21,19 @@
 //! A durable cursor per session (namespace [`PROGRESS_NAMESPACE`], key
 //! `<channel>/<sessionId>`) holds the next event, the last turn whose
 //! reply was posted, the placeholder and the open cards, so a restart
-//! resumes without posting a reply twice.
+//! resumes without posting a reply twice. The cursor and the reading loop
+//! are `bdk_core::follow`'s, shared with the GitHub pack and channel event
+//! delivery.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
+use bdk_core::follow::{Cursor, Handled, SessionFollower};
 use bdk_events::{ChannelOutbound, Envelope, Event, FailStatus, SessionId};
 use bdk_store::{NewEvent, Store};
-use futures::StreamExt;
-use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+use serde_json::{Map, Value, json};
 
 use crate::api::{ApiError, SlackClient};
 use crate::blocks;
@@ -47,15 +49,6 @@ const UPDATE_EVERY: Duration = Duration::from_secs(3);
 /// The most of a parked call's input shown on its card, in characters.
 const INPUT_PREVIEW: usize = 1_500;
 
-/// Where a follower starts reading.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Start {
-    /// A session this process just created: from its first event.
-    New,
-    /// An existing session: from its cursor, else from its end.
-    Resume,
-}
-
 /// What a button's value carries: the session and the parked call.
 pub(crate) fn button_value(session: &SessionId, call_id: &str, approve: bool) -> String {
     json!({"session": session.to_string(), "call": call_id, "approve": approve}).to_string()
@@ -68,7 +61,6 @@ pub(crate) struct Follower {
     id: SessionId,
     conversation: String,
     thread_ts: String,
-    shutdown: CancellationToken,
 }
 
 /// What the follower keeps; `replied`, `placeholder` and `cards` are saved
@@ -87,6 +79,67 @@ struct State {
     artifacts: Vec<(String, Option<String>)>,
 }
 
+impl State {
+    /// What the cursor keeps: the last turn whose reply was posted, the
+    /// placeholder and the open cards.
+    fn saved(&self) -> Map<String, Value> {
+        let mut saved = Map::new();
+        saved.insert("replied".into(), json!(self.replied));
+        saved.insert("placeholder".into(), json!(self.placeholder));
+        saved.insert("cards".into(), json!(self.cards));
+        saved
+    }
+
+    fn restore(&mut self, saved: &Map<String, Value>) {
+        let text = |k: &str| saved.get(k).and_then(Value::as_str).map(str::to_owned);
+        self.replied = text("replied");
+        self.placeholder = text("placeholder");
+        self.cards = saved
+            .get("cards")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, ts)| Some((k.clone(), ts.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
+}
+
+/// A follower with its thread's state: what [`follow::run`] drives.
+pub(crate) struct Progress {
+    follower: Follower,
+    state: State,
+}
+
+impl Progress {
+    pub(crate) fn new(follower: Follower) -> Self {
+        Progress {
+            follower,
+            state: State::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl SessionFollower for Progress {
+    fn restore(&mut self, saved: &Map<String, Value>) {
+        self.state.restore(saved);
+    }
+
+    fn state(&self) -> Map<String, Value> {
+        self.state.saved()
+    }
+
+    async fn on_event(&mut self, env: &Envelope, _cursor: &Cursor) -> Handled {
+        if self.follower.on_event(env, &mut self.state).await {
+            Handled::Acted
+        } else {
+            Handled::Passed
+        }
+    }
+}
+
 impl Follower {
     pub(crate) fn new(
         pack: Arc<Pack>,
@@ -94,7 +147,6 @@ impl Follower {
         id: SessionId,
         conversation: String,
         thread_ts: String,
-        shutdown: CancellationToken,
     ) -> Self {
         Self {
             pack,
@@ -102,131 +154,6 @@ impl Follower {
             id,
             conversation,
             thread_ts,
-            shutdown,
-        }
-    }
-
-    fn cursor_key(&self) -> String {
-        format!("{}/{}", self.pack.name, self.id)
-    }
-
-    /// The index to read from, recorded as the cursor when there is none.
-    pub(crate) async fn start_index(&self, start: Start) -> Option<u64> {
-        match self
-            .store
-            .kv_get(PROGRESS_NAMESPACE, &self.cursor_key())
-            .await
-        {
-            Ok(Some(v)) => {
-                if let Some(next) = v.get("next").and_then(Value::as_u64) {
-                    return Some(next);
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "cannot read the Slack progress cursor");
-                return None;
-            }
-        }
-        let from = match start {
-            Start::New => 0,
-            Start::Resume => match self.store.next_index(&self.id).await {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "cannot resume Slack progress");
-                    return None;
-                }
-            },
-        };
-        self.save(from, &State::default()).await;
-        Some(from)
-    }
-
-    async fn save(&self, next: u64, state: &State) {
-        let value = json!({
-            "next": next,
-            "replied": state.replied,
-            "placeholder": state.placeholder,
-            "cards": state.cards,
-        });
-        if let Err(e) = self
-            .store
-            .kv_put(PROGRESS_NAMESPACE, &self.cursor_key(), value)
-            .await
-        {
-            tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "cannot save the Slack progress cursor");
-        }
-    }
-
-    async fn load(&self) -> State {
-        let Ok(Some(v)) = self
-            .store
-            .kv_get(PROGRESS_NAMESPACE, &self.cursor_key())
-            .await
-        else {
-            return State::default();
-        };
-        let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-        State {
-            replied: text("replied"),
-            placeholder: text("placeholder"),
-            cards: v
-                .get("cards")
-                .and_then(Value::as_object)
-                .map(|m| {
-                    m.iter()
-                        .filter_map(|(k, ts)| Some((k.clone(), ts.as_str()?.to_owned())))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            ..State::default()
-        }
-    }
-
-    pub(crate) async fn run(self, from: u64) {
-        let mut stream = match self.store.subscribe(&self.id, from).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "cannot follow a Slack session; its progress is not shown");
-                return;
-            }
-        };
-        let mut state = self.load().await;
-        loop {
-            let item = tokio::select! {
-                biased;
-                () = self.shutdown.cancelled() => return,
-                item = stream.next() => item,
-            };
-            let env = match item {
-                Some(Ok(env)) => env,
-                Some(Err(e)) => {
-                    tracing::warn!(channel = %self.pack.name, session_id = %self.id, error = %e, "a Slack session's stream failed; progress stops");
-                    return;
-                }
-                None => break,
-            };
-            let acted = tokio::select! {
-                biased;
-                // Shutdown mid-call: the cursor stays before this event.
-                () = self.shutdown.cancelled() => return,
-                acted = self.on_event(&env, &mut state) => acted,
-            };
-            if acted {
-                self.save(env.index + 1, &state).await;
-            }
-            if matches!(
-                env.event,
-                Event::SessionCompleted(_) | Event::SessionFailed(_)
-            ) {
-                return;
-            }
-        }
-        if let Ok(None) = self.store.get_session(&self.id).await {
-            let _ = self
-                .store
-                .kv_delete(PROGRESS_NAMESPACE, &self.cursor_key())
-                .await;
         }
     }
 

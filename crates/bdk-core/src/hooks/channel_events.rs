@@ -19,7 +19,8 @@
 //! [`CURSOR_NAMESPACE`], key `<channel>/<sessionId>`) records the next
 //! index to look at, so after a restart delivery resumes where it stopped
 //! rather than replaying the whole history or skipping what happened while
-//! the server was down. Delivery is at least once: an event whose delivery
+//! the server was down (the cursor and the reading loop are
+//! [`crate::follow`]'s, shared with the channel packs). Delivery is at least once: an event whose delivery
 //! was interrupted by shutdown is delivered again after the restart.
 //!
 //! A task ends on shutdown, when the session is deleted (its stream ends),
@@ -32,14 +33,14 @@ use std::time::Duration;
 
 use std::path::PathBuf;
 
-use bdk_events::{Envelope, Event, SessionId};
+use bdk_events::{Envelope, SessionId};
 use bdk_store::Store;
 use chrono::{DateTime, Utc};
-use futures::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::containment::{Containment, Program, ProgramEnd};
+use crate::follow::{self, Cursor, Handled, SessionFollower};
 use crate::project::{ChannelEventTarget as Target, ChannelEvents as EventRule, ChannelManifest};
 
 /// The key-value namespace of delivery cursors.
@@ -88,16 +89,11 @@ impl Drop for Followed {
     }
 }
 
-/// Where a session's delivery task starts reading.
-#[derive(Clone, Copy, Debug)]
-pub enum DeliveryStart {
-    /// A session this process just created: from its first event.
-    New,
-    /// A session found at startup: from its cursor, or from the end of its
-    /// stream when it has none (events recorded before the channel had an
-    /// events map are not delivered after the fact).
-    Resume,
-}
+/// Where a session's delivery task starts reading: from its cursor, else
+/// from the session's first event (a session this process just created)
+/// or from the end of its stream (one found at startup: events recorded
+/// before the channel had an events map are not delivered after the fact).
+pub use crate::follow::FollowStart as DeliveryStart;
 
 impl ChannelDelivery {
     /// Delivery over `store`, running commands through `containment` (with
@@ -152,12 +148,20 @@ impl ChannelDelivery {
             id: id.clone(),
             token: continuation_token.to_owned(),
         };
-        let Some(from) = task.start_index(start).await else {
+        let cursor = Cursor::new(
+            Arc::clone(&self.runs.store),
+            CURSOR_NAMESPACE,
+            "channel delivery",
+            &channel.name,
+            id,
+        );
+        let Some((from, saved)) = cursor.start(start).await else {
             return;
         };
+        let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
             let _followed = followed;
-            task.run(from).await;
+            follow::run(cursor, from, saved, shutdown, task).await;
         });
     }
 
@@ -202,106 +206,31 @@ struct Follower {
     token: String,
 }
 
+#[async_trait::async_trait]
+impl SessionFollower for Follower {
+    async fn on_event(&mut self, env: &Envelope, _cursor: &Cursor) -> Handled {
+        let rules: Vec<&EventRule> = self
+            .channel
+            .events
+            .iter()
+            .filter(|r| r.wants(env.kind()))
+            .collect();
+        if rules.is_empty() {
+            return Handled::Passed;
+        }
+        let payload = self.payload(env);
+        for rule in rules {
+            if !self.deliver(rule, env, &payload).await {
+                // Shutdown: the cursor stays before this event, so it is
+                // delivered again after a restart.
+                return Handled::Interrupted;
+            }
+        }
+        Handled::Acted
+    }
+}
+
 impl Follower {
-    fn cursor_key(&self) -> String {
-        format!("{}/{}", self.channel.name, self.id)
-    }
-
-    async fn run(self, from: u64) {
-        let store = Arc::clone(&self.runs.store);
-        let key = self.cursor_key();
-        let mut stream = match store.subscribe(&self.id, from).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot follow a channel session; its events are not delivered");
-                return;
-            }
-        };
-        loop {
-            let item = tokio::select! {
-                biased;
-                () = self.shutdown.cancelled() => return,
-                item = stream.next() => item,
-            };
-            let env = match item {
-                Some(Ok(env)) => env,
-                Some(Err(e)) => {
-                    tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "a channel session's stream failed; delivery stops");
-                    return;
-                }
-                None => break,
-            };
-            let rules: Vec<&EventRule> = self
-                .channel
-                .events
-                .iter()
-                .filter(|r| r.wants(env.kind()))
-                .collect();
-            if !rules.is_empty() {
-                let payload = self.payload(&env);
-                for rule in rules {
-                    if !self.deliver(rule, &env, &payload).await {
-                        // Shutdown: the cursor stays before this event, so it
-                        // is delivered again after a restart.
-                        return;
-                    }
-                }
-                if let Err(e) = store
-                    .kv_put(CURSOR_NAMESPACE, &key, json!({ "next": env.index + 1 }))
-                    .await
-                {
-                    tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot save the channel delivery cursor");
-                }
-            }
-            if matches!(
-                env.event,
-                Event::SessionCompleted(_) | Event::SessionFailed(_)
-            ) {
-                return;
-            }
-        }
-        // The stream ended: the session was deleted, and its cursor goes too.
-        if let Ok(None) = store.get_session(&self.id).await
-            && let Err(e) = store.kv_delete(CURSOR_NAMESPACE, &key).await
-        {
-            tracing::debug!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot remove a deleted session's delivery cursor");
-        }
-    }
-
-    /// The index to read from, recording it as the cursor when there is
-    /// none yet. `None` when the store cannot say.
-    async fn start_index(&self, start: DeliveryStart) -> Option<u64> {
-        let store = &self.runs.store;
-        let key = self.cursor_key();
-        let saved = match store.kv_get(CURSOR_NAMESPACE, &key).await {
-            Ok(v) => v.and_then(|v| v.get("next").and_then(Value::as_u64)),
-            Err(e) => {
-                tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot read the channel delivery cursor");
-                None
-            }
-        };
-        if let Some(next) = saved {
-            return Some(next);
-        }
-        let from = match start {
-            DeliveryStart::New => 0,
-            DeliveryStart::Resume => match store.next_index(&self.id).await {
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot resume channel event delivery");
-                    return None;
-                }
-            },
-        };
-        if let Err(e) = store
-            .kv_put(CURSOR_NAMESPACE, &key, json!({ "next": from }))
-            .await
-        {
-            tracing::warn!(channel = %self.channel.name, session_id = %self.id, error = %e, "cannot save the channel delivery cursor");
-        }
-        Some(from)
-    }
-
     /// What a receiver gets: the channel's routing data and the event
     /// envelope exactly as the NDJSON stream carries it.
     fn payload(&self, env: &Envelope) -> Vec<u8> {

@@ -7,6 +7,7 @@ mod context;
 mod discovery;
 mod endpoint;
 mod experiments;
+mod follow;
 mod gates;
 mod host;
 mod mcp_hub;
