@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
+use bdk_api::token::ChannelToken;
 use bdk_core::host::{CallOrigin, DirectCall, DirectOutcome};
 use bdk_core::mcp::ConnectionError;
 use bdk_core::tool::{Effect, Execution, ToolSource, ToolSpec};
@@ -172,9 +173,9 @@ fn unknown_tool(name: &str, server: &[(ToolSpec, ToolSource)]) -> ApiError {
 
 /// A channel continuation token: `<channelId>:<key>`, both parts non-empty.
 fn check_token(token: &str) -> Result<(), ApiError> {
-    match token.split_once(':') {
-        Some((channel, key)) if !channel.is_empty() && !key.is_empty() => Ok(()),
-        _ => Err(ApiError::new(
+    match ChannelToken::parse(token) {
+        Some(_) => Ok(()),
+        None => Err(ApiError::new(
             ErrorCode::InvalidContinuationToken,
             "a continuation token looks like <channelId>:<key>, both parts non-empty",
         )),
