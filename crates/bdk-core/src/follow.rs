@@ -16,7 +16,8 @@
 //! (`session.completed` or `session.failed`: nothing follows those), or
 //! when the stream fails.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use bdk_events::{Envelope, Event, SessionId};
@@ -206,4 +207,71 @@ pub async fn run(
     }
     // The stream ended: the session was deleted, and its cursor goes too.
     cursor.forget_if_deleted().await;
+}
+
+/// The sessions an owner follows, so each is followed once however often
+/// it is named (a new message, a restart's resume). Cheap to clone; clones
+/// share the set.
+#[derive(Clone, Debug, Default)]
+pub struct Following(Arc<Mutex<HashSet<SessionId>>>);
+
+impl Following {
+    /// Whether `session` is followed now.
+    pub fn contains(&self, session: &SessionId) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(session)
+    }
+
+    /// Follows `cursor`'s session with `follower` unless it is followed
+    /// already: settles where to start (so events recorded after this
+    /// returns are never missed), then runs [`run`] in a task until it
+    /// ends. False when the session was followed already or the cursor
+    /// could not be read. Must be called inside a Tokio runtime.
+    pub async fn spawn(
+        &self,
+        cursor: Cursor,
+        start: FollowStart,
+        shutdown: CancellationToken,
+        follower: impl SessionFollower + 'static,
+    ) -> bool {
+        let fresh = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(cursor.session.clone());
+        if !fresh {
+            return false;
+        }
+        // Taken back when the task ends, however it ends (or now, when the
+        // cursor cannot be read).
+        let claim = Claim {
+            set: Arc::clone(&self.0),
+            session: cursor.session.clone(),
+        };
+        let Some((from, saved)) = cursor.start(start).await else {
+            return false;
+        };
+        tokio::spawn(async move {
+            let _claim = claim;
+            run(cursor, from, saved, shutdown, follower).await;
+        });
+        true
+    }
+}
+
+/// A session's place in a [`Following`] set, given back when dropped.
+struct Claim {
+    set: Arc<Mutex<HashSet<SessionId>>>,
+    session: SessionId,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.session);
+    }
 }

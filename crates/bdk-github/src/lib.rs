@@ -25,11 +25,11 @@
 //! durably by `X-GitHub-Delivery` (namespace [`DELIVERIES_NAMESPACE`]).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use bdk_core::extension::{HostExtension, OperationCall, OperationError, RuntimeLink};
-use bdk_core::follow::{self, Cursor, FollowStart};
+use bdk_core::follow::{Cursor, FollowStart, Following};
 use bdk_core::host::HostResult;
 use bdk_core::project::{GithubChannel, Project};
 use bdk_core::tool::Tool;
@@ -134,7 +134,7 @@ impl Github {
                 secrets: options.secrets,
                 runtime: OnceLock::new(),
                 shutdown: OnceLock::new(),
-                following: Mutex::default(),
+                following: Following::default(),
                 threads: tokio::sync::Mutex::new(()),
             }),
         })
@@ -246,15 +246,6 @@ impl Github {
         ) else {
             return;
         };
-        let fresh = self
-            .inner
-            .following
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(session.clone());
-        if !fresh {
-            return;
-        }
         let cursor = Cursor::new(
             Arc::clone(&store),
             PROGRESS_NAMESPACE,
@@ -269,32 +260,15 @@ impl Github {
             session.clone(),
             key.to_owned(),
         );
-        let inner = Arc::clone(&self.inner);
-        let id = session.clone();
-        if let Some((from, saved)) = cursor.start(start).await {
-            let shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                follow::run(
-                    cursor,
-                    from,
-                    saved,
-                    shutdown,
-                    progress::Progress::new(follower),
-                )
-                .await;
-                inner
-                    .following
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&id);
-            });
-        } else {
-            self.inner
-                .following
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(session);
-        }
+        self.inner
+            .following
+            .spawn(
+                cursor,
+                start,
+                shutdown.clone(),
+                progress::Progress::new(follower),
+            )
+            .await;
     }
 
     /// Follows the existing sessions of the GitHub channels (after a

@@ -2,12 +2,11 @@
 //! manifest, one [`Pack`] per GitHub channel (its settings and API client),
 //! and the [`Inner`] state its HTTP side, progress followers and tools use.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use bdk_core::extension::RuntimeLink;
 use bdk_core::project::{GithubAppId, GithubChannel, GithubCredentials};
-use bdk_events::SessionId;
 use bdk_store::Store;
 use tokio_util::sync::CancellationToken;
 
@@ -233,7 +232,7 @@ pub(crate) struct Inner {
     pub(crate) runtime: OnceLock<RuntimeLink>,
     pub(crate) shutdown: OnceLock<CancellationToken>,
     /// Sessions with a progress follower in this process.
-    pub(crate) following: Mutex<HashSet<SessionId>>,
+    pub(crate) following: bdk_core::follow::Following,
     /// Serializes read-modify-write of thread records in this process.
     pub(crate) threads: tokio::sync::Mutex<()>,
 }

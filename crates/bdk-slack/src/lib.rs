@@ -23,11 +23,11 @@
 //! `event_id` (namespace [`EVENTS_NAMESPACE`]).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use bdk_core::extension::{HostExtension, OperationCall, OperationError, RuntimeLink};
-use bdk_core::follow::{self, Cursor, FollowStart};
+use bdk_core::follow::{Cursor, FollowStart, Following};
 use bdk_core::host::HostResult;
 use bdk_core::project::{Project, SlackChannel};
 use bdk_events::{Admission, SessionId};
@@ -157,7 +157,7 @@ impl Slack {
                 packs,
                 runtime: OnceLock::new(),
                 shutdown: OnceLock::new(),
-                following: Mutex::default(),
+                following: Following::default(),
             }),
         })
     }
@@ -458,15 +458,6 @@ impl Slack {
         ) else {
             return;
         };
-        let fresh = self
-            .inner
-            .following
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(session.clone());
-        if !fresh {
-            return;
-        }
         let cursor = Cursor::new(
             Arc::clone(&store),
             PROGRESS_NAMESPACE,
@@ -481,32 +472,15 @@ impl Slack {
             conversation.to_owned(),
             thread_ts.to_owned(),
         );
-        let inner = Arc::clone(&self.inner);
-        let id = session.clone();
-        if let Some((from, saved)) = cursor.start(start).await {
-            let shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                follow::run(
-                    cursor,
-                    from,
-                    saved,
-                    shutdown,
-                    progress::Progress::new(follower),
-                )
-                .await;
-                inner
-                    .following
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&id);
-            });
-        } else {
-            self.inner
-                .following
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(session);
-        }
+        self.inner
+            .following
+            .spawn(
+                cursor,
+                start,
+                shutdown.clone(),
+                progress::Progress::new(follower),
+            )
+            .await;
     }
 
     /// Follows the existing sessions of the Slack channels (after a

@@ -3,12 +3,11 @@
 //! client and the bot's identity), and the [`Inner`] state its HTTP side,
 //! progress followers and host operations use.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use bdk_core::extension::RuntimeLink;
 use bdk_core::project::SlackChannel;
-use bdk_events::SessionId;
 use bdk_store::Store;
 use tokio_util::sync::CancellationToken;
 
@@ -173,7 +172,7 @@ pub(crate) struct Inner {
     pub(crate) runtime: OnceLock<RuntimeLink>,
     pub(crate) shutdown: OnceLock<CancellationToken>,
     /// Sessions with a progress follower in this process.
-    pub(crate) following: Mutex<HashSet<SessionId>>,
+    pub(crate) following: bdk_core::follow::Following,
 }
 
 impl Inner {

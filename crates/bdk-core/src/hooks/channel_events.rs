@@ -27,8 +27,7 @@
 //! or when a task session has ended (`session.completed` or
 //! `session.failed`: nothing follows those).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::path::PathBuf;
@@ -40,7 +39,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::containment::{Containment, Program, ProgramEnd};
-use crate::follow::{self, Cursor, Handled, SessionFollower};
+use crate::follow::{Cursor, Following, Handled, SessionFollower};
 use crate::project::{ChannelEventTarget as Target, ChannelEvents as EventRule, ChannelManifest};
 
 /// The key-value namespace of delivery cursors.
@@ -62,7 +61,7 @@ const MAX_COMMAND_STDOUT: usize = 1024 * 1024;
 pub struct ChannelDelivery {
     runs: Runs,
     shutdown: CancellationToken,
-    following: Arc<Mutex<HashSet<SessionId>>>,
+    following: Following,
 }
 
 /// What a delivery reads and runs with: the agent's store, how the host
@@ -72,21 +71,6 @@ struct Runs {
     store: Arc<dyn Store>,
     containment: Containment,
     lib_dir: Option<PathBuf>,
-}
-
-/// Removes a session from the followed set when its task ends, however it ends.
-struct Followed {
-    following: Arc<Mutex<HashSet<SessionId>>>,
-    id: SessionId,
-}
-
-impl Drop for Followed {
-    fn drop(&mut self) {
-        self.following
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.id);
-    }
 }
 
 /// Where a session's delivery task starts reading: from its cursor, else
@@ -111,7 +95,7 @@ impl ChannelDelivery {
                 lib_dir,
             },
             shutdown,
-            following: Arc::default(),
+            following: Following::default(),
         }
     }
 
@@ -129,18 +113,6 @@ impl ChannelDelivery {
         if channel.events.is_empty() || self.shutdown.is_cancelled() {
             return;
         }
-        let fresh = self
-            .following
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.clone());
-        if !fresh {
-            return;
-        }
-        let followed = Followed {
-            following: Arc::clone(&self.following),
-            id: id.clone(),
-        };
         let task = Follower {
             runs: self.runs.clone(),
             shutdown: self.shutdown.clone(),
@@ -155,14 +127,9 @@ impl ChannelDelivery {
             &channel.name,
             id,
         );
-        let Some((from, saved)) = cursor.start(start).await else {
-            return;
-        };
-        let shutdown = self.shutdown.clone();
-        tokio::spawn(async move {
-            let _followed = followed;
-            follow::run(cursor, from, saved, shutdown, task).await;
-        });
+        self.following
+            .spawn(cursor, start, self.shutdown.clone(), task)
+            .await;
     }
 
     /// Follows the existing sessions of `channels` created before `before`

@@ -181,3 +181,54 @@ async fn the_cursor_moves_past_what_was_acted_on_and_resumes_there() {
         .unwrap();
     assert_eq!(store.kv_get(NAMESPACE, &key).await.unwrap(), None);
 }
+
+#[tokio::test]
+async fn a_session_is_followed_once_until_its_follower_ends() {
+    let t = TestHost::start(&AgentFolder::new().rules("[[rules]]\nreply = \"ok\"\n")).await;
+    let store = Arc::clone(t.host.store());
+    let (started, _) = session::run(&t.host, "one").await;
+    let id = started.session_id.clone();
+    let cursor = || Cursor::new(Arc::clone(&store), NAMESPACE, "test", "chan", &id);
+    let following = follow::Following::default();
+    let shutdown = CancellationToken::new();
+
+    let (first, seen) = recorder(None);
+    assert!(
+        following
+            .spawn(cursor(), FollowStart::New, shutdown.clone(), first)
+            .await
+    );
+    // Named again (a new message, a restart's resume): not followed twice.
+    let (second, seen_twice) = recorder(None);
+    assert!(
+        !following
+            .spawn(cursor(), FollowStart::New, shutdown.clone(), second)
+            .await
+    );
+    assert!(following.contains(&id));
+    let events = session::settled_events(&t.host, &id).await;
+    bdk_testkit::poll::until("the follower to read the session", || {
+        let n = seen.lock().unwrap().len();
+        std::future::ready(n == events.len())
+    })
+    .await;
+    assert!(seen_twice.lock().unwrap().is_empty());
+
+    // Its end gives the session back, so it can be followed again.
+    shutdown.cancel();
+    bdk_testkit::poll::until("the follower to give its session back", || {
+        std::future::ready(!following.contains(&id))
+    })
+    .await;
+    let (again, _) = recorder(None);
+    assert!(
+        following
+            .spawn(
+                cursor(),
+                FollowStart::Resume,
+                CancellationToken::new(),
+                again
+            )
+            .await
+    );
+}
