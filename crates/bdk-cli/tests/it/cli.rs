@@ -499,11 +499,7 @@ fn info_json_describes_channel_routes_and_tool_sources() {
             "description = \"Mail in.\"\n[[routes]]\nmethod = \"POST\"\npath = \"/\"\ndescription = \"A new message.\"\nmessage = \"{{ body.text }}\"\n[routes.body_schema]\ntype = \"object\"\nrequired = [\"text\"]\nproperties = { text = { type = \"string\" } }\n\n[[routes]]\nmethod = \"GET\"\npath = \"/status\"\nmode = \"task\"\nmessage = \"status\"\n",
         ),
     ];
-    for (path, content) in files {
-        let p = tmp.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(tmp.path(), &files);
     let (code, info) = run_json(bdk().args(["info", "--json"]).arg(tmp.path()));
     assert_eq!(code, 0, "{info}");
     let tool = &info["tools"][0];

@@ -71,25 +71,24 @@ expect = [{ assert = "require_input_request", tool = "deploy" }]
 "#;
 
 fn project(dir: &Path) {
-    for (path, content) in [
-        ("agent/agent.toml", "model = \"scripted\"\n"),
-        ("agent/instructions.md", "You deploy things.\n"),
-        ("agent/scripted.toml", RULES),
-        ("agent/tools/deploy.toml", DEPLOY_TOML),
-        (
-            "agent/tools/deploy.sh",
-            "cat > /dev/null\necho '{\"deployed\": \"prod\"}'\n",
-        ),
-        (
-            "evals/evals.toml",
-            "max_concurrency = 2\ntimeout_ms = 60000\n",
-        ),
-        ("evals/deploy.eval.toml", CASES),
-    ] {
-        let p = dir.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(
+        dir,
+        &[
+            ("agent/agent.toml", "model = \"scripted\"\n"),
+            ("agent/instructions.md", "You deploy things.\n"),
+            ("agent/scripted.toml", RULES),
+            ("agent/tools/deploy.toml", DEPLOY_TOML),
+            (
+                "agent/tools/deploy.sh",
+                "cat > /dev/null\necho '{\"deployed\": \"prod\"}'\n",
+            ),
+            (
+                "evals/evals.toml",
+                "max_concurrency = 2\ntimeout_ms = 60000\n",
+            ),
+            ("evals/deploy.eval.toml", CASES),
+        ],
+    );
 }
 
 fn evals(dir: &Path, extra: &[&str]) -> Value {

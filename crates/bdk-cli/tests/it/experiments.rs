@@ -460,11 +460,7 @@ fn a_suite_runs_per_arm_side_by_side() {
 /// `bdk validate --json` of a copy of the example with `files` written over it.
 fn validate_with(files: &[(&str, &str)]) -> (i32, Vec<Value>) {
     let (_tmp, dir) = example();
-    for (path, text) in files {
-        let p = dir.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    bdk_testkit::write_files(&dir, files);
     let (code, v) = run_json(bdk().args(["validate", "--json"]).arg(&dir));
     (code, v["diagnostics"].as_array().unwrap().clone())
 }

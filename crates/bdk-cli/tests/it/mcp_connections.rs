@@ -60,11 +60,7 @@ fn project() -> TempDir {
             "command = \"bdk-no-such-mcp-server\"\nadvertise_tools = true\n",
         ),
     ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     dir
 }
 
@@ -183,11 +179,7 @@ fn mcp_only_project() -> TempDir {
         ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
         ("agent/mcp-connections/everything.toml", connection.as_str()),
     ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     dir
 }
 

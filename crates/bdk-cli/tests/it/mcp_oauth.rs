@@ -261,11 +261,7 @@ fn project(base: &str) -> tempfile::TempDir {
             ),
         ),
     ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     dir
 }
 

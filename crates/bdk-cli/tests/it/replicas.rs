@@ -75,11 +75,7 @@ impl Agent {
                 "---\ncron: \"* * * * *\"\n---\n\nTick.\n".to_owned(),
             ));
         }
-        for (path, content) in files {
-            let p = dir.join(path);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, content).unwrap();
-        }
+        bdk_testkit::write_files(&dir, &files);
         Agent {
             _tmp: tmp,
             dir,

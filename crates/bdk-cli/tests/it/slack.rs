@@ -609,11 +609,7 @@ async fn a_file_the_reply_names_is_uploaded_into_the_thread() {
              [[rules]]\nreply = \"ok\"\n",
         ),
     ];
-    for (path, content) in files {
-        let p = dir.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(&dir, &files);
     let server = serve(&dir, &fake.url(), Some(SECRET));
     let hook = format!("{}/reporter/v1/channels/slack", server.base);
     let ts = fake.post_user_message(GENERAL, ALICE, "<@U0BOT> the latency report please", None);

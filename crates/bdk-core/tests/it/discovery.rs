@@ -54,13 +54,7 @@ fn check_invariants(found: &Discovery) {
 
 /// Writes `files` (path -> content) under a fresh temporary project folder.
 fn project(files: &[(&str, &[u8])]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(p, content).unwrap();
-    }
-    dir
+    bdk_testkit::AgentFolder::empty().files(files).write()
 }
 
 /// Asserts exactly one diagnostic and returns it.

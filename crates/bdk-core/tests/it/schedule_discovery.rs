@@ -67,11 +67,7 @@ fn project(schedules: &[(&str, &str)], extra: &[(&str, &str)]) -> (TempDir, Disc
     for (path, body) in extra {
         files.push(((*path).to_owned(), (*body).to_owned()));
     }
-    for (path, content) in &files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     let d = discover(dir.path());
     (dir, d)
 }

@@ -5,26 +5,18 @@
 
 use std::sync::Arc;
 
+use bdk_core::Project;
 use bdk_core::host::{CLAIM_PATIENCE, Host, KEY_CLAIMS_NAMESPACE, KeySession, StartSession};
-use bdk_core::{Project, discover};
 use bdk_store::{FsStore, Store};
+use bdk_testkit::AgentFolder;
 use serde_json::json;
 use tempfile::TempDir;
 
 fn project() -> (TempDir, Project) {
-    let dir = tempfile::tempdir().unwrap();
-    for (path, content) in [
-        ("agent/agent.toml", "model = \"scripted\"\n"),
-        ("agent/instructions.md", "You are a test agent.\n"),
-        ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
-    ] {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
-    let d = discover(dir.path());
-    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
-    (dir, d.project.unwrap())
+    let d = AgentFolder::new()
+        .rules("[[rules]]\nreply = \"ok\"\n")
+        .discover();
+    (d.dir, d.project)
 }
 
 /// Hosts that each open the shared state on their own, as separate

@@ -5,12 +5,13 @@
 
 use std::sync::Arc;
 
+use bdk_core::Project;
 use bdk_core::clock::{Clock, ManualClock};
 use bdk_core::host::{DirectCall, Host, StartSession};
 use bdk_core::tool::ToolContext;
 use bdk_core::tool::native::native_tool;
-use bdk_core::{Project, discover};
 use bdk_store::{FsStore, Store};
+use bdk_testkit::AgentFolder;
 use chrono::{DateTime, TimeDelta, Utc};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -31,23 +32,12 @@ reply = "ok"
 "#;
 
 fn project() -> (TempDir, Project) {
-    let dir = tempfile::tempdir().unwrap();
-    let files = [
-        (
-            "agent/agent.toml",
-            "model = \"scripted\"\n[builtin_tools]\nworkspace = false\nartifacts = false\n",
-        ),
-        ("agent/instructions.md", "You tell the time.\n"),
-        ("agent/scripted.toml", RULES),
-    ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
-    let d = discover(dir.path());
-    assert!(!d.has_errors(), "{:#?}", d.diagnostics);
-    (dir, d.project.unwrap())
+    let d = AgentFolder::new()
+        .agent_toml("model = \"scripted\"\n[builtin_tools]\nworkspace = false\nartifacts = false\n")
+        .instructions("You tell the time.\n")
+        .rules(RULES)
+        .discover();
+    (d.dir, d.project)
 }
 
 #[derive(Deserialize, JsonSchema)]

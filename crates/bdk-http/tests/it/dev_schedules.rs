@@ -71,11 +71,7 @@ async fn agent(cron: &str) -> (TempDir, Host) {
                 .to_owned(),
         ),
     ];
-    for (path, content) in &files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
     let project = d.project.unwrap();

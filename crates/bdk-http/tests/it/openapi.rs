@@ -383,11 +383,7 @@ async fn agent() -> (TempDir, Host, Vec<bdk_core::Diagnostic>) {
         ("agent/scripted.toml", common::RULES),
         ("agent/channels/inbox.toml", INBOX),
     ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
     let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());

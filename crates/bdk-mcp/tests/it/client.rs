@@ -153,11 +153,7 @@ fn project(dir: &TempDir, connections: &[(&str, String)]) -> Project {
     for (name, body) in connections {
         files.push((format!("agent/mcp-connections/{name}.toml"), body.clone()));
     }
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
     d.project.unwrap()

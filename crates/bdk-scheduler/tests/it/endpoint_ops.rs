@@ -26,11 +26,7 @@ async fn setup() -> (TempDir, Host) {
         ),
         ("agent/tools/client.py", bdk_testkit::endpoint::CLIENT_PY),
     ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
     let store: Arc<dyn Store> = Arc::new(FsStore::open(dir.path().join("state")).unwrap());

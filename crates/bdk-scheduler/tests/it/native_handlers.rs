@@ -110,11 +110,7 @@ fn folder(schedules: &[(&str, &str)]) -> TempDir {
     for (name, body) in schedules {
         files.push((format!("agent/schedules/{name}.toml"), (*body).to_owned()));
     }
-    for (path, text) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     dir
 }
 

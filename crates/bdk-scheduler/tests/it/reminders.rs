@@ -49,11 +49,7 @@ fn project() -> (TempDir, Project) {
         ("agent/instructions.md", "You are a test agent.\n"),
         ("agent/scripted.toml", RULES),
     ];
-    for (path, content) in files {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(dir.path(), &files);
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
     (dir, d.project.unwrap())

@@ -50,15 +50,14 @@ fn tool_schedule(name: &str, cron: &str, tool: &str, input: serde_json::Value) -
 }
 
 fn project(dir: &TempDir) -> Project {
-    for (path, content) in [
-        ("agent/agent.toml", "model = \"scripted\"\n"),
-        ("agent/instructions.md", "You sweep.\n"),
-        ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
-    ] {
-        let p = dir.path().join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, content).unwrap();
-    }
+    bdk_testkit::write_files(
+        dir.path(),
+        &[
+            ("agent/agent.toml", "model = \"scripted\"\n"),
+            ("agent/instructions.md", "You sweep.\n"),
+            ("agent/scripted.toml", "[[rules]]\nreply = \"ok\"\n"),
+        ],
+    );
     let d = discover(dir.path());
     assert!(!d.has_errors(), "{:#?}", d.diagnostics);
     let mut p = d.project.unwrap();
