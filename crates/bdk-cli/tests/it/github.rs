@@ -5,9 +5,7 @@
 //! `@octokit/webhooks-examples`, signed as GitHub signs them.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use assert_cmd::cargo::CommandCargoExt;
 use bdk_testkit::github::{Failure, FakeGithub, Recorded};
 use serde_json::Value;
 use tempfile::TempDir;
@@ -60,14 +58,8 @@ fn reviewer() -> (TempDir, PathBuf) {
 }
 
 fn serve(dir: &Path, api: &str, secret: Option<&str>, dev: bool) -> Server {
-    let mut cmd = Command::cargo_bin("bdk").unwrap();
-    cmd.arg("serve")
-        .arg(dir)
-        .args(["--port", "0"])
-        .env_remove("BDK_STATE_ROOT")
-        .env_remove("BDK_BEARER_TOKEN")
-        .env_remove("BDK_PUBLIC_URL")
-        .env_remove("GITHUB_WEBHOOK_SECRET")
+    let mut cmd = Server::command(&[dir]);
+    cmd.env_remove("GITHUB_WEBHOOK_SECRET")
         .env("GITHUB_API_URL", api)
         .env("GITHUB_TOKEN", FakeGithub::TOKEN);
     if dev {

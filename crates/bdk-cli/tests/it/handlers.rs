@@ -30,13 +30,8 @@ fn desk() -> (TempDir, PathBuf) {
 }
 
 fn serve(dir: &Path) -> Server {
-    let mut cmd = Command::cargo_bin("bdk").unwrap();
-    cmd.arg("serve")
-        .arg(dir)
-        .args(["--port", "0", "--dev"])
-        .env_remove("BDK_STATE_ROOT")
-        .env_remove("BDK_BEARER_TOKEN")
-        .env("BDK_CHANNEL_SUPPORT_TOKEN", TOKEN);
+    let mut cmd = Server::command(&[dir]);
+    cmd.arg("--dev").env("BDK_CHANNEL_SUPPORT_TOKEN", TOKEN);
     Server::spawn(cmd)
 }
 

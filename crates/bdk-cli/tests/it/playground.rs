@@ -71,13 +71,9 @@ fn require_browser() {
 /// Starts the fixture under `--dev`, with request logging on so the Logs
 /// tab has lines to show.
 fn serve(dir: &Path, extra: &[&str]) -> Server {
-    let mut cmd = Command::cargo_bin("bdk").unwrap();
-    cmd.arg("serve")
-        .arg(dir)
-        .args(["--port", "0", "--dev"])
+    let mut cmd = Server::command(&[dir]);
+    cmd.arg("--dev")
         .args(extra)
-        .env_remove("BDK_STATE_ROOT")
-        .env_remove("BDK_BEARER_TOKEN")
         .env("BDK_LOG", "info,tower_http=debug");
     Server::spawn(cmd)
 }

@@ -184,12 +184,9 @@ fn agent() -> Agent {
 }
 
 fn serve(dir: &Path, extra: &[&str]) -> Server {
-    let mut cmd = Command::cargo_bin("bdk").unwrap();
-    cmd.arg("serve")
-        .arg(dir)
-        .args(["--port", "0", "--mode", "single"])
+    let mut cmd = Server::command(&[dir]);
+    cmd.args(["--mode", "single"])
         .args(extra)
-        .env_remove("BDK_STATE_ROOT")
         .env_remove("BDK_SANDBOX_LAUNCHER")
         .env("BDK_BEARER_TOKEN", TOKEN)
         .env("SLACK_SIGNING_SECRET", "a-channel-secret")

@@ -6,9 +6,7 @@
 //! Slack signs them.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use assert_cmd::cargo::CommandCargoExt;
 use bdk_testkit::slack::{
     FakeSlack, Recorded, app_mention, block_actions, bot_message_event, event_callback,
     interactivity_body, message_event, sign, url_verification,
@@ -41,14 +39,8 @@ fn serve(dir: &Path, api: &str, secret: Option<&str>) -> Server {
 }
 
 fn serve_with_token(dir: &Path, api: &str, secret: Option<&str>, token: &str) -> Server {
-    let mut cmd = Command::cargo_bin("bdk").unwrap();
-    cmd.arg("serve")
-        .arg(dir)
-        .args(["--port", "0"])
-        .env_remove("BDK_STATE_ROOT")
-        .env_remove("BDK_BEARER_TOKEN")
-        .env_remove("BDK_PUBLIC_URL")
-        .env_remove("SLACK_SIGNING_SECRET")
+    let mut cmd = Server::command(&[dir]);
+    cmd.env_remove("SLACK_SIGNING_SECRET")
         .env("SLACK_API_URL", api)
         .env("SLACK_BOT_TOKEN", token);
     if let Some(s) = secret {

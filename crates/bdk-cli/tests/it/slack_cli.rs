@@ -7,7 +7,6 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use bdk_testkit::PATIENCE;
 use bdk_testkit::slack::{Failure, FakeSlack};
@@ -96,17 +95,13 @@ async fn slack(args: &[&str], env: &[(&str, &str)]) -> Run {
 /// `bdk serve DIR --port 0` with the bot token, `secret` and the fake's
 /// API URL.
 fn serve(dir: &Path, fake: &FakeSlack, secret: &str) -> Server {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_bdk"));
-    cmd.arg("serve").arg(dir).args(["--port", "0"]);
+    let mut cmd = Server::command(&[dir]);
     for (name, _) in std::env::vars() {
         if name.starts_with("SLACK_") {
             cmd.env_remove(name);
         }
     }
-    cmd.env_remove("BDK_STATE_ROOT")
-        .env_remove("BDK_BEARER_TOKEN")
-        .env_remove("BDK_PUBLIC_URL")
-        .env("SLACK_BOT_TOKEN", FakeSlack::BOT_TOKEN)
+    cmd.env("SLACK_BOT_TOKEN", FakeSlack::BOT_TOKEN)
         .env("SLACK_SIGNING_SECRET", secret)
         .env("SLACK_API_URL", fake.url());
     Server::spawn(cmd)

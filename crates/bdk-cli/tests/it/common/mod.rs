@@ -51,11 +51,21 @@ pub struct Server {
 
 impl Server {
     pub fn start(args: &[&str], dirs: &[&Path]) -> Server {
-        let mut cmd = Command::cargo_bin("bdk").unwrap();
-        cmd.arg("serve").args(dirs).args(["--port", "0"]).args(args);
-        cmd.env_remove("BDK_STATE_ROOT")
-            .env_remove("BDK_BEARER_TOKEN");
+        let mut cmd = Self::command(dirs);
+        cmd.args(args);
         Self::spawn(cmd)
+    }
+
+    /// `bdk serve <dirs> --port 0`, with none of the test runner's own
+    /// state root, bearer token or public URL: what each suite adds its
+    /// flags and environment to before [`Server::spawn`].
+    pub fn command(dirs: &[&Path]) -> Command {
+        let mut cmd = Command::cargo_bin("bdk").unwrap();
+        cmd.arg("serve").args(dirs).args(["--port", "0"]);
+        cmd.env_remove("BDK_STATE_ROOT")
+            .env_remove("BDK_BEARER_TOKEN")
+            .env_remove("BDK_PUBLIC_URL");
+        cmd
     }
 
     pub fn spawn(mut cmd: Command) -> Server {
