@@ -267,3 +267,75 @@ async fn a_server_that_is_gone_is_a_transport_error_after_the_retries() {
         Err(ClientError::BadUrl(_))
     ));
 }
+
+/// A server that answers every request with `response`, verbatim.
+async fn answering(response: &'static str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let _ = conn.write_all(response.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            });
+        }
+    });
+    base
+}
+
+#[tokio::test]
+async fn answers_that_are_not_the_contract_are_unreadable_not_a_panic() {
+    // A failure status whose body is not an error answer (a proxy's page).
+    let proxy = answering(
+        "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/html\r\ncontent-length: 11\r\nconnection: close\r\n\r\n<h1>bad</h1",
+    )
+    .await;
+    let e = api(&proxy).sessions().await.unwrap_err();
+    assert!(matches!(e, ClientError::Unreadable { .. }), "{e}");
+    assert!(e.to_string().contains("status 502"), "{e}");
+
+    // A success whose body is not the route's.
+    let odd = answering(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\nconnection: close\r\n\r\n{\"ok\":1}\n",
+    )
+    .await;
+    let e = api(&odd).sessions().await.unwrap_err();
+    assert!(matches!(e, ClientError::Unreadable { .. }), "{e}");
+
+    // A stream line that is not an event ends the stream with the line.
+    let stream = answering(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\nconnection: close\r\n\r\nnot an event\n",
+    )
+    .await;
+    let mut events = api(&stream).stream(&bdk_events::SessionId::generate(), 0);
+    let e = events.next().await.unwrap().unwrap_err();
+    assert!(matches!(e, ClientError::BadEvent { .. }), "{e}");
+    assert!(e.to_string().contains("not an event"), "{e}");
+    assert!(events.next().await.is_none());
+}
+
+#[tokio::test]
+async fn a_stream_that_keeps_ending_empty_gives_up_after_the_retries() {
+    let empty = answering(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let api = api(&empty).resume(Resume {
+        attempts: 2,
+        delay: Duration::from_millis(5),
+    });
+    let mut events = api.stream(&bdk_events::SessionId::generate(), 0);
+    let e = tokio::time::timeout(DEADLINE, events.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("3 times in a row without an event"),
+        "{e}"
+    );
+    assert!(events.next().await.is_none());
+}
